@@ -1,0 +1,3 @@
+// Package cost turns a request into a cost in tokens (DESIGN §4): operation classification,
+// the base table, bandwidth units and settlement of streaming bodies.
+package cost

@@ -1,0 +1,110 @@
+package limiter
+
+import (
+	"context"
+	"time"
+)
+
+// Store holds the state that the tiers above L3 share: the L2 app buckets and the L1 cluster
+// ledger. The memory store (the embedded default) and the Redis store (package redislua) have
+// identical semantics; one behavioural suite (package limiter/storetest) runs against both.
+//
+// Calls are stateless with respect to configuration: every call carries the policy it needs, so a
+// config reload, or several instances with slightly different configs, never leaves the Store
+// with a stale copy. Amounts are cost tokens; rates are cost tokens per second.
+type Store interface {
+	// Lease takes tokens from the app's L2 bucket after refilling it (refill pays debt first).
+	// It grants Want if the bucket holds that many, otherwise as many whole tokens as it holds
+	// if that is at least Need, otherwise nothing (Granted 0, with Reason and RetryAfter set).
+	Lease(ctx context.Context, req LeaseRequest) (Lease, error)
+
+	// Return gives unspent leased tokens back to the app's L2 bucket (never above burst).
+	Return(ctx context.Context, ret Return) error
+
+	// Report sends one instance's statistics for the interval since its last report. It never
+	// debits tokens (they were debited at lease time). It refreshes the instance's heartbeat,
+	// feeds L1's usage window, records the instance's in-flight counts, and returns L1's state.
+	Report(ctx context.Context, rep Report) (ClusterState, error)
+
+	// Close releases the Store's resources.
+	Close() error
+}
+
+// Priorities run from 0 (highest) to MaxPriority.
+const MaxPriority = 3
+
+// AppPolicy is the L2 policy of one app.
+type AppPolicy struct {
+	Guaranteed     float64 // refill rate before L1's factor, tokens/s; > 0
+	Burst          float64 // bucket size; >= Guaranteed
+	Priority       int     // 0 (highest) … 3
+	MaxBorrow      float64 // 0 = never borrows
+	MaxConnections int64   // 0 = the connections default
+}
+
+// ClusterPolicy is the L1 policy of one cluster. Capacity 0 means there is no L1.
+type ClusterPolicy struct {
+	ID                 string
+	Capacity           float64 // tokens/s; 0 = no cluster limit
+	ReservedRatio      float64 // default 0.1
+	EmergencyThreshold float64 // default 0.95
+	EmergencyRatios    [MaxPriority + 1]float64
+}
+
+// LeaseRequest asks the Store for tokens for one app.
+type LeaseRequest struct {
+	Cluster  ClusterPolicy
+	App      string
+	Policy   AppPolicy
+	Factor   float64 // L1's current factor for the app's priority (1 without L1)
+	Want     int64   // the lease target
+	Need     int64   // the least that is useful (the cost of the request waiting on the lease); <= Want
+	Instance string
+}
+
+// Lease is the Store's answer to a LeaseRequest.
+type Lease struct {
+	Granted    int64         // tokens moved from L2 to the caller
+	Remaining  int64         // whole tokens left in L2 after the grant
+	RetryAfter time.Duration // when Granted < Need: when Need tokens are expected to be there
+	Reason     Reason        // when Granted < Need: why (ReasonAppExhausted, ReasonBorrowLimitExceeded, …)
+}
+
+// Return gives tokens back to one app's L2 bucket.
+type Return struct {
+	Cluster  ClusterPolicy
+	App      string
+	Policy   AppPolicy
+	Tokens   int64
+	Instance string
+}
+
+// AppReport is one app's statistics for one report interval on one instance.
+type AppReport struct {
+	App      string
+	Requests int64 // admitted requests
+	Cost     int64 // admitted cost
+	InFlight int64 // requests in flight on this instance now (connlimit)
+}
+
+// Report is one instance's periodic report for one cluster.
+type Report struct {
+	Cluster  ClusterPolicy
+	Instance string
+	Apps     []AppReport
+	InFlight int64 // cluster-wide requests in flight on this instance now
+}
+
+// ClusterState is L1's state as the Store sees it, returned by Report.
+type ClusterState struct {
+	Usage           float64                  // u: fleet-wide admitted cost per second / capacity (0 without L1)
+	Factors         [MaxPriority + 1]float64 // refill factor per priority
+	Emergency       bool
+	EmergencyReason string
+	EmergencyUntil  time.Time // zero: until L1 leaves it automatically
+	LiveInstances   int       // instances whose heartbeat is fresh, this one included (>= 1)
+
+	// In-flight counts last reported by the other live instances (not this one).
+	RemoteInFlight        map[string]int64 // per app
+	RemoteClusterInFlight int64
+}
