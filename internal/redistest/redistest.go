@@ -1,0 +1,345 @@
+// Package redistest starts real redis-server processes for tests: a standalone server that can
+// be stopped and started again on the same port (fault tests), and a 3-master Redis Cluster.
+//
+// Servers are child processes of the test binary (they die with it on Linux) listening on free
+// loopback ports, each in its own temporary directory, with persistence off.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a server may take to answer PING or a cluster to reach
+// cluster_state:ok; the loops poll, they never sleep for a fixed time.
+const startTimeout = 10 * time.Second
+
+// Require skips the test when redis-server or redis-cli is not installed, unless the environment
+// variable CI is set: in CI a missing Redis is a broken setup, so the test fails instead.
+func Require(t testing.TB) {
+	t.Helper()
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			msg := fmt.Sprintf("redistest: %s not found on PATH (install redis-server and redis-tools)", bin)
+			if os.Getenv("CI") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+}
+
+// Server is one redis-server process.
+type Server struct {
+	Port    int
+	dir     string
+	cluster bool
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// Standalone starts a new standalone redis-server for this test and stops it at t.Cleanup.
+func Standalone(t testing.TB) (addr string, r *Server) {
+	t.Helper()
+	Require(t)
+	s, err := newServer(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s.Addr(), s
+}
+
+// Cluster starts a new 3-master Redis Cluster for this test, waits until every node reports
+// cluster_state:ok, and stops it at t.Cleanup. It returns the nodes' addresses.
+func Cluster(t testing.TB) []string {
+	t.Helper()
+	Require(t)
+	nodes, err := newCluster(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopAll(nodes) })
+	return addrs(nodes)
+}
+
+var shared struct {
+	mu         sync.Mutex
+	dirs       []string
+	standalone *Server
+	cluster    []*Server
+}
+
+// SharedStandalone returns the address of a standalone server shared by every test of the test
+// binary (started on first use). Tests sharing it must use their own key prefixes and must not
+// stop it. It stops when the test binary exits; Main also stops it and removes its files.
+func SharedStandalone(t testing.TB) string {
+	t.Helper()
+	Require(t)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.standalone == nil {
+		dir, err := sharedDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := newServer(dir, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared.standalone = s
+	}
+	return shared.standalone.Addr()
+}
+
+// SharedCluster is SharedStandalone for a 3-master Redis Cluster.
+func SharedCluster(t testing.TB) []string {
+	t.Helper()
+	Require(t)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.cluster == nil {
+		dir, err := sharedDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := newCluster(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared.cluster = nodes
+	}
+	return addrs(shared.cluster)
+}
+
+// Main runs the tests and then stops the shared servers and removes their files. Use it from
+// TestMain: func TestMain(m *testing.M) { redistest.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	shared.mu.Lock()
+	if shared.standalone != nil {
+		shared.standalone.Stop()
+	}
+	stopAll(shared.cluster)
+	for _, d := range shared.dirs {
+		os.RemoveAll(d)
+	}
+	shared.mu.Unlock()
+	os.Exit(code)
+}
+
+func sharedDir() (string, error) {
+	d, err := os.MkdirTemp("", "redistest-")
+	if err == nil {
+		shared.dirs = append(shared.dirs, d)
+	}
+	return d, err
+}
+
+// newServer starts a server in its own subdirectory of parent, retrying with another port if
+// the chosen one was taken between picking and binding it.
+func newServer(parent string, cluster bool) (*Server, error) {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort(cluster)
+		if err != nil {
+			return nil, err
+		}
+		dir := fmt.Sprintf("%s/%d", parent, port)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		s := &Server{Port: port, dir: dir, cluster: cluster}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+// freePort picks a free loopback port; a cluster node also needs port+10000 (its bus port).
+func freePort(cluster bool) (int, error) {
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !cluster {
+			return port, nil
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		if bl, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000)); err == nil {
+			bl.Close()
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("redistest: no free port found")
+}
+
+// Start starts the server (again) on its port. Data is not kept across Stop/Start.
+func (s *Server) Start() {
+	if err := s.start(); err != nil {
+		panic(err)
+	}
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return nil
+	}
+	args := []string{
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--logfile", "redis.log", "--protected-mode", "no",
+	}
+	if s.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000")
+	}
+	cmd := exec.Command("redis-server", args...)
+	cmd.Dir = s.dir
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if reply, err := s.do("PING"); err == nil && reply == "+PONG" {
+			s.cmd, s.exited = cmd, exited
+			return nil
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(s.dir + "/redis.log")
+			return fmt.Errorf("redistest: redis-server on port %d exited: %s", s.Port, lastLines(string(log), 5))
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redistest: redis-server on port %d did not answer PING within %v", s.Port, startTimeout)
+		}
+	}
+}
+
+// Stop kills the server (as a crash would) and waits until it has exited. It is a no-op on a
+// stopped server.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	<-s.exited // the process is gone and its port released: a following Start can bind it
+	s.cmd = nil
+}
+
+// do sends one inline command and returns the first line of the reply (for simple replies) or
+// the whole bulk string (for bulk replies).
+func (s *Server) do(cmd string) (string, error) {
+	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if !strings.HasPrefix(line, "$") {
+		return line, nil
+	}
+	n, err := strconv.Atoi(line[1:])
+	if err != nil || n < 0 {
+		return line, err
+	}
+	buf := make([]byte, n+2)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+func newCluster(parent string) ([]*Server, error) {
+	var nodes []*Server
+	for i := 0; i < 3; i++ {
+		s, err := newServer(parent, true)
+		if err != nil {
+			stopAll(nodes)
+			return nil, err
+		}
+		nodes = append(nodes, s)
+	}
+	args := append([]string{"--cluster", "create"}, addrs(nodes)...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		stopAll(nodes)
+		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v: %s", err, lastLines(string(out), 5))
+	}
+	deadline := time.Now().Add(startTimeout)
+	for _, s := range nodes {
+		for {
+			info, err := s.do("CLUSTER INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				stopAll(nodes)
+				return nil, fmt.Errorf("redistest: cluster node %s not ok within %v: %v %s", s.Addr(), startTimeout, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nodes, nil
+}
+
+func stopAll(nodes []*Server) {
+	for _, s := range nodes {
+		s.Stop()
+	}
+}
+
+func addrs(nodes []*Server) []string {
+	out := make([]string, len(nodes))
+	for i, s := range nodes {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,57 @@
+package redistest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+func TestStandaloneStopStart(t *testing.T) {
+	addr, s := Standalone(t)
+	if reply, err := s.do("SET k v"); err != nil || reply != "+OK" {
+		t.Fatalf("SET on %s: %q %v", addr, reply, err)
+	}
+	s.Stop()
+	if _, err := s.do("PING"); err == nil {
+		t.Fatal("PING answered after Stop")
+	}
+	s.Start()
+	if reply, err := s.do("GET k"); err != nil || reply != "$-1" {
+		t.Fatalf("after restart GET k = %q, %v; want a nil reply (no persistence)", reply, err)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	nodes := SharedCluster(t)
+	if len(nodes) != 3 {
+		t.Fatalf("got %d nodes", len(nodes))
+	}
+	for _, a := range nodes {
+		s := &Server{Port: portOf(t, a)}
+		info, err := s.do("CLUSTER INFO")
+		if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_size:3") {
+			t.Fatalf("%s: %v %s", a, err, info)
+		}
+	}
+	if again := SharedCluster(t); again[0] != nodes[0] {
+		t.Fatalf("SharedCluster started a second cluster: %v vs %v", again, nodes)
+	}
+}
+
+func TestSharedStandalone(t *testing.T) {
+	a, b := SharedStandalone(t), SharedStandalone(t)
+	if a != b {
+		t.Fatalf("two shared servers: %s %s", a, b)
+	}
+}
+
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	var p int
+	if _, err := fmt.Sscanf(addr[strings.LastIndex(addr, ":")+1:], "%d", &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
