@@ -1,0 +1,54 @@
+package cost
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		c    Config
+		err  string // substring; "" = valid
+	}{
+		{"zero is all defaults", Config{}, ""},
+		{"http", Config{Operations: "http"}, ""},
+		{"S3 any case", Config{Operations: "S3"}, ""},
+		{"bad operations", Config{Operations: "grpc"}, `cost.operations must be s3 or http, got "grpc"`},
+		{"negative quantum", Config{Quantum: -5}, "cost.quantum must be > 0, got -5"},
+		{"negative bandwidth", Config{Bandwidth: -1}, "cost.bandwidth must be >= 0, got -1"},
+		{"negative max", Config{Max: -1}, "cost.max must be > 0, got -1"},
+		{"negative default", Config{Default: -2}, "cost.default must be >= 0, got -2"},
+		{"negative stream_estimate", Config{StreamEstimate: -1}, "cost.stream_estimate must be >= 0, got -1"},
+		{"unknown base", Config{Base: map[string]int64{"FOO": 1}}, `cost.base: unknown operation "FOO"`},
+		{"negative base", Config{Base: map[string]int64{"put": -1}}, "cost.base put must be >= 0, got -1"},
+		{"base zero ok", Config{Base: map[string]int64{"HEAD": 0, "copy": 100}}, ""},
+		{"all set", Config{Operations: "s3", Quantum: 1, Bandwidth: 2, Max: 3, Default: 4, StreamEstimate: 5, ResponseBytes: true}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.c.Validate()
+			_, newErr := New(tt.c)
+			if tt.err == "" {
+				if err != nil || newErr != nil {
+					t.Fatalf("want valid, got %v / %v", err, newErr)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("Validate: got %v, want %q", err, tt.err)
+			}
+			if newErr == nil || newErr.Error() != err.Error() {
+				t.Fatalf("New: got %v, want %v", newErr, err)
+			}
+		})
+	}
+}
+
+func TestDefaultsApplied(t *testing.T) {
+	c := mustNew(t, Config{}).Config()
+	if c.Operations != "s3" || c.Quantum != 65536 || c.Bandwidth != 1 || c.Max != 1_000_000 ||
+		c.Default != 1 || c.StreamEstimate != 1<<20 || c.ResponseBytes {
+		t.Fatalf("defaults: %+v", c)
+	}
+}

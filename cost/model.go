@@ -1,0 +1,194 @@
+package cost
+
+import (
+	"net/http"
+	"strings"
+)
+
+// Model computes request costs for one configuration. It is immutable and safe for
+// concurrent use; Classify, Cost, Estimate and Settle do not allocate.
+type Model struct {
+	cfg  Config
+	s3   bool
+	base [NumOperations]int64
+}
+
+// New returns the model for c, after applying defaults and validating.
+// Base overrides win over the table; a base for OTHER wins over Default.
+func New(c Config) (*Model, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c = c.withDefaults()
+	m := &Model{cfg: c, s3: strings.EqualFold(c.Operations, "s3"), base: defaultBase}
+	m.base[OpOther] = c.Default
+	for name, v := range c.Base {
+		op, _ := ParseOperation(name) // validated above
+		m.base[op] = v
+	}
+	return m, nil
+}
+
+// Config returns the configuration in effect, defaults applied.
+func (m *Model) Config() Config { return m.cfg }
+
+// ResponseBytes reports whether response body bytes are charged at settlement.
+func (m *Model) ResponseBytes() bool { return m.cfg.ResponseBytes }
+
+// Base returns the base cost of op.
+func (m *Model) Base(op Operation) int64 {
+	if int(op) >= NumOperations {
+		op = OpOther
+	}
+	return m.base[op]
+}
+
+// Cost returns min(base(op) + ceil(bytes/quantum) × bandwidth, max). Negative bytes count as 0.
+// It cannot overflow, whatever bytes is.
+func (m *Model) Cost(op Operation, bytes int64) int64 {
+	return m.addBytes(m.Base(op), bytes)
+}
+
+// addBytes returns min(c + ceil(bytes/quantum) × bandwidth, max) for 0 <= c, without overflow.
+func (m *Model) addBytes(c, bytes int64) int64 {
+	limit := m.cfg.Max
+	if c >= limit {
+		return limit
+	}
+	if bytes <= 0 || m.cfg.Bandwidth == 0 {
+		return c
+	}
+	units := bytes / m.cfg.Quantum
+	if bytes%m.cfg.Quantum != 0 {
+		units++
+	}
+	// units × bandwidth might overflow: compare against the room left below max by division.
+	if units > (limit-c)/m.cfg.Bandwidth {
+		return limit
+	}
+	return c + units*m.cfg.Bandwidth
+}
+
+// Classify returns the operation of r: the method alone with `operations http`; with
+// `operations s3` the S3 rules of DESIGN §4 for path-style requests (/bucket/key).
+func (m *Model) Classify(r *http.Request) Operation {
+	op := methodOp(r.Method)
+	if !m.s3 {
+		return op
+	}
+	switch op {
+	case OpGet:
+		if !hasObjectKey(r.URL.Path) {
+			return OpList
+		}
+		if q := scanQuery(r.URL.RawQuery); q&(qListType|qPrefix|qDelimiter) != 0 {
+			return OpList
+		}
+	case OpPut:
+		if len(r.Header["X-Amz-Copy-Source"]) > 0 {
+			return OpCopy
+		}
+		if q := scanQuery(r.URL.RawQuery); q&qPartNumber != 0 && q&qUploadID != 0 {
+			return OpMultipartUpload
+		}
+	case OpPost:
+		q := scanQuery(r.URL.RawQuery)
+		if q&qUploads != 0 {
+			return OpMultipartInit
+		}
+		if q&qUploadID != 0 {
+			return OpMultipartComplete
+		}
+	case OpDelete:
+		if scanQuery(r.URL.RawQuery)&qUploadID != 0 {
+			return OpMultipartAbort
+		}
+	}
+	return op
+}
+
+// hasObjectKey reports whether a path-style S3 path names an object: "/", "/bucket" and
+// "/bucket/" do not; "/bucket/key" does.
+func hasObjectKey(path string) bool {
+	if len(path) > 0 && path[0] == '/' {
+		path = path[1:]
+	}
+	i := strings.IndexByte(path, '/')
+	return i >= 0 && i < len(path)-1
+}
+
+// Query keys that matter to the S3 rules, as bits.
+const (
+	qListType = 1 << iota
+	qPrefix
+	qDelimiter
+	qUploads
+	qUploadID
+	qPartNumber
+)
+
+// scanQuery returns the S3 query keys present in a raw query, without allocating (url.Values
+// would). Keys are compared as sent, case-sensitively, as S3 does.
+func scanQuery(raw string) uint8 {
+	var bits uint8
+	for raw != "" {
+		var kv string
+		kv, raw, _ = strings.Cut(raw, "&")
+		key, _, _ := strings.Cut(kv, "=")
+		switch key {
+		case "list-type":
+			bits |= qListType
+		case "prefix":
+			bits |= qPrefix
+		case "delimiter":
+			bits |= qDelimiter
+		case "uploads":
+			bits |= qUploads
+		case "uploadId":
+			bits |= qUploadID
+		case "partNumber":
+			bits |= qPartNumber
+		}
+	}
+	return bits
+}
+
+// Estimate is the cost taken before a request runs.
+type Estimate struct {
+	Op        Operation
+	Cost      int64
+	Declared  int64 // Content-Length; -1 for a streaming body; 0 without a body
+	Streaming bool  // no Content-Length: Cost assumes stream_estimate bytes
+}
+
+// Estimate returns the up-front cost of r: its operation plus its declared body length, or
+// stream_estimate bytes for a body of unknown length (chunked), or nothing for no body.
+func (m *Model) Estimate(r *http.Request) Estimate {
+	e := Estimate{Op: m.Classify(r)}
+	switch {
+	case r.ContentLength >= 0:
+		e.Declared = r.ContentLength
+		e.Cost = m.Cost(e.Op, e.Declared)
+	case r.Body != nil && r.Body != http.NoBody:
+		e.Declared, e.Streaming = -1, true
+		e.Cost = m.Cost(e.Op, m.cfg.StreamEstimate)
+	default:
+		e.Cost = m.Cost(e.Op, 0)
+	}
+	return e
+}
+
+// Settle returns the actual cost of a finished request: the cost of the bytes read for a
+// streaming body or a body read short of its Content-Length (the unread part is refunded),
+// the estimate otherwise, plus the response bytes in bandwidth units when response_bytes is on;
+// never above max. The caller settles the difference with e.Cost.
+func (m *Model) Settle(e Estimate, bodyRead, responseBytes int64) int64 {
+	c := e.Cost
+	if e.Streaming || bodyRead < e.Declared {
+		c = m.Cost(e.Op, bodyRead)
+	}
+	if m.cfg.ResponseBytes {
+		c = m.addBytes(max(c, 0), responseBytes)
+	}
+	return min(c, m.cfg.Max)
+}
