@@ -1,0 +1,80 @@
+package redislua
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// TestKeySlots checks the hash tags: one app's keys share a slot, the cluster's keys share a
+// slot, and many apps spread over all three shards.
+func TestKeySlots(t *testing.T) {
+	c := clusterClient(t)
+	ctx := context.Background()
+	k := keys{prefix: "ratelimit"}
+	slot := func(key string) int64 {
+		s, err := c.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if a, b, n := slot(k.l1("c{1}")), slot(k.nodes("c{1}")), slot(k.clusterConn("c{1}")); a != b || a != n {
+		t.Fatalf("cluster keys in slots %d %d %d", a, b, n)
+	}
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shardOf := func(s int64) string {
+		for _, r := range slots {
+			if int64(r.Start) <= s && s <= int64(r.End) {
+				return r.Nodes[0].Addr
+			}
+		}
+		t.Fatalf("slot %d not served", s)
+		return ""
+	}
+	shards := map[string]int{}
+	for i := 0; i < 30; i++ {
+		app := fmt.Sprintf("app-%d", i)
+		l2, conn := slot(k.l2("c1", app)), slot(k.appConn("c1", app))
+		if l2 != conn {
+			t.Fatalf("%s: l2 in slot %d, conn in slot %d", app, l2, conn)
+		}
+		shards[shardOf(l2)]++
+	}
+	if len(shards) != 3 {
+		t.Fatalf("30 apps landed on %d shards: %v", len(shards), shards)
+	}
+	t.Logf("30 apps per shard: %v", shards)
+}
+
+// TestClusterReport runs a report touching apps on every shard: one pipeline, no CROSSSLOT.
+func TestClusterReport(t *testing.T) {
+	s := New(clusterClient(t), uniquePrefix(t))
+	ctx := context.Background()
+	var apps []limiter.AppReport
+	for i := 0; i < 12; i++ {
+		apps = append(apps, limiter.AppReport{App: fmt.Sprintf("app-%d", i), Requests: 1, Cost: 2, InFlight: 1})
+	}
+	cl := limiter.ClusterPolicy{ID: "c1", Capacity: 100, EmergencyThreshold: 0.95}
+	if _, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i1", Apps: apps, InFlight: 12}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i2", Apps: apps, InFlight: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LiveInstances != 2 || st.RemoteClusterInFlight != 12 || len(st.RemoteInFlight) != 12 {
+		t.Fatalf("state %+v", st)
+	}
+	if err := s.client.ScriptFlush(ctx).Err(); err != nil { // flushes every master
+		t.Fatal(err)
+	}
+	if _, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i1", Apps: apps}); err != nil {
+		t.Fatalf("report after SCRIPT FLUSH on the cluster: %v", err)
+	}
+}

@@ -1,0 +1,126 @@
+package redislua
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
+)
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string // "" = valid
+	}{
+		{Config{Address: []string{"127.0.0.1:6379"}}, ""},
+		{Config{Address: []string{"a:1", "b:2", "c:3"}}, ""},
+		{Config{Address: []string{"s1:26379", "s2:26379"}, Sentinel: "mymaster", DB: 2}, ""},
+		{Config{URL: "rediss://u:p@host:6380/3", InsecureSkipVerify: true}, ""},
+		{Config{}, "redis.address: an address or a url is required"},
+		{Config{Address: []string{"a:1"}, URL: "redis://a:1"}, "redis.address: address and url are mutually exclusive"},
+		{Config{Address: []string{"a:1", "nohostport"}}, "redis.address[1]: \"nohostport\""},
+		{Config{Address: []string{":6379"}}, "redis.address[0]: \":6379\": missing host"},
+		{Config{Address: []string{"a:70000"}}, "redis.address[0]: \"a:70000\": port \"70000\" is not 1-65535"},
+		{Config{URL: "http://x"}, "redis.url: redis: invalid URL scheme: http"},
+		{Config{URL: "redis://a:1", Sentinel: "m"}, "redis.sentinel: needs the sentinels in address"},
+		{Config{Sentinel: "m"}, "redis.sentinel: needs the sentinels' addresses in address"},
+		{Config{Address: []string{"a:1"}, DB: -1}, "redis.db: must be >= 0, got -1"},
+		{Config{Address: []string{"a:1", "b:1"}, DB: 1}, "redis.db: a Redis Cluster"},
+		{Config{Address: []string{"a:1"}, InsecureSkipVerify: true}, "redis.insecure_skip_verify: needs tls"},
+		{Config{Address: []string{"a:1"}, KeyPrefix: "x{y}"}, "redis.key_prefix:"},
+		{Config{Address: []string{"a:1"}, Timeout: -time.Second}, "redis.timeout: must be >= 0"},
+		{Config{Address: []string{"a:1"}, PoolSize: -1}, "redis.pool_size: must be >= 0"},
+	} {
+		err := tc.cfg.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: unexpected error %v", tc.cfg, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: error %v, want one containing %q", tc.cfg, err, tc.want)
+		}
+		if _, oerr := Open(tc.cfg); tc.want != "" && oerr == nil {
+			t.Errorf("%+v: Open accepted an invalid config", tc.cfg)
+		}
+	}
+}
+
+func TestOpenSharesClient(t *testing.T) {
+	addr := redistest.SharedStandalone(t)
+	a, err := Open(Config{Address: []string{addr}, KeyPrefix: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(Config{Address: []string{addr}, KeyPrefix: "y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(Config{Address: []string{addr}, PoolSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Client() != b.Client() {
+		t.Fatal("identical connection settings got two clients")
+	}
+	if a.Client() == c.Client() {
+		t.Fatal("different pool sizes share a client")
+	}
+	if a.Prefix() != "x" || c.Prefix() != DefaultPrefix {
+		t.Fatalf("prefixes %q %q", a.Prefix(), c.Prefix())
+	}
+	if _, ok := a.Client().(*redis.Client); !ok {
+		t.Fatalf("one address should give a standalone client, got %T", a.Client())
+	}
+	ctx := context.Background()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil { // a second Close is a no-op, it must not release b's reference
+		t.Fatal(err)
+	}
+	if err := b.Client().Ping(ctx).Err(); err != nil {
+		t.Fatalf("client closed while b still uses it: %v", err)
+	}
+	b.Close()
+	if err := b.Client().Ping(ctx).Err(); err != redis.ErrClosed {
+		t.Fatalf("last Close left the client open: %v", err)
+	}
+	c.Close()
+}
+
+func TestOpenKinds(t *testing.T) {
+	nodes := redistest.SharedCluster(t)
+	s, err := Open(Config{Address: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, ok := s.Client().(*redis.ClusterClient); !ok {
+		t.Fatalf("several addresses should give a cluster client, got %T", s.Client())
+	}
+	if err := s.Client().Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	u, err := Open(Config{URL: "redis://" + redistest.SharedStandalone(t) + "/2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if err := u.Client().Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := u.Client().(*redis.Client).Options().DB; got != 2 {
+		t.Fatalf("url db: got %d, want 2", got)
+	}
+	f, err := Open(Config{Address: []string{"127.0.0.1:1"}, Sentinel: "mymaster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, ok := f.Client().(*redis.Client); !ok { // NewFailoverClient returns a *redis.Client
+		t.Fatalf("sentinel: got %T", f.Client())
+	}
+}

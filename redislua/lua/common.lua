@@ -1,0 +1,49 @@
+-- Shared helpers, prepended to every script (STORE_SEMANTICS.md). Numbers are IEEE doubles, as
+-- in the Go memory store; floats are stored with %.17g so that they round-trip exactly.
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+-- now_us is the explicit time argument (tests) or Redis TIME, in microseconds since the epoch.
+local function now_us(arg)
+  if arg ~= nil and arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- load_l2 reads an app bucket; absent state (or a record holding only statistics) is a full bucket.
+local function load_l2(key, burst, now)
+  local v = redis.call('HMGET', key, 'tokens', 'ts', 'debt', 'borrowed')
+  if not v[1] then
+    return { tokens = burst, ts = now, debt = 0, borrowed = 0 }
+  end
+  return { tokens = tonumber(v[1]), ts = tonumber(v[2]), debt = tonumber(v[3]) or 0, borrowed = tonumber(v[4]) or 0 }
+end
+
+-- refill adds elapsed × guaranteed × factor, paying debt first, and clamps to burst.
+local function refill(s, guaranteed, burst, factor, now)
+  local elapsed = math.max(0, now - s.ts) / 1e6
+  local add = elapsed * guaranteed * factor
+  if s.debt > 0 then
+    local pay = math.min(s.debt, add)
+    local newdebt = s.debt - pay
+    if newdebt == 0 then
+      s.borrowed = 0
+    else
+      s.borrowed = s.borrowed * (newdebt / s.debt)
+    end
+    s.debt = newdebt
+    add = add - pay
+  end
+  s.tokens = math.min(burst, s.tokens + add)
+  s.ts = math.max(s.ts, now)
+end
+
+-- store_l2 writes the bucket back and renews its idle expiry: max(60 s, 2 × burst / guaranteed).
+local function store_l2(key, s, burst, guaranteed)
+  redis.call('HSET', key, 'tokens', fmt(s.tokens), 'ts', fmt(s.ts), 'debt', fmt(s.debt), 'borrowed', fmt(s.borrowed))
+  redis.call('PEXPIRE', key, math.ceil(math.max(60, 2 * burst / guaranteed) * 1000))
+end

@@ -1,0 +1,15 @@
+-- Return: give unspent tokens back to one app's L2 bucket (refilled with factor 1, never above burst).
+-- KEYS[1] app l2 hash
+-- ARGV: now_us|'' guaranteed burst tokens
+local now = now_us(ARGV[1])
+local guaranteed = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local tokens = tonumber(ARGV[4])
+if tokens <= 0 then
+  return 0
+end
+local s = load_l2(KEYS[1], burst, now)
+refill(s, guaranteed, burst, 1, now)
+s.tokens = math.min(burst, s.tokens + tokens)
+store_l2(KEYS[1], s, burst, guaranteed)
+return 1

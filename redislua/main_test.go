@@ -1,0 +1,48 @@
+package redislua
+
+import (
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+var prefixSeq atomic.Int64
+
+// uniquePrefix keeps tests that share one server apart.
+func uniquePrefix(t testing.TB) string {
+	return "t" + strconv.FormatInt(prefixSeq.Add(1), 10)
+}
+
+// standaloneClient is a client of the shared standalone server, closed at the end of the test.
+func standaloneClient(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: redistest.SharedStandalone(t)})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// clusterClient is a client of the shared 3-master cluster.
+func clusterClient(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.SharedCluster(t)})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// manualClock is a clock tests advance by hand.
+type manualClock struct{ us atomic.Int64 }
+
+func newManualClock() *manualClock {
+	c := &manualClock{}
+	c.us.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro())
+	return c
+}
+func (c *manualClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
+func (c *manualClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }

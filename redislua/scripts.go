@@ -1,0 +1,31 @@
+package redislua
+
+import (
+	"embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// The scripts, each prefixed with the shared helpers of common.lua. Every script touches the
+// keys of exactly one hash slot (DESIGN §6).
+var (
+	leaseScript         = loadScript("lease.lua")
+	returnScript        = loadScript("return.lua")
+	reportClusterScript = loadScript("report_cluster.lua")
+	reportAppScript     = loadScript("report_app.lua")
+)
+
+func loadScript(name string) *redis.Script {
+	common, err := luaFiles.ReadFile("lua/common.lua")
+	if err != nil {
+		panic(err)
+	}
+	body, err := luaFiles.ReadFile("lua/" + name)
+	if err != nil {
+		panic(err)
+	}
+	return redis.NewScript(string(common) + "\n" + string(body))
+}

@@ -1,0 +1,262 @@
+package redislua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// instanceTTL is how long an instance counts as live after its last report.
+const instanceTTL = 3 * time.Second
+
+// Store is the Redis implementation of limiter.Store. Every read-modify-write is one Lua script
+// run with EVALSHA (EVAL when the server does not know the script); time is Redis TIME.
+type Store struct {
+	client  redis.UniversalClient
+	keys    keys
+	now     func() time.Time // nil: Redis TIME
+	release func() error     // set by Open: gives the shared client back to the pool
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock makes the scripts use now() instead of Redis TIME. It exists for tests that drive
+// the Redis store and the memory store with one manual clock.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.now = now }
+}
+
+// New returns a Store using client and keys under prefix (DefaultPrefix if empty). Close does
+// not close a client passed to New.
+func New(client redis.UniversalClient, prefix string, opts ...Option) *Store {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	s := &Store{client: client, keys: keys{prefix: prefix}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Client is the Redis client the Store uses.
+func (s *Store) Client() redis.UniversalClient { return s.client }
+
+// Prefix is the key prefix.
+func (s *Store) Prefix() string { return s.keys.prefix }
+
+// nowArg is the time argument of every script: "" lets the script read Redis TIME.
+func (s *Store) nowArg() string {
+	if s.now == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.now().UnixMicro(), 10)
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// Lease implements limiter.Store.
+func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Lease, error) {
+	if err := checkPolicy(req.Policy); err != nil {
+		return limiter.Lease{}, err
+	}
+	need := max(req.Need, 0)
+	want := max(req.Want, 0)
+	vals, err := leaseScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
+		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), fmtFloat(req.Factor),
+		want, need).Slice()
+	if err != nil {
+		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+	}
+	if len(vals) != 4 {
+		return limiter.Lease{}, fmt.Errorf("redislua: lease: unexpected reply %v", vals)
+	}
+	var l limiter.Lease
+	l.Granted, _ = vals[0].(int64)
+	l.Remaining, _ = vals[1].(int64)
+	retry, err := parseFloat(vals[2])
+	if err != nil {
+		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+	}
+	l.RetryAfter = time.Duration(retry) * time.Microsecond
+	if name, _ := vals[3].(string); name != "" {
+		r, ok := limiter.ParseReason(name)
+		if !ok {
+			return limiter.Lease{}, fmt.Errorf("redislua: lease: unknown reason %q", name)
+		}
+		l.Reason = r
+	}
+	return l, nil
+}
+
+// Return implements limiter.Store.
+func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
+	if ret.Tokens <= 0 {
+		return nil
+	}
+	if err := checkPolicy(ret.Policy); err != nil {
+		return err
+	}
+	err := returnScript.Run(ctx, s.client, []string{s.keys.l2(ret.Cluster.ID, ret.App)},
+		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens).Err()
+	if err != nil {
+		return fmt.Errorf("redislua: return: %w", err)
+	}
+	return nil
+}
+
+// Report implements limiter.Store. The cluster part and one script per app (each in its own
+// hash slot) go out in one pipeline: one round trip per report.
+func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.ClusterState, error) {
+	now := s.nowArg()
+	ttl := instanceTTL.Microseconds()
+	c := rep.Cluster
+	var cost int64
+	for _, a := range rep.Apps {
+		cost += a.Cost
+	}
+
+	calls := make([]scriptCall, 0, 1+len(rep.Apps))
+	calls = append(calls, scriptCall{
+		script: reportClusterScript,
+		keys:   []string{s.keys.l1(c.ID), s.keys.nodes(c.ID), s.keys.clusterConn(c.ID)},
+		args: []any{now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
+			fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
+			fmtFloat(c.EmergencyRatios[3]), cost},
+	})
+	for _, a := range rep.Apps {
+		calls = append(calls, scriptCall{
+			script: reportAppScript,
+			keys:   []string{s.keys.l2(c.ID, a.App), s.keys.appConn(c.ID, a.App)},
+			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl},
+		})
+	}
+	cmds, err := s.runPipeline(ctx, calls)
+	if err != nil {
+		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", err)
+	}
+
+	st, err := parseClusterState(cmds[0])
+	if err != nil {
+		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", err)
+	}
+	for i, a := range rep.Apps {
+		remote, err := parseFloat(cmds[i+1].Val())
+		if err != nil {
+			return limiter.ClusterState{}, fmt.Errorf("redislua: report: app %q: %w", a.App, err)
+		}
+		if remote != 0 {
+			if st.RemoteInFlight == nil {
+				st.RemoteInFlight = make(map[string]int64, len(rep.Apps))
+			}
+			st.RemoteInFlight[a.App] = int64(remote)
+		}
+	}
+	return st, nil
+}
+
+func parseClusterState(cmd *redis.Cmd) (limiter.ClusterState, error) {
+	vals, err := cmd.Slice()
+	if err != nil {
+		return limiter.ClusterState{}, err
+	}
+	if len(vals) != 9 {
+		return limiter.ClusterState{}, fmt.Errorf("unexpected reply %v", vals)
+	}
+	var st limiter.ClusterState
+	floats := make([]float64, 5)
+	for i := range floats {
+		if floats[i], err = parseFloat(vals[i]); err != nil {
+			return limiter.ClusterState{}, err
+		}
+	}
+	st.Usage = floats[0]
+	copy(st.Factors[:], floats[1:])
+	em, _ := vals[5].(int64)
+	st.Emergency = em == 1
+	st.EmergencyReason, _ = vals[6].(string)
+	live, _ := vals[7].(int64)
+	st.LiveInstances = int(max(live, 1))
+	remote, err := parseFloat(vals[8])
+	if err != nil {
+		return limiter.ClusterState{}, err
+	}
+	st.RemoteClusterInFlight = int64(remote)
+	return st, nil
+}
+
+// scriptCall is one script invocation of a pipeline.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// runPipeline runs the calls with EVALSHA in one pipeline. Calls that failed with NOSCRIPT (a
+// restarted or flushed server) did not run; they are sent again with EVAL, which loads them.
+func (s *Store) runPipeline(ctx context.Context, calls []scriptCall) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := s.client.Pipeline()
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+
+	var retry []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		pipe = s.client.Pipeline()
+		for _, i := range retry {
+			c := calls[i]
+			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return cmds, nil
+}
+
+// Close implements limiter.Store: a Store from Open gives its client back to the shared pool;
+// a Store from New leaves the client to its owner.
+func (s *Store) Close() error {
+	if s.release == nil {
+		return nil
+	}
+	r := s.release
+	s.release = nil
+	return r()
+}
+
+func checkPolicy(p limiter.AppPolicy) error {
+	if !(p.Guaranteed > 0) || !(p.Burst >= p.Guaranteed) {
+		return errors.New("redislua: invalid app policy: need guaranteed > 0 and burst >= guaranteed")
+	}
+	return nil
+}
+
+func parseFloat(v any) (float64, error) {
+	switch x := v.(type) {
+	case string:
+		return strconv.ParseFloat(x, 64)
+	case int64:
+		return float64(x), nil
+	}
+	return 0, fmt.Errorf("unexpected value %v (%T)", v, v)
+}

@@ -1,0 +1,109 @@
+package redislua
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+var testPolicy = limiter.AppPolicy{Guaranteed: 10, Burst: 100}
+
+func lease(t *testing.T, s *Store, app string, want, need int64, factor float64) limiter.Lease {
+	t.Helper()
+	l, err := s.Lease(context.Background(), limiter.LeaseRequest{
+		Cluster: limiter.ClusterPolicy{ID: "c1"}, App: app, Policy: testPolicy, Factor: factor,
+		Want: want, Need: need, Instance: "i1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestLeaseRefillReturn(t *testing.T) {
+	clk := newManualClock()
+	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk.Now))
+	if l := lease(t, s, "a", 60, 1, 1); l.Granted != 60 || l.Remaining != 40 {
+		t.Fatalf("first lease %+v, want 60 granted of a full bucket of 100", l)
+	}
+	// 40 left: a want of 60 with need 10 gets the 40 there are.
+	if l := lease(t, s, "a", 60, 10, 1); l.Granted != 40 || l.Remaining != 0 {
+		t.Fatalf("second lease %+v", l)
+	}
+	// Empty: need 5 at 10/s is there in 0.5 s.
+	l := lease(t, s, "a", 60, 5, 1)
+	if l.Granted != 0 || l.Reason != limiter.ReasonAppExhausted || l.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("empty lease %+v", l)
+	}
+	// Factor 0.5 halves the refill: 2 s → 10 tokens.
+	clk.Advance(2 * time.Second)
+	if l := lease(t, s, "a", 100, 0, 0.5); l.Granted != 10 {
+		t.Fatalf("refill at factor 0.5: %+v, want 10", l)
+	}
+	if err := s.Return(context.Background(), limiter.Return{Cluster: limiter.ClusterPolicy{ID: "c1"}, App: "a",
+		Policy: testPolicy, Tokens: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if l := lease(t, s, "a", 1000, 0, 1); l.Granted != 100 {
+		t.Fatalf("return is capped at burst: granted %d, want 100", l.Granted)
+	}
+}
+
+func TestReportTwoInstances(t *testing.T) {
+	clk := newManualClock()
+	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk.Now))
+	cl := limiter.ClusterPolicy{ID: "c1", Capacity: 1000, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
+		EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
+	ctx := context.Background()
+	rep := func(inst string, cost, inflight int64) limiter.ClusterState {
+		st, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: inst, InFlight: inflight,
+			Apps: []limiter.AppReport{{App: "a", Requests: 3, Cost: cost, InFlight: inflight}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	rep("i1", 100, 4)
+	st := rep("i2", 820, 7)
+	if st.LiveInstances != 2 || st.RemoteClusterInFlight != 4 || st.RemoteInFlight["a"] != 4 {
+		t.Fatalf("state %+v", st)
+	}
+	if st.Usage != 0.92 || st.Emergency || st.Factors[0] != 1 || !(st.Factors[3] < 1) {
+		t.Fatalf("usage %v factors %v emergency %v; want 0.92, overload factors", st.Usage, st.Factors, st.Emergency)
+	}
+	st = rep("i1", 100, 4)
+	if !st.Emergency || st.EmergencyReason != "auto" || st.Factors != cl.EmergencyRatios {
+		t.Fatalf("u=%v: want auto emergency, got %+v", st.Usage, st)
+	}
+	// i2 falls silent: after the TTL its counts vanish.
+	clk.Advance(instanceTTL + time.Millisecond)
+	st = rep("i1", 0, 4)
+	if st.LiveInstances != 1 || st.RemoteClusterInFlight != 0 || len(st.RemoteInFlight) != 0 {
+		t.Fatalf("after i2's TTL: %+v", st)
+	}
+	if n, _ := s.client.HGet(ctx, s.keys.l2("c1", "a"), "requests").Int64(); n != 12 {
+		t.Fatalf("requests statistic %d, want 12", n)
+	}
+}
+
+func TestNoscriptReload(t *testing.T) {
+	c := standaloneClient(t)
+	s := New(c, uniquePrefix(t))
+	ctx := context.Background()
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if l := lease(t, s, "a", 1, 1, 1); l.Granted != 1 {
+		t.Fatalf("lease after SCRIPT FLUSH: %+v", l)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Report(ctx, limiter.Report{Cluster: limiter.ClusterPolicy{ID: "c1"}, Instance: "i1",
+		Apps: []limiter.AppReport{{App: "a", Requests: 1}, {App: "b", Requests: 1}}})
+	if err != nil || st.LiveInstances != 1 {
+		t.Fatalf("report after SCRIPT FLUSH: %+v %v", st, err)
+	}
+}
