@@ -33,6 +33,12 @@ type Store interface {
 // Priorities run from 0 (highest) to MaxPriority.
 const MaxPriority = 3
 
+// InstanceTTL is how long an instance counts as live after its last Report (its heartbeat).
+// A silent instance drops out of LiveInstances, and its in-flight counts vanish with it, once
+// its last heartbeat is more than InstanceTTL old: a few sync intervals, so one slow report
+// does not make an instance look dead.
+const InstanceTTL = 3 * time.Second
+
 // AppPolicy is the L2 policy of one app.
 type AppPolicy struct {
 	Guaranteed     float64 // refill rate before L1's factor, tokens/s; > 0

@@ -1,0 +1,166 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// memBucket is one app's L2 record (STORE_SEMANTICS "L2 app bucket"). Times are µs since the
+// Unix epoch, amounts float64 as in Redis (Lua numbers are doubles).
+type memBucket struct {
+	hasBucket bool    // false: only statistics so far (Redis: a hash written by HINCRBY alone)
+	tokens    float64 // never negative, never above the burst of the last call
+	ts        int64   // last refill
+	debt      float64
+	borrowed  float64
+	consumed  int64 // total granted
+	requests  int64 // total reported
+
+	touched int64 // last write, for idle expiry
+	ttl     int64 // idle lifetime set by the last write (Redis: PEXPIRE on every write)
+}
+
+const (
+	memMinIdleTTL = 60 * int64(time.Second/time.Microsecond)
+	memMaxIdleTTL = 30 * 24 * 3600 * int64(time.Second/time.Microsecond) // keeps the µs count far from overflow
+	memSweepEvery = 60 * int64(time.Second/time.Microsecond)
+	memMaxRetryUS = 1 << 53 // ≈ 285 years: any longer retry-after is capped (fits a time.Duration)
+)
+
+// refill adds the tokens earned since ts at guaranteed × factor; debt is paid first. The burst
+// may have shrunk since the last call (reload), so the result is clamped even when nothing is added.
+//
+//	elapsed = max(0, now - ts) / 1e6
+//	add = elapsed * guaranteed * factor
+//	if debt > 0: pay = min(debt, add); newdebt = debt - pay
+//	             borrowed = newdebt == 0 ? 0 : borrowed * (newdebt / debt)
+//	             debt = newdebt; add = add - pay
+//	tokens = min(burst, tokens + add); ts = max(ts, now)
+func (b *memBucket) refill(p AppPolicy, factor float64, now int64) {
+	elapsed := float64(max(0, now-b.ts)) / 1e6
+	add := elapsed * p.Guaranteed * factor
+	if b.debt > 0 {
+		pay := math.Min(b.debt, add)
+		newDebt := b.debt - pay
+		if newDebt == 0 {
+			b.borrowed = 0
+		} else {
+			b.borrowed = b.borrowed * (newDebt / b.debt)
+		}
+		b.debt = newDebt
+		add = add - pay
+	}
+	b.tokens = math.Min(p.Burst, b.tokens+add)
+	b.ts = max(b.ts, now)
+}
+
+// lease takes tokens from a refilled bucket:
+//
+//	need = min(Need, floor(burst)); want = max(Want, need); avail = floor(tokens)
+//	avail >= want → want;  avail >= need → avail;  else 0
+//
+// The spec's "avail >= need and need > 0" branch together with its "Need = 0: grant
+// min(want, avail)" rule is exactly "avail >= need" (avail is never negative), which is what
+// this implements. When granted < need: reason app_exhausted and
+//
+//	retry_after_us = rate > 0 ? min(2^53, ceil((need - tokens) / rate * 1e6)) : 1e6,  rate = guaranteed × factor
+//
+// computed in this order (divide by rate, then scale to µs, then ceil). Debt is not included:
+// the spec's formula is followed literally.
+func (b *memBucket) lease(p AppPolicy, factor float64, want, need int64) Lease {
+	need = min(need, int64(math.Floor(p.Burst)))
+	want = max(want, need)
+	avail := int64(math.Floor(b.tokens))
+	var granted int64
+	switch {
+	case avail >= want:
+		granted = want
+	case avail >= need:
+		granted = avail
+	}
+	b.tokens -= float64(granted)
+	b.consumed += granted
+	l := Lease{Granted: granted, Remaining: int64(math.Floor(b.tokens))}
+	if granted < need {
+		l.Reason = ReasonAppExhausted
+		l.RetryAfter = time.Second
+		if rate := p.Guaranteed * factor; rate > 0 {
+			us := math.Min(memMaxRetryUS, math.Ceil((float64(need)-b.tokens)/rate*1e6))
+			l.RetryAfter = time.Duration(us) * time.Microsecond
+		}
+	}
+	return l
+}
+
+// give adds returned tokens to a refilled bucket, never above burst.
+func (b *memBucket) give(p AppPolicy, tokens int64) {
+	b.tokens = math.Min(p.Burst, b.tokens+float64(tokens))
+}
+
+// touch marks a write: the record lives another max(60 s, 2 × burst / guaranteed) of idleness
+// (µs, rounded up; capped at 30 days).
+func (b *memBucket) touch(p AppPolicy, now int64) {
+	b.touched = now
+	b.ttl = memIdleTTL(p)
+}
+
+func memIdleTTL(p AppPolicy) int64 {
+	us := math.Ceil(2 * p.Burst / p.Guaranteed * 1e6)
+	if !(us < float64(memMaxIdleTTL)) { // also catches NaN / +Inf
+		return memMaxIdleTTL
+	}
+	return max(memMinIdleTTL, int64(us))
+}
+
+func (b *memBucket) expired(now int64) bool { return now-b.touched >= b.ttl }
+
+// lookup returns the app's live record, dropping it if it has been idle too long; nil if none.
+func (m *MemoryStore) lookup(k memAppKey, now int64) *memBucket {
+	b := m.apps[k]
+	if b != nil && b.expired(now) {
+		delete(m.apps, k)
+		return nil
+	}
+	return b
+}
+
+// bucket returns the app's record with its bucket initialised: absent = {tokens = burst,
+// ts = now, debt = 0, borrowed = 0}.
+func (m *MemoryStore) bucket(k memAppKey, p AppPolicy, now int64) *memBucket {
+	b := m.lookup(k, now)
+	if b == nil {
+		b = &memBucket{}
+		m.apps[k] = b
+	}
+	if !b.hasBucket {
+		b.hasBucket, b.tokens, b.ts, b.debt, b.borrowed = true, p.Burst, now, 0, 0
+	}
+	return b
+}
+
+// statsRecord returns the app's record for a statistics write (Report step 4), creating a
+// statistics-only record if there is none. Without a policy the idle lifetime is the one of the
+// last write, or the minimum for a new record.
+func (m *MemoryStore) statsRecord(k memAppKey, now int64) *memBucket {
+	b := m.lookup(k, now)
+	if b == nil {
+		b = &memBucket{ttl: memMinIdleTTL}
+		m.apps[k] = b
+	}
+	b.touched = now
+	return b
+}
+
+// sweep drops idle app records about once a minute, so rotating app ids cannot grow the store
+// without bound; between sweeps, lookup drops them lazily.
+func (m *MemoryStore) sweep(now int64) {
+	if now-m.lastSweep < memSweepEvery && now >= m.lastSweep {
+		return
+	}
+	m.lastSweep = now
+	for k, b := range m.apps {
+		if b.expired(now) {
+			delete(m.apps, k)
+		}
+	}
+}

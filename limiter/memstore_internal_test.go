@@ -1,0 +1,69 @@
+package limiter
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// TestMemoryStoreRefillProperty is DESIGN §13 property 3: after elapsed seconds at factor f,
+// the bucket holds min(burst, tokens + elapsed × guaranteed × f − paid debt), where the refill
+// pays debt first; borrowed shrinks in proportion to the debt repaid and is 0 with the debt.
+// Debt only arises from borrowing, so the test plants it in the record directly.
+func TestMemoryStoreRefillProperty(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rapid.Check(t, func(t *rapid.T) {
+		p := AppPolicy{
+			Guaranteed: rapid.Float64Range(0.01, 10000).Draw(t, "guaranteed"),
+			Burst:      rapid.Float64Range(1, 100000).Draw(t, "burst"),
+		}
+		tokens := rapid.Float64Range(0, p.Burst).Draw(t, "tokens")
+		debt := rapid.SampledFrom([]float64{0, rapid.Float64Range(0.001, 50000).Draw(t, "debt")}).Draw(t, "debt?")
+		borrowed := 0.0
+		if debt > 0 {
+			borrowed = rapid.Float64Range(0, debt).Draw(t, "borrowed")
+		}
+		factor := rapid.SampledFrom([]float64{0, 0.1, 0.5, 1, rapid.Float64Range(0, 1).Draw(t, "f")}).Draw(t, "factor")
+		elapsedUS := rapid.Int64Range(0, 100_000_000).Draw(t, "elapsed µs")
+
+		now := start
+		m := NewMemoryStore(func() time.Time { return now })
+		k := memAppKey{"c", "a"}
+		m.apps[k] = &memBucket{hasBucket: true, tokens: tokens, ts: start.UnixMicro(), debt: debt, borrowed: borrowed,
+			touched: start.UnixMicro(), ttl: memMaxIdleTTL}
+		now = start.Add(time.Duration(elapsedUS) * time.Microsecond)
+
+		l, err := m.Lease(context.Background(), LeaseRequest{Cluster: ClusterPolicy{ID: "c"}, App: "a", Policy: p, Factor: factor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Granted != 0 {
+			t.Fatalf("lease(0, 0) granted %d", l.Granted)
+		}
+		add := float64(elapsedUS) / 1e6 * p.Guaranteed * factor
+		paid := math.Min(debt, add)
+		wantTokens := math.Min(p.Burst, tokens+(add-paid))
+		wantDebt := debt - paid
+		st, _ := m.AppState("c", "a")
+		if st.Tokens != wantTokens || st.Debt != wantDebt {
+			t.Fatalf("tokens %v, debt %v; want %v, %v", st.Tokens, st.Debt, wantTokens, wantDebt)
+		}
+		if l.Remaining != int64(math.Floor(wantTokens)) {
+			t.Fatalf("remaining %d; want floor(%v)", l.Remaining, wantTokens)
+		}
+		switch {
+		case wantDebt == 0 && st.Borrowed != 0:
+			t.Fatalf("debt repaid but borrowed = %v", st.Borrowed)
+		case debt > 0 && wantDebt > 0 && math.Abs(st.Borrowed-borrowed*wantDebt/debt) > 1e-9*borrowed:
+			t.Fatalf("borrowed %v; want %v × %v / %v", st.Borrowed, borrowed, wantDebt, debt)
+		case st.Borrowed > borrowed:
+			t.Fatalf("borrowed grew from %v to %v on a refill", borrowed, st.Borrowed)
+		}
+		if !st.TS.Equal(now) {
+			t.Fatalf("ts %v; want %v", st.TS, now)
+		}
+	})
+}

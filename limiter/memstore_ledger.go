@@ -1,0 +1,155 @@
+package limiter
+
+// memLedger is one cluster's L1 ledger plus its per-instance records (STORE_SEMANTICS "L1
+// cluster ledger"; Redis: the :l1, :nodes and :conn keys). Times are µs since the Unix epoch.
+type memLedger struct {
+	winSec    int64   // the second win_cur counts
+	winCur    float64 // cost reported during win_sec
+	winPrev   float64 // cost reported during win_sec - 1
+	emergency bool
+	reason    string
+	calmSince int64 // 0: not calm
+
+	nodes   map[string]int64            // instance → last heartbeat
+	conn    map[string]int64            // instance → cluster in-flight
+	appConn map[string]map[string]int64 // app → instance → in-flight
+}
+
+func (m *MemoryStore) ledger(cluster string) *memLedger {
+	l := m.clusters[cluster]
+	if l == nil {
+		l = &memLedger{
+			nodes:   make(map[string]int64),
+			conn:    make(map[string]int64),
+			appConn: make(map[string]map[string]int64),
+		}
+		m.clusters[cluster] = l
+	}
+	return l
+}
+
+// heartbeat is Report step 1: nodes[instance] = now; instances whose last heartbeat is more than
+// InstanceTTL old (now - nodes[i] > InstanceTTL) are removed with all their in-flight counts.
+// It returns the number of live instances, this one included.
+func (l *memLedger) heartbeat(instance string, now int64) int {
+	l.nodes[instance] = now
+	ttl := InstanceTTL.Microseconds()
+	for i, t := range l.nodes {
+		if now-t > ttl {
+			l.removeInstance(i)
+		}
+	}
+	return len(l.nodes)
+}
+
+func (l *memLedger) removeInstance(instance string) {
+	delete(l.nodes, instance)
+	delete(l.conn, instance)
+	for app, counts := range l.appConn {
+		delete(counts, instance)
+		if len(counts) == 0 {
+			delete(l.appConn, app)
+		}
+	}
+}
+
+// recordInFlight is Report step 2: it stores the instance's counts (the cluster's, and the
+// app's for each app in the report; apps not in the report keep their last value) and sums the
+// other live instances' counts. The per-app map holds the apps of the report whose remote sum is
+// not 0, and is nil if there are none.
+func (l *memLedger) recordInFlight(rep Report) (cluster int64, apps map[string]int64) {
+	l.conn[rep.Instance] = rep.InFlight
+	for _, a := range rep.Apps {
+		counts := l.appConn[a.App]
+		if counts == nil {
+			counts = make(map[string]int64)
+			l.appConn[a.App] = counts
+		}
+		counts[rep.Instance] = a.InFlight
+	}
+	// After heartbeat, every instance left in the maps is live.
+	for i, n := range l.conn {
+		if i != rep.Instance {
+			cluster += n
+		}
+	}
+	for _, a := range rep.Apps {
+		var sum int64
+		for i, n := range l.appConn[a.App] {
+			if i != rep.Instance {
+				sum += n
+			}
+		}
+		if sum != 0 {
+			if apps == nil {
+				apps = make(map[string]int64)
+			}
+			apps[a.App] = sum
+		}
+	}
+	return cluster, apps
+}
+
+// addUsage is Report step 3: it adds cost to the one-second sliding window and returns
+// u = (win_prev × (1 - f) + win_cur) / capacity, f being the fraction of the current second gone.
+func (l *memLedger) addUsage(cost int64, capacity float64, now int64) float64 {
+	s := now / 1e6 // floor: times are after the epoch
+	c := float64(cost)
+	switch s {
+	case l.winSec:
+		l.winCur += c
+	case l.winSec + 1:
+		l.winPrev, l.winCur, l.winSec = l.winCur, c, s
+	default:
+		l.winPrev, l.winCur, l.winSec = 0, c, s
+	}
+	f := float64(now%1e6) / 1e6
+	rate := l.winPrev*(1-f) + l.winCur
+	return rate / capacity
+}
+
+// updateEmergency is Report step 5: u >= thr enters (or stays in) the automatic emergency; an
+// automatic emergency is left at the first report at least 10 s after u fell below thr - 0.1
+// and stayed there (any report with u >= thr - 0.1 restarts the count). On leaving, the reason
+// is cleared.
+func (l *memLedger) updateEmergency(u, thr float64, now int64) {
+	const calm = 10 * 1e6 // µs
+	switch {
+	case u >= thr:
+		l.emergency, l.reason, l.calmSince = true, "auto", 0
+	case l.emergency && l.reason == "auto":
+		switch {
+		case u >= thr-0.1:
+			l.calmSince = 0
+		case l.calmSince == 0:
+			l.calmSince = now
+		case now-l.calmSince >= calm:
+			l.emergency, l.reason, l.calmSince = false, "", 0
+		}
+	}
+}
+
+// Factors returns L1's refill factor per priority (DESIGN §5, STORE_SEMANTICS Report step 6):
+// the emergency ratios in an emergency; otherwise 1 for every priority without L1 (Capacity 0)
+// or below u = 0.9; otherwise the overload formula
+//
+//	factor(p) = clamp(1 - (u - 0.9) / (thr - 0.9) * p / 3, 0, 1)
+//
+// evaluated left to right in that order. Emergency wins over Capacity 0 so that an emergency set
+// by an operator applies even without L1; the Store never sets one automatically without L1.
+// No defaults are applied: c must be a complete policy.
+func Factors(c ClusterPolicy, usage float64, emergency bool) [MaxPriority + 1]float64 {
+	var f [MaxPriority + 1]float64
+	for p := range f {
+		switch {
+		case emergency:
+			f[p] = c.EmergencyRatios[p]
+		case c.Capacity <= 0 || usage < 0.9:
+			f[p] = 1
+		default:
+			v := 1 - (usage-0.9)/(c.EmergencyThreshold-0.9)*float64(p)/3
+			f[p] = min(max(v, 0), 1)
+		}
+	}
+	return f
+}

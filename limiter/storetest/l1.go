@@ -1,0 +1,219 @@
+package storetest
+
+import (
+	"math"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// L1 cases use capacity 1000, threshold 0.95, ratios 1 / 0.5 / 0.1 / 0, and start on a whole
+// second, so a report of cost c in an otherwise empty window gives u = c / 1000 exactly.
+
+func l1Cases() []testCase {
+	return []testCase{
+		{"HeartbeatLiveInstances", heartbeatLiveInstances},
+		{"SilentInstanceDropsOut", silentInstanceDropsOut},
+		{"RemoteInFlightExcludesReporter", remoteInFlightExcludesReporter},
+		{"UsageSlidingWindow", usageSlidingWindow},
+		{"FactorsOneBelowOverload", factorsOneBelowOverload},
+		{"OverloadFormula", overloadFormula},
+		{"EmergencyAtThreshold", emergencyAtThreshold},
+		{"EmergencyLeavesAfterCalm", emergencyLeavesAfterCalm},
+		{"EmergencyCalmRestarts", emergencyCalmRestarts},
+		{"NoCapacityNoL1", noCapacityNoL1},
+	}
+}
+
+var (
+	allOne    = [limiter.MaxPriority + 1]float64{1, 1, 1, 1}
+	emergency = [limiter.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+)
+
+func (e *env) withL1() { e.cluster.Capacity = 1000 }
+
+func (e *env) wantLive(st limiter.ClusterState, n int) {
+	e.t.Helper()
+	if st.LiveInstances != n {
+		e.t.Fatalf("LiveInstances = %d; want %d", st.LiveInstances, n)
+	}
+}
+
+// wantRemote compares in-flight sums; an app whose sum is 0 may be absent from the map.
+func (e *env) wantRemote(st limiter.ClusterState, cluster int64, apps map[string]int64) {
+	e.t.Helper()
+	if st.RemoteClusterInFlight != cluster {
+		e.t.Fatalf("RemoteClusterInFlight = %d; want %d", st.RemoteClusterInFlight, cluster)
+	}
+	nonZero := func(m map[string]int64) map[string]int64 {
+		out := map[string]int64{}
+		for k, v := range m {
+			if v != 0 {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	got, want := nonZero(st.RemoteInFlight), nonZero(apps)
+	if len(got) != len(want) {
+		e.t.Fatalf("RemoteInFlight = %v; want %v", st.RemoteInFlight, apps)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			e.t.Fatalf("RemoteInFlight = %v; want %v", st.RemoteInFlight, apps)
+		}
+	}
+}
+
+func (e *env) wantL1(st limiter.ClusterState, usage float64, inEmergency bool, factors [limiter.MaxPriority + 1]float64) {
+	e.t.Helper()
+	if st.Usage != usage || st.Emergency != inEmergency || st.Factors != factors {
+		e.t.Fatalf("state = usage %v, emergency %v, factors %v; want usage %v, emergency %v, factors %v",
+			st.Usage, st.Emergency, st.Factors, usage, inEmergency, factors)
+	}
+	wantReason := ""
+	if inEmergency {
+		wantReason = "auto"
+	}
+	if st.EmergencyReason != wantReason || !st.EmergencyUntil.IsZero() {
+		e.t.Fatalf("emergency reason %q until %v; want %q, no end time", st.EmergencyReason, st.EmergencyUntil, wantReason)
+	}
+}
+
+func heartbeatLiveInstances(e *env) {
+	e.wantLive(e.report("a", 0), 1)
+	e.wantLive(e.report("b", 0), 2)
+	e.advance(2 * time.Second)
+	e.wantLive(e.report("a", 0), 2)
+	e.advance(time.Second) // b's heartbeat is exactly InstanceTTL old: still live
+	e.wantLive(e.report("a", 0), 2)
+	e.advance(time.Millisecond)
+	e.wantLive(e.report("a", 0), 1)
+	e.wantLive(e.report("b", 0), 2) // b is back
+}
+
+func silentInstanceDropsOut(e *env) {
+	x := func(n int64) limiter.AppReport { return limiter.AppReport{App: "x", InFlight: n} }
+	e.report("a", 5, x(3))
+	e.wantRemote(e.report("b", 7, x(4)), 5, map[string]int64{"x": 3})
+	e.advance(3500 * time.Millisecond) // a is silent for longer than InstanceTTL
+	st := e.report("b", 7, x(4))
+	e.wantLive(st, 1)
+	e.wantRemote(st, 0, nil)
+	// a comes back with new counts: its old ones were deleted, not kept.
+	e.wantRemote(e.report("a", 1, x(1)), 7, map[string]int64{"x": 4})
+	e.wantRemote(e.report("b", 7, x(4)), 1, map[string]int64{"x": 1})
+}
+
+func remoteInFlightExcludesReporter(e *env) {
+	app := func(id string, n int64) limiter.AppReport { return limiter.AppReport{App: id, InFlight: n} }
+	e.report("a", 5, app("x", 3))
+	e.wantRemote(e.report("b", 7, app("x", 4), app("y", 2)), 5, map[string]int64{"x": 3})
+	e.wantRemote(e.report("a", 5, app("x", 3)), 7, map[string]int64{"x": 4})
+	e.wantRemote(e.report("a", 5, app("x", 3), app("y", 1)), 7, map[string]int64{"x": 4, "y": 2})
+	e.wantRemote(e.report("c", 0, app("x", 0), app("y", 0)), 12, map[string]int64{"x": 7, "y": 3})
+}
+
+func usageSlidingWindow(e *env) {
+	e.withL1()
+	st := e.report("a", 0, limiter.AppReport{App: "x", Cost: 300}, limiter.AppReport{App: "y", Cost: 200})
+	e.wantL1(st, 0.5, false, allOne)
+	e.advance(500 * time.Millisecond)
+	e.wantL1(e.report("b", 0, limiter.AppReport{App: "x", Cost: 300}), 0.8, false, allOne) // same second: 800
+	e.advance(750 * time.Millisecond)
+	// Next second, a quarter gone: 800 × 0.75 + 100.
+	e.wantL1(e.report("a", 0, limiter.AppReport{App: "x", Cost: 100}), 0.7, false, allOne)
+	e.advance(2 * time.Second) // a gap of two seconds empties the window
+	e.wantL1(e.report("a", 0), 0, false, allOne)
+}
+
+func factorsOneBelowOverload(e *env) {
+	e.withL1()
+	e.wantL1(e.reportCost(890), 0.89, false, allOne)
+	e.advance(2 * time.Second)
+	e.wantL1(e.reportCost(900), 0.9, false, allOne) // u = 0.9: the formula gives 1 too
+}
+
+func overloadFormula(e *env) {
+	e.withL1()
+	for _, c := range []struct {
+		cost   int64
+		approx [limiter.MaxPriority + 1]float64
+	}{
+		{925, [limiter.MaxPriority + 1]float64{1, 5.0 / 6, 2.0 / 3, 0.5}},
+		{940, [limiter.MaxPriority + 1]float64{1, 1 - 0.8/3, 1 - 1.6/3, 0.2}},
+	} {
+		e.advance(2 * time.Second)
+		st := e.reportCost(c.cost)
+		u := float64(c.cost) / 1000
+		exact := e.overload(u)
+		for p := range exact {
+			if math.Abs(exact[p]-c.approx[p]) > 1e-9 {
+				e.t.Fatalf("u %v: factor(%d) = %v; want about %v", u, p, exact[p], c.approx[p])
+			}
+		}
+		e.wantL1(st, u, false, exact)
+	}
+}
+
+func emergencyAtThreshold(e *env) {
+	e.withL1()
+	e.wantL1(e.reportCost(949), 0.949, false, e.overload(0.949))
+	e.advance(2 * time.Second)
+	e.wantL1(e.reportCost(950), 0.95, true, emergency)
+	// Factors follow the policy's ratios.
+	e.advance(2 * time.Second)
+	e.cluster.EmergencyRatios = [limiter.MaxPriority + 1]float64{0.9, 0.6, 0.3, 0.05}
+	e.wantL1(e.reportCost(2000), 2, true, e.cluster.EmergencyRatios)
+}
+
+// overload is STORE_SEMANTICS' overload formula for the case's threshold,
+// clamp(1 - (u - 0.9) / (thr - 0.9) * p / 3, 0, 1), evaluated left to right in float64 at run
+// time (thr is a variable: Go would fold a constant 0.95 - 0.9 exactly, unlike Lua).
+func (e *env) overload(u float64) [limiter.MaxPriority + 1]float64 {
+	thr := e.cluster.EmergencyThreshold
+	var f [limiter.MaxPriority + 1]float64
+	for p := range f {
+		f[p] = min(max(1-(u-0.9)/(thr-0.9)*float64(p)/3, 0), 1)
+	}
+	return f
+}
+
+// at sets the clock to Start + d.
+func (e *env) at(d time.Duration) { e.clk.advance(Start.Add(d).Sub(e.clk.Now())) }
+
+func emergencyLeavesAfterCalm(e *env) {
+	e.withL1()
+	e.wantL1(e.reportCost(960), 0.96, true, emergency)
+	e.at(2 * time.Second) // u = 0 < thr - 0.1: calm from here
+	e.wantL1(e.reportCost(0), 0, true, emergency)
+	e.at(7 * time.Second)
+	e.wantL1(e.reportCost(0), 0, true, emergency)
+	e.at(11999 * time.Millisecond) // calm for 9.999 s
+	e.wantL1(e.reportCost(0), 0, true, emergency)
+	e.at(12 * time.Second) // calm for 10 s
+	e.wantL1(e.reportCost(0), 0, false, allOne)
+}
+
+func emergencyCalmRestarts(e *env) {
+	e.withL1()
+	e.wantL1(e.reportCost(960), 0.96, true, emergency)
+	e.at(2 * time.Second)
+	e.wantL1(e.reportCost(0), 0, true, emergency) // calm from 2 s
+	e.at(6 * time.Second)
+	e.wantL1(e.reportCost(900), 0.9, true, emergency) // 0.9 >= thr - 0.1: not calm any more
+	e.at(8 * time.Second)
+	e.wantL1(e.reportCost(0), 0, true, emergency) // calm again from 8 s
+	e.at(12500 * time.Millisecond)                // would have ended at 12 s without the restart
+	e.wantL1(e.reportCost(0), 0, true, emergency)
+	e.at(17900 * time.Millisecond)
+	e.wantL1(e.reportCost(0), 0, true, emergency)
+	e.at(18 * time.Second)
+	e.wantL1(e.reportCost(0), 0, false, allOne)
+}
+
+func noCapacityNoL1(e *env) {
+	st := e.reportCost(1_000_000)
+	e.wantL1(st, 0, false, allOne)
+	e.wantLive(st, 1)
+}

@@ -1,0 +1,171 @@
+// Package storetest is the behavioural test suite that every limiter.Store implementation must
+// pass: the in-memory store and the Redis store run the same cases and must give the same
+// answers (STORE_SEMANTICS.md). The suite owns a manual clock; each case uses its own cluster
+// and app ids, so one Store (one Redis) may be shared by all cases.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// Start is the suite clock's initial time: a whole second, so window arithmetic is exact.
+var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// huge is a lease target no bucket can satisfy: a lease of (huge, 0) takes the whole content.
+const huge = 1 << 50
+
+// Run runs every case as a subtest. newStore returns the Store under test reading its time from
+// now (it may return one shared Store wired to each case's clock, and must clean up through
+// t.Cleanup itself: the suite never calls Close).
+func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter.Store) {
+	// A per-run prefix keeps the ids of two runs against one long-lived Redis apart.
+	run := fmt.Sprintf("st%x", time.Now().UnixNano())
+	var seq atomic.Int64
+	for _, c := range cases() {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &clock{t: Start}
+			e := &env{
+				t:   t,
+				clk: clk,
+				s:   newStore(t, clk.Now),
+				cluster: limiter.ClusterPolicy{
+					ID:                 fmt.Sprintf("%s-%d", run, seq.Add(1)),
+					ReservedRatio:      0.1,
+					EmergencyThreshold: 0.95,
+					EmergencyRatios:    [limiter.MaxPriority + 1]float64{1, 0.5, 0.1, 0},
+				},
+				app:    "app-a",
+				policy: limiter.AppPolicy{Guaranteed: 10, Burst: 100},
+			}
+			c.fn(e)
+		})
+	}
+}
+
+type testCase struct {
+	name string
+	fn   func(e *env)
+}
+
+func cases() []testCase {
+	return append(l2Cases(), l1Cases()...)
+}
+
+// clock is a manual clock: time moves only through advance.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// env is one case's store, clock and default ids and policies. Cluster capacity is 0 (no L1)
+// unless the case sets it.
+type env struct {
+	t       *testing.T
+	clk     *clock
+	s       limiter.Store
+	cluster limiter.ClusterPolicy
+	app     string
+	policy  limiter.AppPolicy
+}
+
+func (e *env) advance(d time.Duration) { e.clk.advance(d) }
+
+// leaseF leases for e.app at the given factor and fails the test on an error.
+func (e *env) leaseF(want, need int64, factor float64) limiter.Lease {
+	e.t.Helper()
+	l, err := e.s.Lease(context.Background(), limiter.LeaseRequest{
+		Cluster: e.cluster, App: e.app, Policy: e.policy, Factor: factor,
+		Want: want, Need: need, Instance: "i1",
+	})
+	if err != nil {
+		e.t.Fatalf("Lease(want %d, need %d, factor %v): %v", want, need, factor, err)
+	}
+	return l
+}
+
+func (e *env) lease(want, need int64) limiter.Lease {
+	e.t.Helper()
+	return e.leaseF(want, need, 1)
+}
+
+func (e *env) give(tokens int64) {
+	e.t.Helper()
+	err := e.s.Return(context.Background(), limiter.Return{
+		Cluster: e.cluster, App: e.app, Policy: e.policy, Tokens: tokens, Instance: "i1",
+	})
+	if err != nil {
+		e.t.Fatalf("Return(%d): %v", tokens, err)
+	}
+}
+
+// content reports the whole tokens in e.app's bucket after a refill at factor, without
+// changing them: it leases everything and gives it back at the same instant.
+func (e *env) content(factor float64) int64 {
+	e.t.Helper()
+	l := e.leaseF(huge, 0, factor)
+	if l.Remaining != 0 || l.Reason != limiter.ReasonNone || l.RetryAfter != 0 {
+		e.t.Fatalf("probe lease (huge, 0) = %+v; want Remaining 0, no reason, no retry", l)
+	}
+	if l.Granted < 0 || float64(l.Granted) > math.Floor(e.policy.Burst) {
+		e.t.Fatalf("probe: bucket holds %d tokens; want within [0, %v]", l.Granted, e.policy.Burst)
+	}
+	e.give(l.Granted)
+	return l.Granted
+}
+
+// drain empties e.app's bucket (after a refill at factor) and returns what it held.
+func (e *env) drain(factor float64) int64 {
+	e.t.Helper()
+	return e.leaseF(huge, 0, factor).Granted
+}
+
+func (e *env) report(instance string, inFlight int64, apps ...limiter.AppReport) limiter.ClusterState {
+	e.t.Helper()
+	st, err := e.s.Report(context.Background(), limiter.Report{
+		Cluster: e.cluster, Instance: instance, Apps: apps, InFlight: inFlight,
+	})
+	if err != nil {
+		e.t.Fatalf("Report(%s): %v", instance, err)
+	}
+	return st
+}
+
+// reportCost reports cost for e.app from instance i1.
+func (e *env) reportCost(cost int64) limiter.ClusterState {
+	e.t.Helper()
+	return e.report("i1", 0, limiter.AppReport{App: e.app, Requests: 1, Cost: cost})
+}
+
+func (e *env) wantContent(factor float64, want int64) {
+	e.t.Helper()
+	if got := e.content(factor); got != want {
+		e.t.Fatalf("bucket holds %d tokens; want %d", got, want)
+	}
+}
+
+func (e *env) wantLease(got limiter.Lease, want limiter.Lease) {
+	e.t.Helper()
+	if got != want {
+		e.t.Fatalf("lease = %+v; want %+v", got, want)
+	}
+}
