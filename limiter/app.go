@@ -1,0 +1,309 @@
+package limiter
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Decision is the answer to one Take.
+type Decision struct {
+	Allowed    bool
+	Reason     Reason        // why not (ReasonNone when allowed)
+	Remaining  int64         // local tokens left plus what L2 had at the last lease (for headers)
+	RetryAfter time.Duration // when rejected: when tokens are expected again
+	LocalHit   bool          // admitted from local tokens without waiting on the Store
+	Limit      int64         // the app's burst (for headers)
+}
+
+// appPolicy is an AppPolicy with the figures the hot path needs precomputed.
+type appPolicy struct {
+	AppPolicy
+	burst int64 // floor(Burst), >= 1
+}
+
+func newAppPolicy(p AppPolicy) *appPolicy {
+	return &appPolicy{AppPolicy: p, burst: max(1, int64(p.Burst))}
+}
+
+// App is one local (L3) bucket: a configured app, the shared bucket of unknown apps ("*"), or an
+// isolated unknown app. All methods are safe for concurrent use.
+//
+// The local balance is one signed counter: positive = tokens leased from L2 and not yet spent,
+// negative = local debt (settlement of an underestimate, or a request costing more than the burst),
+// which the next lease pays first because grants are simply added to it.
+type App struct {
+	l        *Limiter
+	id       string // the id the Store knows the bucket by
+	label    string // metric label: configured id or "*"
+	isolated bool
+	pol      atomic.Pointer[appPolicy]
+	stats    *appStats // shared by all unknown apps
+
+	balance    atomic.Int64 // local tokens; negative = debt
+	retryUntil atomic.Int64 // unix ns: until then, shortfalls are rejected without a Store call
+	refusal    atomic.Uint32
+	refillAt   atomic.Int64 // background refill when the balance falls below this
+	lastUse    atomic.Int64 // unix ns of the last take (isolated apps only)
+	lastLease  atomic.Int64 // unix ns of the last grant (lease TTL)
+	l2Left     atomic.Int64 // L2's remaining tokens at the last lease
+
+	// Conservation (DESIGN §13 property 7): leased + minted = consumed + returned + balance.
+	// minted counts tokens admitted without a lease (rescue / fail-open modes).
+	leased, minted, consumed, returned atomic.Int64
+	requests                           atomic.Int64 // admitted requests (reported as statistics)
+
+	// Owned by the sync loop (tickMu): what has been reported, the consumption rate.
+	sentReqs  atomic.Int64 // read by the hot path for the early-sync check
+	sentCost  int64
+	lastCons  atomic.Int64 // consumed at the last rate update
+	rate      float64      // moving average of consumed cost per second
+	rateTgt   atomic.Int64 // rate × refill horizon
+	retiredAt time.Time
+
+	mu     sync.Mutex
+	call   *leaseCall // the lease in flight (single-flight)
+	rescue rescueBucket
+}
+
+// leaseCall is one Store lease shared by every request waiting for it.
+type leaseCall struct {
+	done chan struct{}
+	res  Lease
+	err  error
+}
+
+func (l *Limiter) newApp(id, label string, p AppPolicy, st *appStats, isolated bool, cfg *Config) *App {
+	a := &App{l: l, id: id, label: label, stats: st, isolated: isolated}
+	a.pol.Store(newAppPolicy(p))
+	// Until a rate is measured, assume the app runs at its guaranteed rate: the first lease is
+	// then one refill horizon's worth (capped like every lease), not a single token.
+	a.rate = p.Guaranteed
+	a.rateTgt.Store(int64(math.Ceil(p.Guaranteed * 3 * cfg.SyncInterval.Seconds())))
+	a.refillAt.Store(-1 << 62)
+	return a
+}
+
+// Label returns the metric label: the configured id, or "*" for unknown apps.
+func (a *App) Label() string { return a.label }
+
+// ID returns the id the bucket is known by in the Store ("*" for the shared unknown bucket).
+func (a *App) ID() string { return a.id }
+
+// Policy returns the app's current policy.
+func (a *App) Policy() AppPolicy { return a.pol.Load().AppPolicy }
+
+// Tokens returns the local tokens (never negative) and the local debt.
+func (a *App) Tokens() (tokens, debt int64) {
+	b := a.balance.Load()
+	return max(b, 0), max(-b, 0)
+}
+
+// Take asks for cost tokens. A local hit is lock-free and allocation-free; otherwise one lease
+// shared by all waiting requests is made, bounded by StoreTimeout. With maxWait > 0 a rejected
+// request waits (respecting ctx) up to maxWait for tokens instead of being rejected at once.
+//
+// A request costing more than the app's burst can never be covered by L2; it is admitted when a
+// full burst's worth of tokens can be taken, and the excess becomes local debt.
+func (a *App) Take(ctx context.Context, cost int64, maxWait time.Duration) Decision {
+	d := a.take(ctx, cost)
+	if d.Allowed || maxWait <= 0 {
+		return d
+	}
+	return a.wait(ctx, cost, maxWait, d)
+}
+
+func (a *App) take(ctx context.Context, cost int64) Decision {
+	cost = max(cost, 0)
+	l := a.l
+	p := a.pol.Load()
+	st := l.state.Load()
+	if st.Emergency && st.Factors[p.Priority] <= 0 {
+		return a.reject(p, st, ReasonEmergencyBlocked, probeInterval)
+	}
+	need := min(cost, p.burst)
+	if a.tryTake(cost, need) {
+		a.admitted(cost, l)
+		a.stats.localHits.Add(1)
+		b := a.balance.Load()
+		if b < a.refillAt.Load() {
+			a.refill()
+		}
+		return Decision{Allowed: true, Remaining: max(b, 0) + a.l2Left.Load(), LocalHit: true, Limit: p.burst}
+	}
+	return a.slow(ctx, cost, need, p, st)
+}
+
+// tryTake subtracts cost if the balance covers need (need < cost only above the burst).
+func (a *App) tryTake(cost, need int64) bool {
+	if cost == 0 {
+		return true
+	}
+	for {
+		b := a.balance.Load()
+		if b < need {
+			return false
+		}
+		if a.balance.CompareAndSwap(b, b-cost) {
+			return true
+		}
+	}
+}
+
+// admitted counts an admitted take in the pending statistics.
+func (a *App) admitted(cost int64, l *Limiter) {
+	a.consumed.Add(cost)
+	r := a.requests.Add(1)
+	if a.isolated {
+		a.lastUse.Store(l.clock.Now().UnixNano())
+	}
+	if r-a.sentReqs.Load() >= l.batch.Load() {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// slow handles a take the local tokens cannot cover.
+func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *ClusterState) Decision {
+	l := a.l
+	now := l.clock.Now().UnixNano()
+	if ru := a.retryUntil.Load(); now < ru {
+		return a.reject(p, st, Reason(a.refusal.Load()), time.Duration(ru-now))
+	}
+	if l.closed.Load() {
+		return a.reject(p, st, ReasonRedisUnavailable, probeInterval)
+	}
+	if l.Level() == LevelFailOpen {
+		return a.failTake(cost, need, p, st)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.snap().cfg.StoreTimeout)
+	defer cancel()
+	for range 3 {
+		c := a.startLease(need)
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			if ctx.Err() == context.DeadlineExceeded {
+				l.markFailed() // the Store is slower than StoreTimeout
+				return a.failTake(cost, need, p, st)
+			}
+			return a.reject(p, st, ReasonAppExhausted, a.oneToken(p, st))
+		}
+		if c.err != nil {
+			return a.failTake(cost, need, p, st)
+		}
+		if a.tryTake(cost, need) {
+			a.admitted(cost, l)
+			return Decision{Allowed: true, Remaining: max(a.balance.Load(), 0) + a.l2Left.Load(), Limit: p.burst}
+		}
+		now = l.clock.Now().UnixNano()
+		if ru := a.retryUntil.Load(); now < ru {
+			return a.reject(p, st, Reason(a.refusal.Load()), time.Duration(ru-now))
+		}
+	}
+	return a.reject(p, st, ReasonAppExhausted, a.oneToken(p, st))
+}
+
+// reject builds a rejection, mapping the Store's reason through L1's state (DESIGN §5, §10).
+func (a *App) reject(p *appPolicy, st *ClusterState, r Reason, retry time.Duration) Decision {
+	return Decision{
+		Reason:     mapReason(st, p.Priority, r),
+		Remaining:  max(a.balance.Load(), 0),
+		RetryAfter: max(retry, time.Millisecond),
+		Limit:      p.burst,
+	}
+}
+
+// mapReason turns a Store refusal into the reason the client sees, given L1's last known state.
+func mapReason(st *ClusterState, priority int, r Reason) Reason {
+	switch r {
+	case ReasonRedisUnavailable, ReasonEmergencyBlocked:
+		return r
+	}
+	if st.Emergency {
+		if st.Factors[priority] <= 0 {
+			return ReasonEmergencyBlocked
+		}
+		return ReasonEmergencyQuotaExceeded
+	}
+	if st.Factors[priority] < 1 {
+		return ReasonClusterExhausted
+	}
+	if r == ReasonNone {
+		return ReasonAppExhausted
+	}
+	return r
+}
+
+// oneToken is how long L2 needs to refill one token at the app's current rate.
+func (a *App) oneToken(p *appPolicy, st *ClusterState) time.Duration {
+	rate := p.Guaranteed * st.Factors[p.Priority]
+	if !(rate > 0) {
+		return time.Second
+	}
+	return time.Duration(math.Ceil(1e9 / rate))
+}
+
+// Refund gives n tokens back to the local bucket: the rollback of a request rejected later in
+// the chain, or the settlement of an overestimate. It restores the balance exactly.
+func (a *App) Refund(n int64) {
+	if n <= 0 {
+		return
+	}
+	a.balance.Add(n)
+	a.consumed.Add(-n)
+}
+
+// Charge takes n more tokens: the settlement of an underestimate. What the local tokens cannot
+// cover becomes local debt, paid first by the next lease; the request is never rejected.
+func (a *App) Charge(n int64) {
+	if n <= 0 {
+		return
+	}
+	a.balance.Add(-n)
+	a.consumed.Add(n)
+}
+
+// wait retries a rejected take until it is admitted, maxWait has passed, or ctx is done.
+func (a *App) wait(ctx context.Context, cost int64, maxWait time.Duration, d Decision) Decision {
+	for left := maxWait; !d.Allowed && left > 0 && waitable(d.Reason); {
+		w := min(max(d.RetryAfter, time.Millisecond), left)
+		if !a.l.sleep(ctx, w) {
+			return d
+		}
+		left -= w
+		d = a.take(ctx, cost)
+	}
+	return d
+}
+
+// waitable reasons are the ones that tokens arriving later can cure.
+func waitable(r Reason) bool {
+	switch r {
+	case ReasonAppExhausted, ReasonClusterExhausted, ReasonEmergencyQuotaExceeded, ReasonBorrowLimitExceeded:
+		return true
+	}
+	return false
+}
+
+// sleepCtx waits for d or until ctx is done; it reports whether the full time passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,208 @@
+package limiter
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"time"
+)
+
+// UnknownAppMode says what happens to app ids that have no configured policy (DESIGN §5).
+type UnknownAppMode uint8
+
+// The unknown-app modes; the zero value is the default.
+const (
+	// UnknownShared puts every unknown id in one bucket "*" built from Config.Default, so that
+	// rotating ids never buy more quota.
+	UnknownShared UnknownAppMode = iota
+	// UnknownIsolated gives each unknown id its own bucket from Config.Default, at most
+	// Config.MaxIsolated of them; idle ones expire. When the bound is reached, new ids fall into
+	// the shared bucket (never more quota than the bound allows).
+	UnknownIsolated
+	// UnknownReject rejects unknown ids with ReasonUnknownApp.
+	UnknownReject
+)
+
+// String returns the Caddyfile spelling of the mode.
+func (m UnknownAppMode) String() string {
+	switch m {
+	case UnknownShared:
+		return "shared"
+	case UnknownIsolated:
+		return "isolated"
+	case UnknownReject:
+		return "reject"
+	}
+	return "unknown"
+}
+
+// FailureMode says what the limiter does while the Store is unavailable (DESIGN §8).
+type FailureMode uint8
+
+// The failure modes; the zero value is the default.
+const (
+	// FailLocal enforces a local rescue bucket per app: rate guaranteed × RescueRatio / last
+	// known live instances, burst the same share of the app's burst.
+	FailLocal FailureMode = iota
+	// FailOpen admits every request the local tokens cannot cover.
+	FailOpen
+	// FailClosed rejects them with ReasonRedisUnavailable (the handler answers 503).
+	FailClosed
+)
+
+// String returns the Caddyfile spelling of the mode.
+func (m FailureMode) String() string {
+	switch m {
+	case FailLocal:
+		return "local"
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// Defaults of the Config fields (DESIGN §9 `local` block).
+const (
+	DefaultMaxIsolated     = 10000
+	DefaultReserve         = 1000
+	DefaultRefillThreshold = 0.2
+	DefaultSyncInterval    = 100 * time.Millisecond
+	DefaultSyncBatch       = 1000
+	DefaultLeaseTTL        = 10 * time.Second
+	DefaultStoreTimeout    = 50 * time.Millisecond
+	DefaultRescueRatio     = 1.0
+	DefaultIsolatedTTL     = 60 * time.Second
+)
+
+// Config is the configuration of one cluster's Limiter. Zero fields take their defaults.
+type Config struct {
+	Cluster         ClusterPolicy
+	Apps            map[string]AppPolicy // configured apps by id
+	Default         AppPolicy            // the `app *` template used for unknown apps
+	UnknownApp      UnknownAppMode
+	MaxIsolated     int           // bound on isolated buckets (default 10000)
+	IsolatedTTL     time.Duration // an isolated bucket idle this long expires (default 60 s)
+	Reserve         int64         // max lease target (default 1000)
+	RefillThreshold float64       // refill in the background below this share of the lease target (0.2)
+	SyncInterval    time.Duration // report interval (default 100 ms)
+	SyncBatch       int64         // report early after this many admitted requests of one app (1000)
+	LeaseTTL        time.Duration // unspent leased tokens older than this go back to L2 (10 s)
+	StoreTimeout    time.Duration // a request never waits longer on the Store (50 ms)
+	OnStoreFailure  FailureMode
+	RescueRatio     float64        // share of guaranteed allowed in rescue mode (default 1.0)
+	Instance        string         // unique per process (default: random); fixed at New
+	Connections     InFlightSource // optional: connlimit's counts carried in reports
+}
+
+// InFlightSource is the connection counter whose counts travel with the reports (connlimit).
+type InFlightSource interface {
+	// InFlight returns this instance's in-flight counts now.
+	InFlight() (apps map[string]int64, cluster int64)
+	// SetRemote receives the other live instances' last reported counts.
+	SetRemote(apps map[string]int64, cluster int64)
+}
+
+// ValidAppID reports whether id is a valid app id: 1–128 characters of [A-Za-z0-9._:-].
+func ValidAppID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validatePolicy checks one app policy; name is used in the error ("app \"x\"", "app *").
+func validatePolicy(name string, p AppPolicy) error {
+	switch {
+	case !(p.Guaranteed > 0) || math.IsInf(p.Guaranteed, 0):
+		return fmt.Errorf("limiter: %s: guaranteed must be > 0, got %v", name, p.Guaranteed)
+	case !(p.Burst >= p.Guaranteed) || math.IsInf(p.Burst, 0):
+		return fmt.Errorf("limiter: %s: burst must be >= guaranteed (%v), got %v", name, p.Guaranteed, p.Burst)
+	case p.Burst < 1:
+		return fmt.Errorf("limiter: %s: burst must be >= 1, got %v", name, p.Burst)
+	case p.Priority < 0 || p.Priority > MaxPriority:
+		return fmt.Errorf("limiter: %s: priority must be 0-%d, got %d", name, MaxPriority, p.Priority)
+	case p.MaxBorrow < 0 || math.IsNaN(p.MaxBorrow):
+		return fmt.Errorf("limiter: %s: max_borrow must be >= 0, got %v", name, p.MaxBorrow)
+	case p.MaxConnections < 0:
+		return fmt.Errorf("limiter: %s: max_connections must be >= 0, got %d", name, p.MaxConnections)
+	}
+	return nil
+}
+
+// withDefaults returns a copy of c with defaults applied, or a precise error.
+func (c Config) withDefaults() (Config, error) {
+	if c.Cluster.ID == "" {
+		c.Cluster.ID = "default"
+	}
+	for id, p := range c.Apps {
+		if !ValidAppID(id) {
+			return c, fmt.Errorf("limiter: app %q: invalid app id (1-128 characters of [A-Za-z0-9._:-])", id)
+		}
+		if err := validatePolicy(fmt.Sprintf("app %q", id), p); err != nil {
+			return c, err
+		}
+	}
+	if c.UnknownApp > UnknownReject {
+		return c, fmt.Errorf("limiter: unknown_app: invalid mode %d", c.UnknownApp)
+	}
+	if c.UnknownApp != UnknownReject {
+		if err := validatePolicy("app *", c.Default); err != nil {
+			return c, fmt.Errorf("%w (unknown_app %s needs an `app *` policy)", err, c.UnknownApp)
+		}
+	}
+	if c.OnStoreFailure > FailClosed {
+		return c, fmt.Errorf("limiter: on_redis_failure: invalid mode %d", c.OnStoreFailure)
+	}
+	type check struct {
+		bad  bool
+		name string
+		val  any
+	}
+	for _, ck := range []check{
+		{c.MaxIsolated < 0, "max_isolated", c.MaxIsolated},
+		{c.IsolatedTTL < 0, "isolated_ttl", c.IsolatedTTL},
+		{c.Reserve < 0, "local.reserve", c.Reserve},
+		{c.RefillThreshold < 0 || c.RefillThreshold > 1 || math.IsNaN(c.RefillThreshold), "local.refill_threshold (0-1)", c.RefillThreshold},
+		{c.SyncInterval < 0, "local.sync_interval", c.SyncInterval},
+		{c.SyncBatch < 0, "local.sync_batch", c.SyncBatch},
+		{c.LeaseTTL < 0, "local.lease_ttl", c.LeaseTTL},
+		{c.StoreTimeout < 0, "redis.timeout", c.StoreTimeout},
+		{c.RescueRatio < 0 || c.RescueRatio > 1 || math.IsNaN(c.RescueRatio), "rescue ratio (0-1)", c.RescueRatio},
+	} {
+		if ck.bad {
+			return c, fmt.Errorf("limiter: %s: invalid value %v", ck.name, ck.val)
+		}
+	}
+	def := func(cond bool, set func()) {
+		if cond {
+			set()
+		}
+	}
+	def(c.MaxIsolated == 0, func() { c.MaxIsolated = DefaultMaxIsolated })
+	def(c.IsolatedTTL == 0, func() { c.IsolatedTTL = DefaultIsolatedTTL })
+	def(c.Reserve == 0, func() { c.Reserve = DefaultReserve })
+	def(c.RefillThreshold == 0, func() { c.RefillThreshold = DefaultRefillThreshold })
+	def(c.SyncInterval == 0, func() { c.SyncInterval = DefaultSyncInterval })
+	def(c.SyncBatch == 0, func() { c.SyncBatch = DefaultSyncBatch })
+	def(c.LeaseTTL == 0, func() { c.LeaseTTL = DefaultLeaseTTL })
+	def(c.StoreTimeout == 0, func() { c.StoreTimeout = DefaultStoreTimeout })
+	def(c.RescueRatio == 0, func() { c.RescueRatio = DefaultRescueRatio })
+	if c.Instance == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.Instance = hex.EncodeToString(b[:])
+	}
+	return c, nil
+}

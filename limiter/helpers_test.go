@@ -1,0 +1,254 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// manualClock is a Clock tests move by hand.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *manualClock {
+	return &manualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// fakeStore is a minimal L2 (the lease/return rules of STORE_SEMANTICS.md, no L1) used until
+// the memory store exists; newStore below picks the implementation.
+type fakeStore struct {
+	mu      sync.Mutex
+	now     func() time.Time
+	buckets map[string]*fakeBucket
+	seen    map[string]time.Time
+}
+
+type fakeBucket struct {
+	tokens float64
+	ts     int64
+}
+
+func newFakeStore(now func() time.Time) *fakeStore {
+	return &fakeStore{now: now, buckets: map[string]*fakeBucket{}, seen: map[string]time.Time{}}
+}
+
+func (f *fakeStore) bucket(app string, p AppPolicy, factor float64) *fakeBucket {
+	now := f.now().UnixMicro()
+	b := f.buckets[app]
+	if b == nil {
+		b = &fakeBucket{tokens: p.Burst, ts: now}
+		f.buckets[app] = b
+	}
+	el := float64(max(0, now-b.ts)) / 1e6
+	b.tokens = math.Min(p.Burst, b.tokens+el*p.Guaranteed*factor)
+	b.ts = max(b.ts, now)
+	return b
+}
+
+func (f *fakeStore) Lease(_ context.Context, r LeaseRequest) (Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.bucket(r.App, r.Policy, r.Factor)
+	need := min(r.Need, int64(r.Policy.Burst))
+	want := max(r.Want, need)
+	avail := int64(b.tokens)
+	var g int64
+	switch {
+	case avail >= want:
+		g = want
+	case avail >= need && need > 0:
+		g = avail
+	}
+	b.tokens -= float64(g)
+	l := Lease{Granted: g, Remaining: int64(b.tokens)}
+	if g < need {
+		rate := r.Policy.Guaranteed * r.Factor
+		l.RetryAfter = time.Second
+		if rate > 0 {
+			l.RetryAfter = time.Duration(math.Ceil((float64(need)-b.tokens)/rate*1e6)) * time.Microsecond
+		}
+		l.Reason = ReasonAppExhausted
+	}
+	return l, nil
+}
+
+func (f *fakeStore) Return(_ context.Context, r Return) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.bucket(r.App, r.Policy, 1)
+	if r.Tokens > 0 {
+		b.tokens = math.Min(r.Policy.Burst, b.tokens+float64(r.Tokens))
+	}
+	return nil
+}
+
+func (f *fakeStore) Report(_ context.Context, r Report) (ClusterState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	f.seen[r.Instance] = now
+	live := 0
+	for _, t := range f.seen {
+		if now.Sub(t) <= 3*time.Second {
+			live++
+		}
+	}
+	return ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: live}, nil
+}
+
+func (f *fakeStore) Close() error { return nil }
+
+// tokens is L2's bucket level for app, for assertions.
+func (f *fakeStore) tokens(app string) float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b := f.buckets[app]; b != nil {
+		return b.tokens
+	}
+	return math.NaN()
+}
+
+var errDown = errors.New("store down")
+
+// probeStore wraps a Store: it counts calls, and fails, slows (by advancing the manual clock)
+// or blocks on demand.
+type probeStore struct {
+	Store
+	clock                 *manualClock
+	leases, returns, reps atomic.Int64
+	fail                  atomic.Bool
+	delay                 atomic.Int64  // manual-clock latency added to every call
+	block                 chan struct{} // when non-nil, Lease waits on it
+	entered               chan struct{} // when non-nil, Lease signals it (non-blocking)
+	lastReport            atomic.Pointer[Report]
+	state                 atomic.Pointer[ClusterState] // overrides the Report reply
+	returned, granted     atomic.Int64
+}
+
+func (p *probeStore) before() error {
+	if d := p.delay.Load(); d > 0 {
+		p.clock.Advance(time.Duration(d))
+	}
+	if p.fail.Load() {
+		return errDown
+	}
+	return nil
+}
+
+func (p *probeStore) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
+	p.leases.Add(1)
+	if p.entered != nil {
+		select {
+		case p.entered <- struct{}{}:
+		default:
+		}
+	}
+	if p.block != nil {
+		select {
+		case <-p.block:
+		case <-ctx.Done():
+			return Lease{}, ctx.Err()
+		}
+	}
+	if err := p.before(); err != nil {
+		return Lease{}, err
+	}
+	l, err := p.Store.Lease(ctx, r)
+	p.granted.Add(l.Granted)
+	return l, err
+}
+
+func (p *probeStore) Return(ctx context.Context, r Return) error {
+	p.returns.Add(1)
+	if err := p.before(); err != nil {
+		return err
+	}
+	err := p.Store.Return(ctx, r)
+	if err == nil && r.Tokens > 0 {
+		p.returned.Add(r.Tokens)
+	}
+	return err
+}
+
+func (p *probeStore) Report(ctx context.Context, r Report) (ClusterState, error) {
+	p.reps.Add(1)
+	if err := p.before(); err != nil {
+		return ClusterState{}, err
+	}
+	st, err := p.Store.Report(ctx, r)
+	if err == nil {
+		p.lastReport.Store(&r)
+		if o := p.state.Load(); o != nil {
+			st = *o
+		}
+	}
+	return st, err
+}
+
+// testLimiter builds a Limiter without its loop; leases run inline (deterministic) unless
+// async is set.
+func testLimiter(t testing.TB, cfg Config, st Store, c *manualClock, async bool) *Limiter {
+	t.Helper()
+	if cfg.Instance == "" {
+		cfg.Instance = "i1"
+	}
+	l, err := newLimiter(cfg, st, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !async {
+		l.spawn = func(f func()) { f() }
+	}
+	l.sleep = func(ctx context.Context, d time.Duration) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		c.Advance(d)
+		return true
+	}
+	return l
+}
+
+func pol(g, b float64, prio int) AppPolicy {
+	return AppPolicy{Guaranteed: g, Burst: b, Priority: prio}
+}
+
+func baseConfig() Config {
+	return Config{
+		Cluster: ClusterPolicy{ID: "c1"},
+		Apps:    map[string]AppPolicy{"a": pol(100, 1000, 0), "p3": pol(100, 1000, 3)},
+		Default: pol(10, 100, 2),
+	}
+}
+
+func mustApp(t testing.TB, l *Limiter, id string) *App {
+	t.Helper()
+	a, r := l.App(id)
+	if a == nil {
+		t.Fatalf("App(%q): %v", id, r)
+	}
+	return a
+}
+
+// conserved checks property 7 on one app: leased + minted = consumed + returned + held.
+func conserved(a *App) (lhs, rhs int64) {
+	return a.leased.Load() + a.minted.Load(), a.consumed.Load() + a.returned.Load() + a.balance.Load()
+}

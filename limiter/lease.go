@@ -1,0 +1,228 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+)
+
+// startLease returns the lease in flight, starting one if there is none (single-flight).
+// need > 0 is the cost of the request waiting for it; 0 is a background refill.
+func (a *App) startLease(need int64) *leaseCall {
+	a.mu.Lock()
+	if c := a.call; c != nil {
+		a.mu.Unlock()
+		return c
+	}
+	c := &leaseCall{done: make(chan struct{})}
+	a.call = c
+	a.mu.Unlock()
+	a.l.spawn(func() { a.runLease(c, need) })
+	return c
+}
+
+// refill starts a background lease after a take left the balance low, unless one is in flight,
+// the Store refused recently, or the Store is unavailable.
+func (a *App) refill() {
+	l := a.l
+	if l.Level() == LevelFailOpen || l.closed.Load() {
+		return
+	}
+	a.mu.Lock()
+	busy := a.call != nil
+	a.mu.Unlock()
+	if busy || l.clock.Now().UnixNano() < a.retryUntil.Load() {
+		return
+	}
+	a.startLease(0)
+}
+
+// runLease makes one Store lease and adds the grant to the local balance.
+func (a *App) runLease(c *leaseCall, need int64) {
+	l := a.l
+	s := l.snap()
+	p := a.pol.Load()
+	st := l.state.Load()
+	b := a.balance.Load()
+	short := max(0, min(need-b, p.burst))
+	if need == 0 {
+		short = 0
+	}
+	req := LeaseRequest{
+		Cluster:  s.cfg.Cluster,
+		App:      a.id,
+		Policy:   p.AppPolicy,
+		Factor:   st.Factors[p.Priority],
+		Want:     a.want(short, max(-b, 0), p, st, s),
+		Need:     short,
+		Instance: s.cfg.Instance,
+	}
+	start := l.clock.Now()
+	err := l.callStore(func(ctx context.Context) (err error) {
+		c.res, err = l.store.Lease(ctx, req)
+		return err
+	})
+	now := l.clock.Now()
+	l.observe(now.Sub(start), err, false)
+	if err == nil {
+		a.applyLease(req, c.res, now)
+	}
+	c.err = err
+	a.mu.Lock()
+	a.call = nil
+	a.mu.Unlock()
+	close(c.done)
+}
+
+// want is the lease target (DESIGN §5): about the app's rate × the refill horizon (or, before
+// the rate is known, what was consumed since the last tick, so that leases grow geometrically),
+// × the degradation multiplier, at most Reserve, at most burst / (2 × live instances) so that no
+// instance hoards a small quota, at least 1 and the need; plus any local debt, paid first.
+func (a *App) want(need, debt int64, p *appPolicy, st *ClusterState, s *snapshot) int64 {
+	m := leaseMultiplier(a.l.Level())
+	t := max(a.rateTgt.Load(), a.consumed.Load()-a.lastCons.Load()) * m
+	t = min(t, s.cfg.Reserve*m)
+	live := int64(max(st.LiveInstances, 1))
+	t = min(t, int64(p.Burst/float64(2*live)))
+	return max(t, 1, need) + debt
+}
+
+// applyLease books a grant and, for a refused or short lease, when to ask again.
+func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
+	if res.Granted > 0 {
+		a.balance.Add(res.Granted)
+		a.leased.Add(res.Granted)
+		a.stats.leases.Add(1)
+		a.stats.leaseTokens.Add(res.Granted)
+		a.lastLease.Store(now.UnixNano())
+	}
+	a.l2Left.Store(max(res.Remaining, 0))
+	var retry time.Duration
+	switch {
+	case res.Granted < req.Need:
+		retry = res.RetryAfter
+		r := res.Reason
+		if r == ReasonNone {
+			r = ReasonAppExhausted
+		}
+		a.refusal.Store(uint32(r))
+	case res.Granted < req.Want:
+		// L2 is empty (less than one whole token): ask again when one token has refilled.
+		p := a.pol.Load()
+		if rate := p.Guaranteed * req.Factor; rate > 0 {
+			retry = time.Duration(math.Ceil(1e9 / rate))
+		} else {
+			retry = time.Second
+		}
+		a.refusal.Store(uint32(ReasonAppExhausted))
+	}
+	if retry > 0 {
+		a.retryUntil.Store(now.Add(retry).UnixNano())
+	} else {
+		a.retryUntil.Store(0)
+	}
+	if a.l.closed.Load() {
+		a.returnTokens(now, 0) // a grant that arrived after Close
+	}
+}
+
+// returnTokens gives all local tokens above keep back to L2. On failure they stay local.
+func (a *App) returnTokens(now time.Time, keep int64) error {
+	var n int64
+	for {
+		b := a.balance.Load()
+		n = b - max(keep, 0)
+		if n <= 0 {
+			return nil
+		}
+		if a.balance.CompareAndSwap(b, b-n) {
+			break
+		}
+	}
+	l := a.l
+	s := l.snap()
+	ret := Return{Cluster: s.cfg.Cluster, App: a.id, Policy: a.pol.Load().AppPolicy, Tokens: n, Instance: s.cfg.Instance}
+	start := l.clock.Now()
+	err := l.callStore(func(ctx context.Context) error { return l.store.Return(ctx, ret) })
+	l.observe(l.clock.Now().Sub(start), err, false)
+	if err != nil {
+		a.balance.Add(n) // not lost: returned on a later tick or at Close
+		return err
+	}
+	a.returned.Add(n)
+	a.lastLease.Store(now.UnixNano())
+	return nil
+}
+
+// callStore runs one Store call with the background timeout, turning a panic into an error.
+func (l *Limiter) callStore(f func(ctx context.Context) error) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.bgTimeout())
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("limiter: store panicked: %v", r)
+		}
+	}()
+	return f(ctx)
+}
+
+// bgTimeout bounds Store calls that no request waits on (reports, returns, the lease itself:
+// waiters give up after StoreTimeout on their own). It is long enough to measure a slow Store.
+func (l *Limiter) bgTimeout() time.Duration {
+	return max(l.snap().cfg.StoreTimeout, time.Second)
+}
+
+// rescueBucket is the local bucket enforced while the Store is unavailable (FailLocal).
+type rescueBucket struct {
+	epoch  uint64
+	tokens float64
+	ts     int64
+}
+
+// failTake decides a take the local tokens cannot cover while the Store is unavailable.
+// Tokens admitted this way are counted as minted (they were never leased).
+func (a *App) failTake(cost, need int64, p *appPolicy, st *ClusterState) Decision {
+	l := a.l
+	switch l.snap().cfg.OnStoreFailure {
+	case FailOpen:
+		a.mint(cost)
+		return Decision{Allowed: true, Limit: p.burst}
+	case FailClosed:
+		return a.reject(p, st, ReasonRedisUnavailable, probeInterval)
+	}
+	share := l.snap().cfg.RescueRatio / float64(max(st.LiveInstances, 1))
+	rate, burst := p.Guaranteed*share, max(p.Burst*share, 1)
+	now := l.clock.Now().UnixNano()
+	epoch := l.failEpoch.Load()
+	a.mu.Lock()
+	r := &a.rescue
+	if r.epoch != epoch {
+		*r = rescueBucket{epoch: epoch, tokens: burst, ts: now}
+	}
+	if now > r.ts {
+		r.tokens = min(burst, r.tokens+float64(now-r.ts)/1e9*rate)
+		r.ts = now
+	}
+	fneed := float64(min(need, int64(burst)))
+	ok := r.tokens >= fneed
+	var retry time.Duration
+	if ok {
+		r.tokens -= float64(cost)
+	} else {
+		retry = time.Duration((fneed - r.tokens) / rate * 1e9)
+	}
+	left := int64(max(r.tokens, 0))
+	a.mu.Unlock()
+	if !ok {
+		return a.reject(p, st, ReasonAppExhausted, retry)
+	}
+	a.mint(cost)
+	return Decision{Allowed: true, Remaining: left, Limit: p.burst}
+}
+
+// mint admits cost tokens that were never leased (rescue or fail-open).
+func (a *App) mint(cost int64) {
+	a.minted.Add(cost)
+	a.admitted(cost, a.l)
+}

@@ -1,0 +1,260 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limiter is the L3 tier of one cluster: the local buckets of its apps, their leases from the
+// Store, the sync loop that reports statistics and receives L1's state, and the degradation
+// level. One Limiter lives per cluster per process and survives config reloads (Update).
+type Limiter struct {
+	store Store
+	clock Clock
+
+	cur   atomic.Pointer[snapshot]     // configuration and configured apps: read-mostly
+	state atomic.Pointer[ClusterState] // L1's state from the last report
+	batch atomic.Int64                 // SyncBatch, for the hot path
+
+	level     atomic.Uint32
+	failEpoch atomic.Uint64
+	levelMu   sync.Mutex
+	latency   time.Duration // moving average of Store call latency (levelMu)
+
+	mu       sync.Mutex // serialises Update; guards retired
+	retired  []*App     // removed apps whose statistics or tokens are not yet settled
+	isoMu    sync.RWMutex
+	isolated map[string]*App
+	unknown  *appStats // statistics of every unknown app (label "*")
+
+	tickMu     sync.Mutex // serialises tick and Close
+	lastReport time.Time
+	lastRate   time.Time
+	prevIn     map[string]bool // apps with in-flight requests in the last report
+
+	kick   chan struct{} // early report (SyncBatch reached)
+	stop   chan struct{}
+	done   chan struct{}
+	closed atomic.Bool
+
+	spawn func(func())                                    // runs a lease; tests run it inline
+	sleep func(ctx context.Context, d time.Duration) bool // max_wait; tests advance a manual clock
+}
+
+// snapshot is one immutable configuration with its apps.
+type snapshot struct {
+	cfg    Config
+	apps   map[string]*App
+	shared *App // the bucket of unknown apps; nil with UnknownReject
+}
+
+// New validates cfg, builds the Limiter and starts its sync loop. The Limiter does not own the
+// Store: Close leaves it open. A nil clock means the system clock.
+func New(cfg Config, store Store, clock Clock) (*Limiter, error) {
+	l, err := newLimiter(cfg, store, clock)
+	if err != nil {
+		return nil, err
+	}
+	go l.loop()
+	return l, nil
+}
+
+// newLimiter builds a Limiter without starting its loop (tests drive tick themselves).
+func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("limiter: nil store")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	l := &Limiter{
+		store:    store,
+		clock:    clock,
+		isolated: make(map[string]*App),
+		unknown:  new(appStats),
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		spawn:    func(f func()) { go f() },
+		sleep:    sleepCtx,
+	}
+	st := &ClusterState{Factors: [MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: 1}
+	l.state.Store(st)
+	now := clock.Now()
+	l.lastReport, l.lastRate = now, now
+	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps))}
+	for id, p := range cfg.Apps {
+		s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
+	}
+	if cfg.UnknownApp != UnknownReject {
+		s.shared = l.newApp("*", "*", cfg.Default, l.unknown, false, &cfg)
+	}
+	l.batch.Store(cfg.SyncBatch)
+	l.cur.Store(s)
+	return l, nil
+}
+
+func (l *Limiter) snap() *snapshot { return l.cur.Load() }
+
+// Config returns the configuration in force, defaults applied.
+func (l *Limiter) Config() Config { return l.snap().cfg }
+
+// State returns L1's state from the last successful report.
+func (l *Limiter) State() ClusterState { return *l.state.Load() }
+
+// App returns the bucket for an app id: the configured app, the shared unknown bucket, an
+// isolated bucket, or nil with ReasonInvalidAppID / ReasonUnknownApp. It does not allocate for
+// configured ids.
+func (l *Limiter) App(id string) (*App, Reason) {
+	s := l.cur.Load()
+	if a, ok := s.apps[id]; ok {
+		return a, ReasonNone
+	}
+	if !ValidAppID(id) {
+		return nil, ReasonInvalidAppID
+	}
+	switch s.cfg.UnknownApp {
+	case UnknownReject:
+		return nil, ReasonUnknownApp
+	case UnknownIsolated:
+		return l.isolatedApp(id, s), ReasonNone
+	}
+	return s.shared, ReasonNone
+}
+
+// isolatedApp returns id's own bucket, creating it while fewer than MaxIsolated exist; beyond
+// the bound new ids share the "*" bucket, so that rotating ids can never buy more quota.
+func (l *Limiter) isolatedApp(id string, s *snapshot) *App {
+	l.isoMu.RLock()
+	a := l.isolated[id]
+	l.isoMu.RUnlock()
+	if a != nil {
+		return a
+	}
+	l.isoMu.Lock()
+	defer l.isoMu.Unlock()
+	if a = l.isolated[id]; a != nil {
+		return a
+	}
+	if len(l.isolated) >= s.cfg.MaxIsolated {
+		return s.shared
+	}
+	id = strings.Clone(id) // the caller's string may alias request memory
+	a = l.newApp(id, "*", s.cfg.Default, l.unknown, true, &s.cfg)
+	a.lastUse.Store(l.clock.Now().UnixNano())
+	l.isolated[id] = a
+	return a
+}
+
+// Update applies a new configuration (a reload): buckets, their tokens and statistics are kept,
+// policies change in place. Apps no longer configured give their unspent tokens back to L2.
+// The instance id cannot change.
+func (l *Limiter) Update(cfg Config) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.cur.Load()
+	cfg.Instance = old.cfg.Instance
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps))}
+	var gone []*App
+	for id, p := range cfg.Apps {
+		if a := old.apps[id]; a != nil {
+			a.pol.Store(newAppPolicy(p))
+			s.apps[id] = a
+		} else {
+			s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
+		}
+	}
+	for id, a := range old.apps {
+		if _, ok := s.apps[id]; !ok {
+			gone = append(gone, a)
+		}
+	}
+	// Unknown apps: keep the buckets while the mode stays; otherwise settle them.
+	l.isoMu.Lock()
+	if cfg.UnknownApp != old.cfg.UnknownApp {
+		if old.shared != nil {
+			gone = append(gone, old.shared)
+		}
+		for id, a := range l.isolated {
+			gone = append(gone, a)
+			delete(l.isolated, id)
+		}
+		if cfg.UnknownApp != UnknownReject {
+			s.shared = l.newApp("*", "*", cfg.Default, l.unknown, false, &cfg)
+		}
+	} else {
+		s.shared = old.shared
+		if s.shared != nil {
+			s.shared.pol.Store(newAppPolicy(cfg.Default))
+		}
+		for _, a := range l.isolated {
+			a.pol.Store(newAppPolicy(cfg.Default))
+		}
+	}
+	l.isoMu.Unlock()
+	l.batch.Store(cfg.SyncBatch)
+	l.cur.Store(s)
+	now := l.clock.Now()
+	for _, a := range gone {
+		a.retiredAt = now
+		_ = a.returnTokens(now, 0) // on failure: retried by the sync loop
+	}
+	l.retired = append(l.retired, gone...)
+	return nil
+}
+
+// apps returns every bucket that may hold tokens or unsent statistics.
+func (l *Limiter) apps() []*App {
+	s := l.cur.Load()
+	all := make([]*App, 0, len(s.apps)+1)
+	for _, a := range s.apps {
+		all = append(all, a)
+	}
+	if s.shared != nil {
+		all = append(all, s.shared)
+	}
+	l.isoMu.RLock()
+	for _, a := range l.isolated {
+		all = append(all, a)
+	}
+	l.isoMu.RUnlock()
+	l.mu.Lock()
+	all = append(all, l.retired...)
+	l.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].id < all[j].id })
+	return all
+}
+
+// Close stops the sync loop, sends the pending statistics and returns every unspent token to
+// L2. After Close, takes are served from local tokens only (there are none left), so they are
+// rejected with ReasonRedisUnavailable. The Store is not closed.
+func (l *Limiter) Close() error {
+	if !l.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(l.stop)
+	l.tickMu.Lock()
+	defer l.tickMu.Unlock()
+	now := l.clock.Now()
+	errs := []error{l.report(now)}
+	for _, a := range l.apps() {
+		errs = append(errs, a.returnTokens(now, 0))
+	}
+	return errors.Join(errs...)
+}
+
+// wait blocks until the sync loop has exited (tests).
+func (l *Limiter) wait() { <-l.done }

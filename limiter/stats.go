@@ -1,0 +1,71 @@
+package limiter
+
+import (
+	"sort"
+	"sync/atomic"
+)
+
+// appStats are one metric label's counters, read at scrape time.
+type appStats struct {
+	requests                             [NumReasons]atomic.Int64
+	cost, localHits, leases, leaseTokens atomic.Int64
+}
+
+// AppStats is a snapshot of one metric label's counters (DESIGN §12).
+type AppStats struct {
+	Label       string
+	Requests    [NumReasons]int64 // final decisions by reason (ReasonNone = admitted), from Record
+	Cost        int64             // admitted cost, from Record
+	LocalHits   int64
+	Leases      int64
+	LeaseTokens int64
+	LocalTokens int64 // tokens held locally now
+}
+
+// Record counts one final decision for metrics: r is ReasonNone for an admitted request, whose
+// cost is added to the admitted cost.
+func (a *App) Record(r Reason, cost int64) {
+	if r >= NumReasons {
+		return
+	}
+	a.stats.requests[r].Add(1)
+	if r == ReasonNone {
+		a.stats.cost.Add(cost)
+	}
+}
+
+// Stats returns the counters of every configured app, then of "*" (all unknown apps together)
+// unless unknown apps are rejected.
+func (l *Limiter) Stats() []AppStats {
+	s := l.cur.Load()
+	out := make([]AppStats, 0, len(s.apps)+1)
+	for id, a := range s.apps {
+		out = append(out, a.stats.snapshot(id, max(a.balance.Load(), 0)))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })
+	if s.shared != nil {
+		held := max(s.shared.balance.Load(), 0)
+		l.isoMu.RLock()
+		for _, a := range l.isolated {
+			held += max(a.balance.Load(), 0)
+		}
+		l.isoMu.RUnlock()
+		out = append(out, l.unknown.snapshot("*", held))
+	}
+	return out
+}
+
+func (s *appStats) snapshot(label string, held int64) AppStats {
+	st := AppStats{
+		Label:       label,
+		Cost:        s.cost.Load(),
+		LocalHits:   s.localHits.Load(),
+		Leases:      s.leases.Load(),
+		LeaseTokens: s.leaseTokens.Load(),
+		LocalTokens: held,
+	}
+	for i := range st.Requests {
+		st.Requests[i] = s.requests[i].Load()
+	}
+	return st
+}

@@ -1,0 +1,223 @@
+package limiter
+
+import (
+	"context"
+	"math"
+	"time"
+)
+
+// loop is the sync loop: one per Limiter, ticking every SyncInterval, or early when an app's
+// admitted requests since its last report reach SyncBatch.
+func (l *Limiter) loop() {
+	defer close(l.done)
+	t := time.NewTimer(l.snap().cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.tick(l.clock.Now())
+		case <-l.kick:
+			l.tickForced(l.clock.Now(), true)
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		t.Reset(l.snap().cfg.SyncInterval)
+	}
+}
+
+// tick does the periodic work that is due at now: the report (every sync interval of the
+// current level; in fail-open it is the 1 s probe; early after SyncBatch requests), the
+// consumption rates and lease targets, lease expiry, isolated-app expiry, and the settlement of
+// retired apps. Tests call it directly with a manual clock.
+func (l *Limiter) tick(now time.Time) {
+	force := false
+	select {
+	case <-l.kick:
+		force = true
+	default:
+	}
+	l.tickForced(now, force)
+}
+
+func (l *Limiter) tickForced(now time.Time, force bool) {
+	l.tickMu.Lock()
+	defer l.tickMu.Unlock()
+	if l.closed.Load() {
+		return
+	}
+	cfg := l.snap().cfg
+	level := l.Level()
+	// A timer firing a little early must not skip a whole interval.
+	if force || now.Sub(l.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
+		_ = l.report(now)
+	}
+	apps := l.apps()
+	l.updateRates(now, apps, cfg)
+	if l.Level() != LevelFailOpen {
+		l.expireLeases(now, apps, cfg)
+		l.settleRetired(now)
+	}
+	l.expireIsolated(now, cfg)
+}
+
+// report sends every app's statistics since its last successful report (tickMu held). On
+// failure nothing is marked sent: the figures go out with the next successful report.
+func (l *Limiter) report(now time.Time) error {
+	s := l.snap()
+	var inflight map[string]int64
+	rep := Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance}
+	if src := s.cfg.Connections; src != nil {
+		inflight, rep.InFlight = src.InFlight()
+	}
+	type sent struct {
+		a         *App
+		req, cost int64
+	}
+	var marks []sent
+	seen := make(map[string]bool, len(inflight))
+	for _, a := range l.apps() {
+		req := a.requests.Load() - a.sentReqs.Load()
+		cost := max(a.consumed.Load()-a.sentCost, 0) // refunds beyond the sent cost wait
+		in, hasIn := inflight[a.id]
+		if req == 0 && cost == 0 && !hasIn && !l.prevIn[a.id] {
+			continue
+		}
+		seen[a.id] = true
+		rep.Apps = append(rep.Apps, AppReport{App: a.id, Requests: req, Cost: cost, InFlight: in})
+		marks = append(marks, sent{a, req, cost})
+	}
+	// In-flight counts of ids without a bucket of their own (shared unknown apps), and of ids
+	// that dropped to zero since the last report, so the Store forgets their old count.
+	for id, n := range inflight {
+		if !seen[id] {
+			seen[id] = true
+			rep.Apps = append(rep.Apps, AppReport{App: id, InFlight: n})
+		}
+	}
+	for id := range l.prevIn {
+		if !seen[id] {
+			rep.Apps = append(rep.Apps, AppReport{App: id})
+		}
+	}
+	start := l.clock.Now()
+	var st ClusterState
+	err := l.callStore(func(ctx context.Context) (err error) {
+		st, err = l.store.Report(ctx, rep)
+		return err
+	})
+	l.observe(l.clock.Now().Sub(start), err, true)
+	if err != nil {
+		return err
+	}
+	l.lastReport = now
+	for _, m := range marks {
+		m.a.sentReqs.Add(m.req)
+		m.a.sentCost += m.cost
+	}
+	prev := make(map[string]bool, len(inflight))
+	for id, n := range inflight {
+		if n != 0 {
+			prev[id] = true
+		}
+	}
+	l.prevIn = prev
+	st.LiveInstances = max(st.LiveInstances, 1)
+	l.state.Store(&st)
+	if src := s.cfg.Connections; src != nil {
+		src.SetRemote(st.RemoteInFlight, st.RemoteClusterInFlight)
+	}
+	return nil
+}
+
+// rateTau is the time constant of the consumption-rate moving average.
+const rateTau = time.Second
+
+// updateRates refreshes each app's consumption rate, its rate-based lease target (rate × refill
+// horizon of 3 sync intervals) and the balance below which a background refill starts.
+func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
+	dt := now.Sub(l.lastRate)
+	if dt <= 0 {
+		return
+	}
+	l.lastRate = now
+	alpha := 1 - math.Exp(-float64(dt)/float64(rateTau))
+	horizon := 3 * cfg.SyncInterval.Seconds()
+	st := l.state.Load()
+	s := l.snap()
+	for _, a := range apps {
+		c := a.consumed.Load()
+		inst := float64(c-a.lastCons.Load()) / dt.Seconds()
+		a.lastCons.Store(c)
+		a.rate = max(alpha*inst+(1-alpha)*a.rate, 0)
+		a.rateTgt.Store(int64(math.Ceil(a.rate * horizon)))
+		t := a.want(0, 0, a.pol.Load(), st, s)
+		a.refillAt.Store(int64(cfg.RefillThreshold * float64(t)))
+	}
+}
+
+// expireLeases returns tokens leased longer than LeaseTTL ago and still unspent. The
+// approximation: one lease time per app (the last grant); when it is older than LeaseTTL, all
+// tokens above what the app needs for one refill horizon at its current rate go back to L2,
+// and the kept tokens start a new TTL.
+func (l *Limiter) expireLeases(now time.Time, apps []*App, cfg Config) {
+	for _, a := range apps {
+		if a.balance.Load() <= 0 || now.UnixNano()-a.lastLease.Load() < int64(cfg.LeaseTTL) {
+			continue
+		}
+		_ = a.returnTokens(now, a.rateTgt.Load())
+	}
+}
+
+// expireIsolated retires isolated buckets idle longer than IsolatedTTL.
+func (l *Limiter) expireIsolated(now time.Time, cfg Config) {
+	var gone []*App
+	l.isoMu.Lock()
+	for id, a := range l.isolated {
+		if now.UnixNano()-a.lastUse.Load() > int64(cfg.IsolatedTTL) {
+			delete(l.isolated, id)
+			a.retiredAt = now
+			gone = append(gone, a)
+		}
+	}
+	l.isoMu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.retired = append(l.retired, gone...)
+	l.mu.Unlock()
+	if l.Level() != LevelFailOpen {
+		l.settleRetired(now)
+	}
+}
+
+// settleRetired returns the tokens of removed apps and forgets those with nothing left to
+// return or report. A take still holding a removed app (a request in flight during a reload)
+// may lease again; its tokens are returned here on a later tick.
+func (l *Limiter) settleRetired(now time.Time) {
+	l.mu.Lock()
+	retired := append([]*App(nil), l.retired...)
+	l.mu.Unlock()
+	var keep []*App
+	for _, a := range retired {
+		_ = a.returnTokens(now, 0)
+		a.mu.Lock()
+		busy := a.call != nil
+		a.mu.Unlock()
+		settled := a.balance.Load() <= 0 && !busy &&
+			a.requests.Load() == a.sentReqs.Load() && a.consumed.Load() <= a.sentCost
+		if !settled || now.Sub(a.retiredAt) < time.Minute {
+			keep = append(keep, a)
+		}
+	}
+	l.mu.Lock()
+	// Apps retired while we worked are appended after the ones we looked at.
+	l.retired = append(keep, l.retired[len(retired):]...)
+	l.mu.Unlock()
+}
