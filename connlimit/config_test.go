@@ -1,0 +1,74 @@
+package connlimit
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string // "" = valid
+	}{
+		{"zero is all defaults", Config{}, ""},
+		{"explicit", Config{App: 1, Cluster: 1, IdleTimeout: time.Nanosecond, SweepInterval: time.Second}, ""},
+		{"app", Config{App: -1}, "connections.app must be > 0"},
+		{"cluster", Config{Cluster: -5}, "connections.cluster must be > 0"},
+		{"idle_timeout", Config{IdleTimeout: -time.Second}, "connections.idle_timeout must be > 0"},
+		{"sweep_interval", Config{SweepInterval: -time.Second}, "connections.sweep_interval must be > 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	got := Config{}.withDefaults()
+	want := Config{App: 1000, Cluster: 5000, IdleTimeout: 300 * time.Second, SweepInterval: 30 * time.Second}
+	if got != want {
+		t.Fatalf("defaults = %+v, want %+v", got, want)
+	}
+	if got := sanitize(Config{App: -3, Cluster: 7}); got.App != 1000 || got.Cluster != 7 {
+		t.Fatalf("sanitize = %+v, want App 1000 (default for a negative), Cluster 7", got)
+	}
+}
+
+func TestConfigJSON(t *testing.T) {
+	var c Config
+	in := `{"app":10,"cluster":20,"idle_timeout":"5m","sweep_interval":1000000000}`
+	if err := json.Unmarshal([]byte(in), &c); err != nil {
+		t.Fatal(err)
+	}
+	want := Config{App: 10, Cluster: 20, IdleTimeout: 5 * time.Minute, SweepInterval: time.Second}
+	if c != want {
+		t.Fatalf("got %+v, want %+v", c, want)
+	}
+	// What Marshal writes, Unmarshal reads back.
+	b, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Config
+	if err := json.Unmarshal(b, &back); err != nil || back != want {
+		t.Fatalf("round trip: %+v, %v; want %+v", back, err, want)
+	}
+	for _, bad := range []string{`{"idle_timeout":"soon"}`, `{"sweep_interval":true}`, `{"app":"x"}`} {
+		if err := json.Unmarshal([]byte(bad), &c); err == nil || !strings.Contains(err.Error(), "connections") {
+			t.Errorf("Unmarshal(%s) = %v, want an error naming connections", bad, err)
+		}
+	}
+}

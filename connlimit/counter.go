@@ -1,0 +1,285 @@
+package connlimit
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// MaxApps bounds the number of per-app counters. The root passes only configured app ids and
+// "*" (all unknown apps), so the set is bounded by the config; this cap is a second line of
+// defence: past it, new ids are counted under "*" instead of growing the map.
+const MaxApps = 10000
+
+// UnknownApp is the id under which apps past MaxApps are counted.
+const UnknownApp = "*"
+
+// numShards is the number of active-ticket sets; tickets spread over them so that Acquire and
+// Release of different requests rarely share a mutex.
+const numShards = 64
+
+// counts are one scope's counters (an app, or the cluster). All fields are atomics: the hot
+// path never locks them.
+type counts struct {
+	current  atomic.Int64 // in flight on this instance
+	peak     atomic.Int64 // max of current ever seen
+	rejected atomic.Int64 // acquisitions refused by this scope's limit
+	leaked   atomic.Int64 // tickets force-released by the sweep
+	remote   atomic.Int64 // in flight on the other live instances (last SetRemote)
+	limit    atomic.Int64 // last limit applied (for Snapshot)
+	_        [16]byte     // keep hot counters of neighbours off this cache line
+}
+
+// tryAcquire adds one to current if current + remote stays below limit, without ever showing
+// an over-count to concurrent readers, and returns the new current.
+func (c *counts) tryAcquire(limit int64) (int64, bool) {
+	remote := c.remote.Load()
+	for {
+		cur := c.current.Load()
+		if cur+remote >= limit {
+			return cur, false
+		}
+		if c.current.CompareAndSwap(cur, cur+1) {
+			return cur + 1, true
+		}
+	}
+}
+
+// raisePeak sets peak to max(peak, n).
+func (c *counts) raisePeak(n int64) {
+	for {
+		p := c.peak.Load()
+		if n <= p || c.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+// setLimit records the limit for Snapshot, writing only when it changed to keep the line clean.
+func (c *counts) setLimit(limit int64) {
+	if c.limit.Load() != limit {
+		c.limit.Store(limit)
+	}
+}
+
+// appCounts is one app's counters.
+type appCounts struct {
+	counts
+	name string
+}
+
+// shard is one set of active tickets: an intrusive doubly linked list under a small mutex.
+type shard struct {
+	mu   sync.Mutex
+	head *Ticket
+	_    [48]byte // one shard per cache line
+}
+
+// Counter counts in-flight requests per app and for one cluster and enforces their limits
+// against this instance's counts plus the other live instances' last reports (DESIGN §7).
+// It implements limiter.InFlightSource through InFlight and SetRemote. All methods are safe
+// for concurrent use.
+type Counter struct {
+	now   func() time.Time
+	epoch time.Time // activity times are durations since epoch (monotonic with time.Now)
+	real  bool      // now is time.Now: clock uses time.Since, which reads only the monotonic clock
+	cfg   atomic.Pointer[Config]
+
+	cluster counts
+	apps    atomic.Pointer[map[string]*appCounts] // copy-on-write: lock-free reads
+	appsMu  sync.Mutex                            // serialises writers of apps
+
+	shards    [numShards]shard
+	nextShard atomic.Uint32
+	pool      sync.Pool
+
+	maxApps int    // MaxApps; lowered by tests
+	onSweep func() // test hook: called by the loop after each Sweep
+
+	reset     chan struct{} // Update → loop: the sweep interval may have changed
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// New returns a Counter for one cluster and starts its leak sweep loop (stopped by Close).
+// Zero or negative fields of cfg take their defaults (call cfg.Validate first to reject them).
+// now is the clock (nil = time.Now); tests inject one and call Sweep themselves.
+func New(cfg Config, now func() time.Time) *Counter {
+	return newCounter(cfg, now, nil)
+}
+
+// newCounter is New with a hook the loop calls after each Sweep (tests await it).
+func newCounter(cfg Config, now func() time.Time, onSweep func()) *Counter {
+	real := now == nil
+	if real {
+		now = time.Now
+	}
+	c := &Counter{
+		now:     now,
+		real:    real,
+		epoch:   now(),
+		maxApps: MaxApps,
+		onSweep: onSweep,
+		reset:   make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	c.pool.New = func() any {
+		return &Ticket{c: c, shard: &c.shards[c.nextShard.Add(1)%numShards]}
+	}
+	cfg = sanitize(cfg)
+	c.cfg.Store(&cfg)
+	c.cluster.limit.Store(cfg.Cluster)
+	apps := map[string]*appCounts{}
+	c.apps.Store(&apps)
+	go c.loop(cfg.SweepInterval)
+	return c
+}
+
+// sanitize replaces every zero or negative field by its default.
+func sanitize(cfg Config) Config {
+	if cfg.App < 0 {
+		cfg.App = 0
+	}
+	if cfg.Cluster < 0 {
+		cfg.Cluster = 0
+	}
+	if cfg.IdleTimeout < 0 {
+		cfg.IdleTimeout = 0
+	}
+	if cfg.SweepInterval < 0 {
+		cfg.SweepInterval = 0
+	}
+	return cfg.withDefaults()
+}
+
+// Acquire takes one in-flight slot for app (appLimit is the app's max_connections; <= 0 means
+// Config.App). It admits only if, for the cluster and then for the app, local + remote < limit;
+// otherwise it returns (nil, reason), counts the rejection in the scope that refused, and
+// leaves every current count as it was. The caller must Release the ticket when the request
+// ends. 0 allocations for an app already seen.
+func (c *Counter) Acquire(app string, appLimit int64) (*Ticket, limiter.Reason) {
+	cfg := c.cfg.Load()
+	if appLimit <= 0 {
+		appLimit = cfg.App
+	}
+	a := c.app(app)
+	a.setLimit(appLimit)
+	nc, ok := c.cluster.tryAcquire(cfg.Cluster)
+	if !ok {
+		c.cluster.rejected.Add(1)
+		return nil, limiter.ReasonClusterLimitExceeded
+	}
+	na, ok := a.tryAcquire(appLimit)
+	if !ok {
+		c.cluster.current.Add(-1) // roll back: the request never got in
+		a.rejected.Add(1)
+		return nil, limiter.ReasonAppLimitExceeded
+	}
+	// Peaks only count admitted requests, so a rolled-back cluster slot never shows as a peak.
+	c.cluster.raisePeak(nc)
+	a.raisePeak(na)
+	t := c.pool.Get().(*Ticket)
+	t.activate(a, c.clock())
+	return t, limiter.ReasonNone
+}
+
+// Limits returns the limit and the fleet-wide current count (local + remote) of app, for the
+// X-Connection-Limit/Current headers (remaining = limit - current, floored at 0). appLimit <= 0
+// means Config.App. app "" (never a valid app id) asks for the cluster's figures.
+func (c *Counter) Limits(app string, appLimit int64) (limit, current int64) {
+	cfg := c.cfg.Load()
+	if app == "" {
+		return cfg.Cluster, c.cluster.current.Load() + c.cluster.remote.Load()
+	}
+	if appLimit <= 0 {
+		appLimit = cfg.App
+	}
+	a := (*c.apps.Load())[app]
+	if a == nil {
+		return appLimit, 0
+	}
+	return appLimit, a.current.Load() + a.remote.Load()
+}
+
+// Update applies a reloaded config; counters, peaks and in-flight tickets are kept. Zero or
+// negative fields take their defaults.
+func (c *Counter) Update(cfg Config) {
+	cfg = sanitize(cfg)
+	c.cfg.Store(&cfg)
+	c.cluster.limit.Store(cfg.Cluster)
+	select {
+	case c.reset <- struct{}{}:
+	default: // a reset is already pending; the loop reads the newest config
+	}
+}
+
+// Close stops the sweep loop. The Counter still counts afterwards; it just no longer sweeps.
+func (c *Counter) Close() {
+	c.closeOnce.Do(func() { close(c.stop) })
+	<-c.done
+}
+
+// loop runs Sweep every SweepInterval until Close.
+func (c *Counter) loop(interval time.Duration) {
+	defer close(c.done)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+			c.Sweep()
+			if c.onSweep != nil {
+				c.onSweep()
+			}
+		case <-c.reset:
+			tick.Reset(c.cfg.Load().SweepInterval)
+		}
+	}
+}
+
+// clock is the injected clock's now as a duration since the Counter's creation.
+func (c *Counter) clock() int64 {
+	if c.real {
+		return int64(time.Since(c.epoch)) // half the cost of time.Now on the hot path
+	}
+	return int64(c.now().Sub(c.epoch))
+}
+
+// app returns app's counters, creating them on first use (bounded by MaxApps).
+func (c *Counter) app(name string) *appCounts {
+	if a := (*c.apps.Load())[name]; a != nil {
+		return a
+	}
+	return c.addApp(name)
+}
+
+// addApp creates name's counters by copying the map (rare: once per app).
+func (c *Counter) addApp(name string) *appCounts {
+	c.appsMu.Lock()
+	defer c.appsMu.Unlock()
+	old := *c.apps.Load()
+	if a := old[name]; a != nil {
+		return a
+	}
+	if len(old) >= c.maxApps && name != UnknownApp {
+		if a := old[UnknownApp]; a != nil {
+			return a
+		}
+		name = UnknownApp
+	}
+	a := &appCounts{name: name}
+	a.limit.Store(c.cfg.Load().App)
+	apps := make(map[string]*appCounts, len(old)+1)
+	for k, v := range old {
+		apps[k] = v
+	}
+	apps[name] = a
+	c.apps.Store(&apps)
+	return a
+}

@@ -1,0 +1,84 @@
+package connlimit
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSweepLeaked(t *testing.T) {
+	c, clk := newTest(t, Config{IdleTimeout: 300 * time.Second})
+	leak := mustAcquire(t, c, "a", 0)
+	clk.advance(300 * time.Second)
+	c.Sweep() // idle exactly IdleTimeout: not yet
+	if s := stats(t, c, "a"); s.Current != 1 || s.Leaked != 0 {
+		t.Fatalf("at the timeout %+v, want current 1, leaked 0", s)
+	}
+	fresh := mustAcquire(t, c, "a", 0)
+	clk.advance(time.Second)
+	c.Sweep()
+	if s := stats(t, c, "a"); s.Current != 1 || s.Leaked != 1 {
+		t.Fatalf("after the sweep %+v, want current 1, leaked 1", s)
+	}
+	if s := stats(t, c, ""); s.Current != 1 || s.Leaked != 1 {
+		t.Fatalf("cluster after the sweep %+v, want current 1, leaked 1", s)
+	}
+	// The holder's late Release is a no-op, however often it is called.
+	leak.Release()
+	leak.Release()
+	if s := stats(t, c, "a"); s.Current != 1 || s.Leaked != 1 {
+		t.Fatalf("after the late release %+v, want current 1, leaked 1", s)
+	}
+	fresh.Release()
+	c.Sweep()
+	for _, s := range c.Snapshot() {
+		if s.Current != 0 || s.Leaked != 1 {
+			t.Fatalf("end %+v, want current 0, leaked 1", s)
+		}
+	}
+}
+
+func TestTouchKeepsStreamAlive(t *testing.T) {
+	c, clk := newTest(t, Config{IdleTimeout: 300 * time.Second})
+	stream := mustAcquire(t, c, "a", 0)
+	idle := mustAcquire(t, c, "a", 0)
+	h := stream.Handle()
+	for range 10 { // an hour-long stream that shows activity every 200 s
+		clk.advance(200 * time.Second)
+		if i := clk.ns.Load() / int64(200*time.Second); i%2 == 0 {
+			stream.Touch()
+		} else {
+			h.Touch()
+		}
+		c.Sweep()
+	}
+	s := stats(t, c, "a")
+	if s.Current != 1 || s.Leaked != 1 {
+		t.Fatalf("stats %+v, want the stream alive (current 1) and the idle one leaked", s)
+	}
+	idle.Release()
+	stream.Release()
+	if s := stats(t, c, "a"); s.Current != 0 || s.Leaked != 1 {
+		t.Fatalf("end %+v, want current 0, leaked 1", s)
+	}
+}
+
+func TestSweepLoop(t *testing.T) {
+	clk := &manualClock{}
+	swept := make(chan struct{}, 1)
+	c := newCounter(Config{IdleTimeout: time.Second, SweepInterval: time.Hour}, clk.now, func() {
+		select {
+		case swept <- struct{}{}:
+		default:
+		}
+	})
+	defer c.Close()
+	mustAcquire(t, c, "a", 0)
+	clk.advance(2 * time.Second)
+	c.Update(Config{IdleTimeout: time.Second, SweepInterval: time.Millisecond}) // the loop picks up the new interval
+	<-swept
+	if s := stats(t, c, "a"); s.Current != 0 || s.Leaked != 1 {
+		t.Fatalf("stats %+v after the loop swept, want current 0, leaked 1", s)
+	}
+	c.Close()
+	c.Close() // idempotent
+}

@@ -1,0 +1,137 @@
+package connlimit
+
+import "sync/atomic"
+
+// Ticket states, in the low two bits of Ticket.state; the bits above are the generation, which
+// grows by one on every Acquire of the (pooled) Ticket.
+const (
+	stateFree   = 0 // released (or never used): in the pool or about to be
+	stateActive = 1 // in flight, in its shard's list
+	stateSwept  = 2 // force-released by the sweep; the holder's Release will recycle it
+	stateMask   = 3
+)
+
+// Ticket is one admitted request's in-flight slot. Tickets are pooled, so after Release the
+// holder must drop its pointer, exactly as with a sync.Pool object.
+//
+// Release is exactly-once: the first of Release and the leak sweep to claim the ticket (one
+// atomic compare-and-swap) gives the slot back; every later call is a no-op, as long as the
+// pointer is not used after the ticket has been recycled for another request. A holder that
+// may release from more than one place at once (say, a hijacked connection's close hook racing
+// the handler's defer) takes a Handle, which carries the generation and so can never release
+// a later request's slot.
+type Ticket struct {
+	c     *Counter
+	shard *shard // fixed for the Ticket's life
+
+	state atomic.Uint64 // generation<<2 | state
+	last  atomic.Int64  // last activity (Acquire or Touch), ns since the Counter's epoch
+
+	// Guarded by shard.mu while the ticket is in the shard's list.
+	app        *appCounts
+	prev, next *Ticket
+}
+
+// activate starts a new generation of t for app at now and makes it findable by the sweep.
+// It is linked before it turns active: the sweep and stale Releases ignore non-active tickets.
+func (t *Ticket) activate(a *appCounts, now int64) {
+	gen := t.state.Load()>>2 + 1
+	t.last.Store(now)
+	sh := t.shard
+	sh.mu.Lock()
+	t.app = a
+	t.prev = nil
+	t.next = sh.head
+	if sh.head != nil {
+		sh.head.prev = t
+	}
+	sh.head = t
+	sh.mu.Unlock()
+	t.state.Store(gen<<2 | stateActive)
+}
+
+// unlink removes t from its shard's list; the caller holds shard.mu.
+func (t *Ticket) unlink() {
+	sh := t.shard
+	if t.prev != nil {
+		t.prev.next = t.next
+	} else {
+		sh.head = t.next
+	}
+	if t.next != nil {
+		t.next.prev = t.prev
+	}
+	t.prev, t.next = nil, nil
+}
+
+// Release gives the slot back. A second call, or a call after the sweep released the ticket,
+// is a no-op.
+func (t *Ticket) Release() {
+	t.release(t.state.Load() >> 2)
+}
+
+// Touch records activity on a long request (a stream), so the leak sweep leaves it alone:
+// one clock read and one atomic store.
+func (t *Ticket) Touch() {
+	t.last.Store(t.c.clock())
+}
+
+// Handle returns a handle on this acquisition of t (see Handle).
+func (t *Ticket) Handle() Handle {
+	return Handle{t: t, gen: t.state.Load() >> 2}
+}
+
+// release ends generation gen of t, if that generation has not ended yet.
+func (t *Ticket) release(gen uint64) {
+	for {
+		s := t.state.Load()
+		if s>>2 != gen {
+			return // a stale handle: that acquisition is long over
+		}
+		switch s & stateMask {
+		case stateActive:
+			if !t.state.CompareAndSwap(s, gen<<2|stateFree) {
+				continue // the sweep got there first; look again
+			}
+			sh := t.shard
+			sh.mu.Lock()
+			a := t.app
+			t.unlink()
+			sh.mu.Unlock()
+			a.current.Add(-1)
+			t.c.cluster.current.Add(-1)
+			t.c.pool.Put(t)
+			return
+		case stateSwept:
+			// The sweep already gave the slot back and unlinked t; only recycling is left.
+			if t.state.CompareAndSwap(s, gen<<2|stateFree) {
+				t.c.pool.Put(t)
+				return
+			}
+		default:
+			return // already released
+		}
+	}
+}
+
+// Handle names one acquisition of a pooled Ticket. It is a small value (no allocation), and
+// its Release is a no-op once that acquisition has ended, even if the Ticket has since been
+// recycled for another request: the generation it carries no longer matches.
+type Handle struct {
+	t   *Ticket
+	gen uint64
+}
+
+// Release gives the acquisition's slot back, at most once over all handles and the Ticket.
+func (h Handle) Release() {
+	if h.t != nil {
+		h.t.release(h.gen)
+	}
+}
+
+// Touch records activity, if the acquisition is still in flight.
+func (h Handle) Touch() {
+	if h.t != nil && h.t.state.Load() == h.gen<<2|stateActive {
+		h.t.Touch()
+	}
+}
