@@ -1,3 +1,22 @@
 // Package connlimit counts in-flight requests per app and per cluster and enforces their limits,
 // locally and fleet-wide (DESIGN §7).
+//
+// One Counter serves one cluster. Acquire admits a request only if, first for the cluster and
+// then for the app, this instance's count plus the other live instances' last reported count
+// (SetRemote) is below the limit; the counts move by compare-and-swap, so no concurrent reader
+// ever sees a count above its limit, and a request refused by its app's limit gives its cluster
+// slot straight back. Counter implements the limiter's InFlightSource (InFlight, SetRemote), so
+// the limiter's periodic report carries the counts to the fleet.
+//
+// Tickets come from a sync.Pool and are released exactly once: by their holder or, if idle for
+// longer than IdleTimeout, by the leak sweep, which counts them as leaked. Active tickets sit in
+// one of a fixed set of sharded intrusive lists, each under its own small mutex, so the sweep
+// finds them without a global lock on the request path. A pooled Ticket carries a generation;
+// a Handle (ticket + generation) can never release a later request's slot, which makes it the
+// right thing to keep where several paths may release (a hijacked connection's Close and the
+// handler's return).
+//
+// Per-app counters live in a copy-on-write map read lock-free. The set is bounded because the
+// caller passes only configured app ids and "*" (every unknown app); MaxApps is a backstop.
+// Peaks are this instance's; Limits and enforcement include the remote counts.
 package connlimit
