@@ -1,0 +1,223 @@
+// Command benchrun is the side-by-side load harness behind bench/run.sh: it starts its own
+// redis-server, then, round after round, starts each Caddy variant on loopback, loads it with the
+// same wrk settings, collects throughput, latency, Redis commands and tierbucket's local hit
+// ratio, and writes a markdown table. See bench/README.md.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// sample is one measured wrk run of one variant in one scenario and round.
+type sample struct {
+	round     int
+	scenario  string
+	variant   string
+	wrk       wrkResult
+	redisCmds int64   // INFO commandstats calls during the run, in-script ones included (-1: no Redis)
+	scriptCmd int64   // of which EVAL/EVALSHA/FCALL (-1: no Redis)
+	localHits float64 // delta of caddy_rate_limit_local_hits_total (tierbucket only)
+	decisions float64 // delta of caddy_rate_limit_requests_total (tierbucket only)
+}
+
+type options struct {
+	binDir, outDir   string
+	duration, warmup time.Duration
+	rounds           int
+	threads, conns   int
+	highQuota        int
+	lowQuota         int
+	variants         []variant
+	scenarios        []scenario
+	notes            []string
+}
+
+func main() {
+	var o options
+	var variantList, skipped string
+	flag.StringVar(&o.binDir, "bin", "bench/bin", "directory with the Caddy builds")
+	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the results")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured wrk run per variant and round")
+	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured wrk run before each measured run")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every variant once per scenario")
+	flag.IntVar(&o.threads, "threads", 2, "wrk threads")
+	flag.IntVar(&o.conns, "conns", 50, "wrk connections")
+	flag.IntVar(&o.highQuota, "high-quota", 1000000, "quota (req/s) of the 'limit never reached' scenario")
+	flag.IntVar(&o.lowQuota, "low-quota", 200, "quota (req/s) of the 'limit reached' scenario")
+	flag.StringVar(&variantList, "variants", "", "comma-separated variants to run (default: all)")
+	flag.StringVar(&skipped, "skipped", "", "note about variants that could not be built")
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+
+	for _, v := range variants {
+		if variantList == "" || contains(strings.Split(variantList, ","), v.name) {
+			o.variants = append(o.variants, v)
+		}
+	}
+	if len(o.variants) == 0 || o.variants[0].name != "plain" {
+		log.Fatal("the variants must include plain (the baseline)")
+	}
+	if skipped != "" {
+		o.notes = append(o.notes, skipped)
+	}
+	o.scenarios = []scenario{
+		{name: "unlimited", quota: o.highQuota, desc: "limit never reached: pure overhead"},
+		{name: "limited", quota: o.lowQuota, desc: "limit reached: most requests rejected"},
+	}
+	if err := run(o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(o options) error {
+	stamp := time.Now().UTC().Format("2006-01-02T1504Z")
+	if err := os.MkdirAll(o.outDir, 0o755); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "tierbucket-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	logPath := filepath.Join(o.outDir, stamp+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+
+	machine := describeMachine()
+	wrk, err := newWrkRunner(work, o.threads, o.conns)
+	if err != nil {
+		return err
+	}
+	rs, err := startRedis(work, logf)
+	if err != nil {
+		return err
+	}
+	defer rs.stop()
+	log.Printf("redis-server on %s; logs in %s", rs.addr, logPath)
+
+	var samples []sample
+	started := time.Now()
+	for round := 1; round <= o.rounds; round++ {
+		for _, s := range o.scenarios {
+			// Round-robin: each round starts with a different variant so no variant always
+			// runs first (or right after the same neighbour) while the machine warms up.
+			n := len(o.variants)
+			for i := range n {
+				v := o.variants[(i+round-1)%n]
+				smp, err := measure(o, v, s, round, rs, wrk, work, logf)
+				if err != nil {
+					return fmt.Errorf("round %d, %s, %s: %v", round, s.name, v.name, err)
+				}
+				log.Printf("round %d/%d %-9s %-17s %8.0f req/s  p50 %v  p99 %v", round, o.rounds, s.name, v.name,
+					smp.wrk.RPS(), smp.wrk.P50, smp.wrk.P99)
+				samples = append(samples, smp)
+			}
+		}
+	}
+	machine.elapsed = time.Since(started).Round(time.Second)
+
+	md := report(o, machine, samples)
+	mdPath := filepath.Join(o.outDir, stamp+".md")
+	if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := writeRaw(filepath.Join(o.outDir, stamp+".tsv"), samples); err != nil {
+		return err
+	}
+	fmt.Print(md)
+	log.Printf("wrote %s", mdPath)
+	return nil
+}
+
+// measure runs one variant once: fresh Redis state, fresh Caddy, warm-up, measured run.
+func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *wrkRunner, work string, logf *os.File) (sample, error) {
+	smp := sample{round: round, scenario: s.name, variant: v.name, redisCmds: -1, scriptCmd: -1}
+	if err := rs.reset(); err != nil {
+		return smp, err
+	}
+	httpPort, err := freePort()
+	if err != nil {
+		return smp, err
+	}
+	adminPort, err := freePort()
+	if err != nil {
+		return smp, err
+	}
+	dir := filepath.Join(work, fmt.Sprintf("%s-%s-%d", v.name, s.name, round))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return smp, err
+	}
+	bin, err := filepath.Abs(filepath.Join(o.binDir, v.bin))
+	if err != nil {
+		return smp, err
+	}
+	fmt.Fprintf(logf, "=== round %d %s %s\n", round, s.name, v.name)
+	c, err := startCaddy(bin, dir, caddyfile(v, s, httpPort, adminPort, rs.addr), httpPort, adminPort, logf)
+	if err != nil {
+		return smp, err
+	}
+	defer c.proc.stop()
+
+	if o.warmup > 0 {
+		if _, err := wrk.run(httpPort, o.warmup, logf); err != nil {
+			return smp, fmt.Errorf("warm-up: %v", err)
+		}
+	}
+	var hits0, dec0 float64
+	if v.tierbucket {
+		if hits0, err = c.metric("caddy_rate_limit_local_hits_total"); err != nil {
+			return smp, err
+		}
+		if dec0, err = c.metric("caddy_rate_limit_requests_total"); err != nil {
+			return smp, err
+		}
+	}
+	if err := rs.resetStats(); err != nil {
+		return smp, err
+	}
+	if smp.wrk, err = wrk.run(httpPort, o.duration, logf); err != nil {
+		return smp, err
+	}
+	calls, scripts, err := rs.commandCalls()
+	if err != nil {
+		return smp, err
+	}
+	if v.redis {
+		smp.redisCmds, smp.scriptCmd = calls, scripts
+	} else if calls != 0 {
+		return smp, fmt.Errorf("variant without Redis sent %d Redis commands", calls)
+	}
+	if v.tierbucket {
+		hits, err := c.metric("caddy_rate_limit_local_hits_total")
+		if err != nil {
+			return smp, err
+		}
+		dec, err := c.metric("caddy_rate_limit_requests_total")
+		if err != nil {
+			return smp, err
+		}
+		smp.localHits, smp.decisions = hits-hits0, dec-dec0
+	}
+	if c.proc.exited() {
+		return smp, fmt.Errorf("caddy exited during the run (see the log)")
+	}
+	return smp, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if strings.TrimSpace(x) == s {
+			return true
+		}
+	}
+	return false
+}

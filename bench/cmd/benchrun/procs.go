@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// freePort asks the kernel for an unused loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// proc is a child process started by the bench; stop ends it (SIGTERM, then SIGKILL).
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func start(name string, args []string, dir string, log io.Writer) (*proc, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = log, log
+	// Keep Caddy's data and config (autosave, storage) inside the bench's temp dir.
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// redisServer is the bench's own redis-server on a free loopback port.
+type redisServer struct {
+	proc   *proc
+	addr   string
+	client *redis.Client
+}
+
+func startRedis(dir string, log io.Writer) (*redisServer, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err := start("redis-server", []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir}, dir, log)
+	if err != nil {
+		return nil, fmt.Errorf("redis-server: %v", err)
+	}
+	r := &redisServer{proc: p, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	r.client = redis.NewClient(&redis.Options{Addr: r.addr})
+	deadline := time.Now().Add(10 * time.Second)
+	for r.client.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) || p.exited() {
+			p.stop()
+			return nil, fmt.Errorf("redis-server on %s did not start", r.addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return r, nil
+}
+
+// reset empties the database and the command statistics.
+func (r *redisServer) reset() error {
+	ctx := context.Background()
+	if err := r.client.FlushAll(ctx).Err(); err != nil {
+		return err
+	}
+	return r.resetStats()
+}
+
+func (r *redisServer) resetStats() error {
+	return r.client.ConfigResetStat(context.Background()).Err()
+}
+
+// harnessCommands are the commands the bench itself sends; they are not counted.
+var harnessCommands = map[string]bool{"info": true, "config": true, "flushall": true, "ping": true}
+
+// scriptCommands run a server-side script; each is one round trip from the client.
+var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true,
+	"fcall": true, "fcall_ro": true}
+
+// commandCalls reads INFO commandstats since the last reset, without the harness's own commands:
+// all calls (which include the commands run inside scripts) and the script calls alone.
+func (r *redisServer) commandCalls() (all, scripts int64, err error) {
+	info, err := r.client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	all, scripts = sumCommandCalls(info)
+	return all, scripts, nil
+}
+
+// sumCommandCalls parses lines like "cmdstat_evalsha:calls=12,usec=34,..." (Redis 7 also has
+// subcommands such as "cmdstat_config|resetstat").
+func sumCommandCalls(info string) (all, scripts int64) {
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		cmd, _, _ := strings.Cut(strings.TrimPrefix(name, "cmdstat_"), "|")
+		if harnessCommands[cmd] {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				all += n
+				if scriptCommands[cmd] {
+					scripts += n
+				}
+			}
+		}
+	}
+	return all, scripts
+}
+
+func (r *redisServer) stop() {
+	_ = r.client.Close()
+	r.proc.stop()
+}
+
+// caddyServer is one running Caddy variant.
+type caddyServer struct {
+	proc      *proc
+	httpPort  int
+	adminPort int
+}
+
+func startCaddy(bin, dir, config string, httpPort, adminPort int, log io.Writer) (*caddyServer, error) {
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	p, err := start(bin, []string{"run", "--config", path, "--adapter", "caddyfile"}, dir, log)
+	if err != nil {
+		return nil, err
+	}
+	c := &caddyServer{proc: p, httpPort: httpPort, adminPort: adminPort}
+	// Ready when the site answers (any status: a limiter may already say 429).
+	url := fmt.Sprintf("http://127.0.0.1:%d/", httpPort)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return c, nil
+		}
+		if time.Now().After(deadline) || p.exited() {
+			p.stop()
+			return nil, fmt.Errorf("%s did not start (see the log): %v", bin, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// metric sums every sample of a counter in the admin /metrics output (all label sets).
+func (c *caddyServer) metric(name string) (float64, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", c.adminPort))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	return sumMetric(string(body), name), nil
+}
+
+// sumMetric parses Prometheus text format lines "name{labels} value" or "name value".
+func sumMetric(text, name string) float64 {
+	var total float64
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err == nil {
+			total += v
+		}
+	}
+	return total
+}

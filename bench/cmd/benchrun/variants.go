@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// appHost is the Host header wrk sends: every limiter keys on {http.request.host}, so all the
+// load counts against one app in every variant.
+const appHost = "bench"
+
+// scenario is one load shape: the quota (requests per second, burst of one second) that every
+// limiter is configured with.
+type scenario struct {
+	name  string
+	quota int
+	desc  string
+}
+
+// variant is one Caddy build plus the limiter block that goes in front of `respond "ok" 200`.
+type variant struct {
+	name       string // short id used in flags and raw results
+	title      string // table label
+	bin        string // binary name under bench/bin
+	redis      bool   // talks to the bench's redis-server
+	tierbucket bool   // exposes caddy_rate_limit_* metrics
+	block      func(quota int, redisAddr string) string
+}
+
+// variants lists every variant in table order; "plain" must be first (the baseline).
+var variants = []variant{
+	{
+		name: "plain", title: "Caddy (no limiter)", bin: "plain",
+		block: func(int, string) string { return "" },
+	},
+	{
+		name: "tierbucket-memory", title: "tierbucket, memory store", bin: "tierbucket", tierbucket: true,
+		block: func(q int, _ string) string { return tierbucketBlock(q, "") },
+	},
+	{
+		name: "tierbucket-redis", title: "tierbucket, Redis store", bin: "tierbucket", tierbucket: true, redis: true,
+		block: func(q int, addr string) string { return tierbucketBlock(q, addr) },
+	},
+	{
+		name: "mholt", title: "mholt/caddy-ratelimit v0.1.0 (in memory)", bin: "mholt",
+		block: func(q int, _ string) string {
+			return fmt.Sprintf(`rate_limit {
+		zone bench {
+			key {http.request.host}
+			window 1s
+			events %d
+		}
+	}`, q)
+		},
+	},
+	{
+		name: "redis_rate", title: "redis_rate v10, one Redis call per request", bin: "redisrate", redis: true,
+		block: func(q int, addr string) string {
+			return fmt.Sprintf(`redis_rate_bench {
+		address %s
+		key {http.request.host}
+		rate %d
+		burst %d
+		period 1s
+	}`, addr, q, q)
+		},
+	},
+}
+
+// tierbucketBlock is the rate_limit block: one app with guaranteed = burst = quota; cost 1 per
+// request (operations http, GET base 1) so that cost tokens equal requests in every variant.
+func tierbucketBlock(quota int, redisAddr string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `rate_limit {
+		key {http.request.host}
+		app %s {
+			guaranteed %d
+			burst %d
+		}
+		cost {
+			operations http
+		}`, appHost, quota, quota)
+	if redisAddr != "" {
+		fmt.Fprintf(&b, `
+		redis {
+			address %s
+		}`, redisAddr)
+	}
+	b.WriteString("\n\t}")
+	return b.String()
+}
+
+// caddyfile is the whole config of one variant: loopback only, admin on its own port (for
+// /metrics), no HTTPS, no config persistence, no access log.
+func caddyfile(v variant, s scenario, httpPort, adminPort int, redisAddr string) string {
+	return fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	auto_https off
+	persist_config off
+}
+
+http://:%d {
+	bind 127.0.0.1
+	%s
+	respond "ok" 200
+}
+`, adminPort, httpPort, v.block(s.quota, redisAddr))
+}
+
+// findVariant returns the variant with the given name.
+func findVariant(name string) (variant, bool) {
+	for _, v := range variants {
+		if v.name == name {
+			return v, true
+		}
+	}
+	return variant{}, false
+}

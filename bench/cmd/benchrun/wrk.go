@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// wrkScript makes wrk print one machine-readable line at the end, from the same latency
+// histogram that `--latency` prints (microseconds).
+const wrkScript = `done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("BENCH requests=%d duration_us=%d status_errors=%d socket_errors=%d p50_us=%d p99_us=%d\n",
+    summary.requests, summary.duration, e.status, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+`
+
+// wrkResult is what one wrk run measured.
+type wrkResult struct {
+	Requests     int64
+	Duration     time.Duration
+	StatusErrors int64 // responses that were not 2xx/3xx (the limiters' 429s)
+	SocketErrors int64
+	P50, P99     time.Duration
+}
+
+// RPS is requests per second.
+func (r wrkResult) RPS() float64 { return float64(r.Requests) / r.Duration.Seconds() }
+
+// AdmittedRPS is 2xx responses per second.
+func (r wrkResult) AdmittedRPS() float64 {
+	return float64(r.Requests-r.StatusErrors-r.SocketErrors) / r.Duration.Seconds()
+}
+
+// wrkRunner runs wrk with fixed settings against loopback URLs.
+type wrkRunner struct {
+	threads, conns int
+	script         string
+}
+
+func newWrkRunner(dir string, threads, conns int) (*wrkRunner, error) {
+	script := filepath.Join(dir, "bench.lua")
+	if err := os.WriteFile(script, []byte(wrkScript), 0o644); err != nil {
+		return nil, err
+	}
+	return &wrkRunner{threads: threads, conns: conns, script: script}, nil
+}
+
+// run loads http://127.0.0.1:port/ for d; the full wrk output is appended to log.
+func (w *wrkRunner) run(port int, d time.Duration, log *os.File) (wrkResult, error) {
+	secs := int(d.Round(time.Second) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "wrk",
+		"-t", fmt.Sprint(w.threads), "-c", fmt.Sprint(w.conns), "-d", fmt.Sprintf("%ds", secs),
+		"--latency", "-s", w.script, "-H", "Host: "+appHost,
+		fmt.Sprintf("http://127.0.0.1:%d/", port))
+	out, err := cmd.CombinedOutput()
+	fmt.Fprintf(log, "$ %s\n%s\n", strings.Join(cmd.Args, " "), out)
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("wrk: %v", err)
+	}
+	return parseWrk(string(out))
+}
+
+// parseWrk reads the BENCH line written by wrkScript.
+func parseWrk(out string) (wrkResult, error) {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "BENCH ") {
+			continue
+		}
+		var r wrkResult
+		var durUS, p50, p99 int64
+		_, err := fmt.Sscanf(line, "BENCH requests=%d duration_us=%d status_errors=%d socket_errors=%d p50_us=%d p99_us=%d",
+			&r.Requests, &durUS, &r.StatusErrors, &r.SocketErrors, &p50, &p99)
+		if err != nil {
+			return wrkResult{}, fmt.Errorf("wrk output %q: %v", line, err)
+		}
+		if r.Requests == 0 || durUS == 0 {
+			return wrkResult{}, fmt.Errorf("wrk sent no requests: %q", line)
+		}
+		r.Duration = time.Duration(durUS) * time.Microsecond
+		r.P50 = time.Duration(p50) * time.Microsecond
+		r.P99 = time.Duration(p99) * time.Microsecond
+		return r, nil
+	}
+	return wrkResult{}, fmt.Errorf("no BENCH line in wrk output:\n%s", out)
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Side-by-side load test of Caddy with and without rate limiters (see bench/README.md).
+# Usage: bash bench/run.sh            (from anywhere; results in bench/results/<date>.md)
+# Settings (environment): DURATION=10s ROUNDS=3 WARMUP=2s THREADS=2 CONNS=50
+#   HIGH_QUOTA=1000000 LOW_QUOTA=200 VARIANTS=plain,tierbucket-memory,... (default: all that build)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+
+DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-3}
+WARMUP=${WARMUP:-2s}
+THREADS=${THREADS:-2}
+CONNS=${CONNS:-50}
+HIGH_QUOTA=${HIGH_QUOTA:-1000000}
+LOW_QUOTA=${LOW_QUOTA:-200}
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need wrk || ! need redis-server; then
+	if [ "$(id -u)" = 0 ] && need apt-get; then
+		apt-get update -qq
+		apt-get install -y -qq wrk redis-server >/dev/null
+	fi
+fi
+need wrk || { echo "run.sh: wrk is missing (apt-get install -y wrk)" >&2; exit 1; }
+need redis-server || { echo "run.sh: redis-server is missing (apt-get install -y redis-server)" >&2; exit 1; }
+
+echo "building Caddy variants into bench/bin ..." >&2
+mkdir -p bin
+go build -o bin/ ./cmd/benchrun ./cmd/plain ./cmd/mholt ./cmd/redisrate
+variants=plain
+skipped=""
+if go build -o bin/ ./cmd/tierbucket 2>bin/tierbucket-build.log &&
+	bin/tierbucket list-modules 2>/dev/null | grep -qx http.handlers.rate_limit; then
+	variants=$variants,tierbucket-memory,tierbucket-redis
+else
+	echo "run.sh: tierbucket does not build or has no rate_limit module yet (bench/bin/tierbucket-build.log); running without it" >&2
+	skipped="tierbucket was not measured: its build failed or has no http.handlers.rate_limit module yet (bench/bin/tierbucket-build.log)."
+fi
+variants=$variants,mholt,redis_rate
+VARIANTS=${VARIANTS:-$variants}
+
+cd "$here/.."
+exec bench/bin/benchrun -bin bench/bin -out bench/results \
+	-duration "$DURATION" -rounds "$ROUNDS" -warmup "$WARMUP" -threads "$THREADS" -conns "$CONNS" \
+	-high-quota "$HIGH_QUOTA" -low-quota "$LOW_QUOTA" -variants "$VARIANTS" -skipped "$skipped"
