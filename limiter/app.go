@@ -75,6 +75,13 @@ type leaseCall struct {
 	err  error
 }
 
+// doneCall stands for a lease that has already finished successfully.
+var doneCall = func() *leaseCall {
+	c := &leaseCall{done: make(chan struct{})}
+	close(c.done)
+	return c
+}()
+
 func (l *Limiter) newApp(id, label string, p AppPolicy, st *appStats, isolated bool, cfg *Config) *App {
 	a := &App{l: l, id: id, label: label, stats: st, isolated: isolated}
 	a.pol.Store(newAppPolicy(p))
@@ -187,6 +194,9 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 	defer cancel()
 	for range 3 {
 		c := a.startLease(need)
+		if c == nil {
+			c = doneCall
+		}
 		select {
 		case <-c.done:
 		case <-ctx.Done():

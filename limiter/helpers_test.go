@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,100 +29,6 @@ func (c *manualClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
-}
-
-// fakeStore is a minimal L2 (the lease/return rules of STORE_SEMANTICS.md, no L1) used until
-// the memory store exists; newStore below picks the implementation.
-type fakeStore struct {
-	mu      sync.Mutex
-	now     func() time.Time
-	buckets map[string]*fakeBucket
-	seen    map[string]time.Time
-}
-
-type fakeBucket struct {
-	tokens float64
-	ts     int64
-}
-
-func newFakeStore(now func() time.Time) *fakeStore {
-	return &fakeStore{now: now, buckets: map[string]*fakeBucket{}, seen: map[string]time.Time{}}
-}
-
-func (f *fakeStore) bucket(app string, p AppPolicy, factor float64) *fakeBucket {
-	now := f.now().UnixMicro()
-	b := f.buckets[app]
-	if b == nil {
-		b = &fakeBucket{tokens: p.Burst, ts: now}
-		f.buckets[app] = b
-	}
-	el := float64(max(0, now-b.ts)) / 1e6
-	b.tokens = math.Min(p.Burst, b.tokens+el*p.Guaranteed*factor)
-	b.ts = max(b.ts, now)
-	return b
-}
-
-func (f *fakeStore) Lease(_ context.Context, r LeaseRequest) (Lease, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	b := f.bucket(r.App, r.Policy, r.Factor)
-	need := min(r.Need, int64(r.Policy.Burst))
-	want := max(r.Want, need)
-	avail := int64(b.tokens)
-	var g int64
-	switch {
-	case avail >= want:
-		g = want
-	case avail >= need && need > 0:
-		g = avail
-	}
-	b.tokens -= float64(g)
-	l := Lease{Granted: g, Remaining: int64(b.tokens)}
-	if g < need {
-		rate := r.Policy.Guaranteed * r.Factor
-		l.RetryAfter = time.Second
-		if rate > 0 {
-			l.RetryAfter = time.Duration(math.Ceil((float64(need)-b.tokens)/rate*1e6)) * time.Microsecond
-		}
-		l.Reason = ReasonAppExhausted
-	}
-	return l, nil
-}
-
-func (f *fakeStore) Return(_ context.Context, r Return) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	b := f.bucket(r.App, r.Policy, 1)
-	if r.Tokens > 0 {
-		b.tokens = math.Min(r.Policy.Burst, b.tokens+float64(r.Tokens))
-	}
-	return nil
-}
-
-func (f *fakeStore) Report(_ context.Context, r Report) (ClusterState, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := f.now()
-	f.seen[r.Instance] = now
-	live := 0
-	for _, t := range f.seen {
-		if now.Sub(t) <= 3*time.Second {
-			live++
-		}
-	}
-	return ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: live}, nil
-}
-
-func (f *fakeStore) Close() error { return nil }
-
-// tokens is L2's bucket level for app, for assertions.
-func (f *fakeStore) tokens(app string) float64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if b := f.buckets[app]; b != nil {
-		return b.tokens
-	}
-	return math.NaN()
 }
 
 var errDown = errors.New("store down")

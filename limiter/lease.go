@@ -8,12 +8,18 @@ import (
 )
 
 // startLease returns the lease in flight, starting one if there is none (single-flight).
-// need > 0 is the cost of the request waiting for it; 0 is a background refill.
+// need > 0 is the cost of the request waiting for it; 0 is a background refill. It returns
+// nil when a lease that finished meanwhile already covers need (grants are added before the
+// call is cleared, so checking under the lock cannot miss one).
 func (a *App) startLease(need int64) *leaseCall {
 	a.mu.Lock()
 	if c := a.call; c != nil {
 		a.mu.Unlock()
 		return c
+	}
+	if need > 0 && a.balance.Load() >= need {
+		a.mu.Unlock()
+		return nil
 	}
 	c := &leaseCall{done: make(chan struct{})}
 	a.call = c

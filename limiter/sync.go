@@ -55,6 +55,7 @@ func (l *Limiter) tickForced(now time.Time, force bool) {
 	level := l.Level()
 	// A timer firing a little early must not skip a whole interval.
 	if force || now.Sub(l.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
+		l.lastReport = now // the last attempt: in fail-open, the probe runs once a second
 		_ = l.report(now)
 	}
 	apps := l.apps()
@@ -115,7 +116,6 @@ func (l *Limiter) report(now time.Time) error {
 	if err != nil {
 		return err
 	}
-	l.lastReport = now
 	for _, m := range marks {
 		m.a.sentReqs.Add(m.req)
 		m.a.sentCost += m.cost

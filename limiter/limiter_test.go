@@ -1,0 +1,478 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestValidAppID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"a": true, "tenant-1.prod:x_y": true, strings.Repeat("a", 128): true,
+		"": false, strings.Repeat("a", 129): false, "a b": false, "a/b": false, "*": false, "é": false,
+	} {
+		if got := ValidAppID(id); got != want {
+			t.Errorf("ValidAppID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mut  func(*Config)
+		want string
+	}{
+		"bad id":          {func(c *Config) { c.Apps["a b"] = pol(1, 1, 0) }, `app "a b": invalid app id`},
+		"burst":           {func(c *Config) { c.Apps["x"] = pol(10, 5, 0) }, `app "x": burst must be >= guaranteed`},
+		"guaranteed":      {func(c *Config) { c.Apps["x"] = pol(0, 5, 0) }, `app "x": guaranteed must be > 0`},
+		"priority":        {func(c *Config) { c.Apps["x"] = pol(1, 5, 4) }, `app "x": priority must be 0-3`},
+		"default missing": {func(c *Config) { c.Default = AppPolicy{} }, "app *: guaranteed must be > 0"},
+		"threshold":       {func(c *Config) { c.RefillThreshold = 2 }, "local.refill_threshold"},
+		"rescue ratio":    {func(c *Config) { c.RescueRatio = -1 }, "rescue ratio"},
+		"reserve":         {func(c *Config) { c.Reserve = -1 }, "local.reserve"},
+	} {
+		cfg := baseConfig()
+		tc.mut(&cfg)
+		_, err := newLimiter(cfg, NewMemoryStore(nil), newClock())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", name, err, tc.want)
+		}
+	}
+	cfg := baseConfig()
+	cfg.Default = AppPolicy{}
+	cfg.UnknownApp = UnknownReject
+	l, err := newLimiter(cfg, NewMemoryStore(nil), newClock())
+	if err != nil {
+		t.Fatalf("reject mode needs no app *: %v", err)
+	}
+	got := l.Config()
+	if got.Reserve != 1000 || got.SyncInterval != 100*time.Millisecond || got.StoreTimeout != 50*time.Millisecond ||
+		got.LeaseTTL != 10*time.Second || got.SyncBatch != 1000 || got.RefillThreshold != 0.2 || got.Instance == "" {
+		t.Fatalf("defaults not applied: %+v", got)
+	}
+}
+
+func TestUnknownAppModes(t *testing.T) {
+	c := newClock()
+	t.Run("shared", func(t *testing.T) {
+		ps := newProbe(c)
+		l := testLimiter(t, baseConfig(), ps, c, false)
+		admitted := int64(0)
+		for i := range 1000 {
+			a := mustApp(t, l, fmt.Sprintf("rot-%d", i))
+			if a.Label() != "*" || a.ID() != "*" {
+				t.Fatalf("unknown app bucket %q/%q, want the shared *", a.Label(), a.ID())
+			}
+			if a.Take(context.Background(), 1, 0).Allowed {
+				admitted++
+			}
+		}
+		// The template's burst is 100: rotating ids must not buy more.
+		if admitted != 100 {
+			t.Fatalf("rotating ids admitted %d, want the shared burst 100", admitted)
+		}
+	})
+	t.Run("isolated", func(t *testing.T) {
+		ps := newProbe(c)
+		cfg := baseConfig()
+		cfg.UnknownApp = UnknownIsolated
+		cfg.MaxIsolated = 3
+		l := testLimiter(t, cfg, ps, c, false)
+		own := 0
+		for i := range 10 {
+			id := fmt.Sprintf("iso-%d", i)
+			a := mustApp(t, l, id)
+			if a.ID() == id {
+				own++
+			} else if a.ID() != "*" {
+				t.Fatalf("id %s got bucket %s", id, a.ID())
+			}
+			if a.Label() != "*" {
+				t.Fatalf("label %q, want *", a.Label())
+			}
+			a.Take(context.Background(), 1, 0)
+		}
+		if own != 3 {
+			t.Fatalf("%d isolated buckets, want MaxIsolated = 3", own)
+		}
+		if a := mustApp(t, l, "iso-1"); a.ID() != "iso-1" {
+			t.Fatal("isolated bucket not found again")
+		}
+		// Idle isolated buckets expire and return their tokens.
+		c.Advance(l.Config().IsolatedTTL + time.Second)
+		l.tick(c.Now())
+		l.isoMu.RLock()
+		n := len(l.isolated)
+		l.isoMu.RUnlock()
+		if n != 0 {
+			t.Fatalf("%d isolated buckets left after expiry", n)
+		}
+		if ps.returned.Load() == 0 {
+			t.Fatal("expired isolated buckets returned no tokens")
+		}
+		if a := mustApp(t, l, "new-id"); a.ID() != "new-id" {
+			t.Fatal("room for new isolated buckets after expiry")
+		}
+	})
+	t.Run("reject", func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.UnknownApp = UnknownReject
+		l := testLimiter(t, cfg, newProbe(c), c, false)
+		if a, r := l.App("nobody"); a != nil || r != ReasonUnknownApp {
+			t.Fatalf("App(nobody) = %v, %v", a, r)
+		}
+		if a, r := l.App("bad id"); a != nil || r != ReasonInvalidAppID {
+			t.Fatalf("App(bad id) = %v, %v", a, r)
+		}
+		if _, r := l.App("a"); r != ReasonNone {
+			t.Fatalf("configured app: %v", r)
+		}
+	})
+}
+
+func TestReloadKeepsBucketsAndReturnsRemoved(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	l := testLimiter(t, baseConfig(), ps, c, false)
+	a := mustApp(t, l, "a")
+	p3 := mustApp(t, l, "p3")
+	a.Take(context.Background(), 5, 0)
+	p3.Take(context.Background(), 5, 0)
+	a.Record(ReasonNone, 5)
+	before, _ := a.Tokens()
+
+	cfg := baseConfig()
+	cfg.Apps = map[string]AppPolicy{"a": pol(200, 2000, 1), "b": pol(10, 10, 0)}
+	if err := l.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	a2 := mustApp(t, l, "a")
+	if a2 != a {
+		t.Fatal("reload replaced the bucket")
+	}
+	if got, _ := a2.Tokens(); got != before {
+		t.Fatalf("tokens after reload = %d, want %d", got, before)
+	}
+	if p := a2.Policy(); p.Guaranteed != 200 || p.Priority != 1 {
+		t.Fatalf("policy not updated in place: %+v", p)
+	}
+	if st := l.Stats(); st[0].Label != "a" || st[0].Requests[ReasonNone] != 1 || st[0].Cost != 5 {
+		t.Fatalf("stats lost on reload: %+v", st)
+	}
+	if tok, _ := p3.Tokens(); tok != 0 || ps.returned.Load() != 25 {
+		t.Fatalf("removed app kept %d tokens, returned %d, want 0 and 25", tok, ps.returned.Load())
+	}
+	if _, r := l.App("b"); r != ReasonNone {
+		t.Fatal("added app missing")
+	}
+	// The removed app's pending statistics still go out.
+	l.tick(c.Now().Add(time.Second))
+	if rep := ps.lastReport.Load(); rep == nil || !hasApp(rep, "p3", 1, 5) {
+		t.Fatalf("removed app's statistics not reported: %+v", rep)
+	}
+}
+
+func hasApp(rep *Report, id string, req, cost int64) bool {
+	for _, a := range rep.Apps {
+		if a.App == id && a.Requests == req && a.Cost == cost {
+			return true
+		}
+	}
+	return false
+}
+
+func TestLeaseTTLReturnsUnspentTokens(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	l := testLimiter(t, baseConfig(), ps, c, false)
+	a := mustApp(t, l, "a")
+	a.Take(context.Background(), 5, 0) // 30 leased, 25 held
+	c.Advance(5 * time.Second)
+	l.tick(c.Now())
+	if got, _ := a.Tokens(); got != 25 {
+		t.Fatalf("tokens returned before the TTL: %d left", got)
+	}
+	c.Advance(6 * time.Second)
+	l.tick(c.Now())
+	got, _ := a.Tokens()
+	if got >= 25 || ps.returned.Load() != 25-got {
+		t.Fatalf("after the TTL: %d held, %d returned", got, ps.returned.Load())
+	}
+	if lhs, rhs := conserved(a); lhs != rhs {
+		t.Fatalf("conservation: %d != %d", lhs, rhs)
+	}
+}
+
+func TestCloseReturnsTokensAndFlushesStats(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	l := testLimiter(t, baseConfig(), ps, c, false)
+	a := mustApp(t, l, "a")
+	for range 3 {
+		a.Take(context.Background(), 2, 0)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ := a.Tokens(); tok != 0 || ps.returned.Load() != 24 {
+		t.Fatalf("after Close: %d held, %d returned; want 0 and 24", tok, ps.returned.Load())
+	}
+	if rep := ps.lastReport.Load(); rep == nil || !hasApp(rep, "a", 3, 6) {
+		t.Fatalf("Close did not flush statistics: %+v", rep)
+	}
+	if d := a.Take(context.Background(), 1, 0); d.Allowed || d.Reason != ReasonRedisUnavailable {
+		t.Fatalf("take after Close = %+v", d)
+	}
+	calls := ps.leases.Load()
+	if calls != 1 {
+		t.Fatalf("leases = %d, want 1 (none after Close)", calls)
+	}
+}
+
+func TestReasonMapping(t *testing.T) {
+	emerg := &ClusterState{Emergency: true, Factors: [4]float64{1, 0.5, 0.1, 0}, LiveInstances: 1}
+	over := &ClusterState{Factors: [4]float64{1, 0.9, 0.8, 0.7}, LiveInstances: 1}
+	calm := &ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 1}
+	for _, tc := range []struct {
+		st   *ClusterState
+		prio int
+		in   Reason
+		want Reason
+	}{
+		{emerg, 3, ReasonAppExhausted, ReasonEmergencyBlocked},
+		{emerg, 1, ReasonAppExhausted, ReasonEmergencyQuotaExceeded},
+		{emerg, 0, ReasonBorrowLimitExceeded, ReasonEmergencyQuotaExceeded},
+		{over, 2, ReasonAppExhausted, ReasonClusterExhausted},
+		{over, 0, ReasonAppExhausted, ReasonAppExhausted},
+		{calm, 1, ReasonBorrowLimitExceeded, ReasonBorrowLimitExceeded},
+		{calm, 1, ReasonNone, ReasonAppExhausted},
+		{calm, 1, ReasonRedisUnavailable, ReasonRedisUnavailable},
+	} {
+		if got := mapReason(tc.st, tc.prio, tc.in); got != tc.want {
+			t.Errorf("mapReason(emergency=%v, p%d, %v) = %v, want %v", tc.st.Emergency, tc.prio, tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestEmergencyFromReport(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Apps["p1"] = pol(10, 10, 1)
+	l := testLimiter(t, cfg, ps, c, false)
+	ps.state.Store(&ClusterState{Emergency: true, Factors: [4]float64{1, 0.5, 0.1, 0}, LiveInstances: 1})
+	l.tick(c.Now().Add(time.Second))
+	if !l.State().Emergency {
+		t.Fatal("state not taken from the report")
+	}
+	calls := ps.leases.Load()
+	if d := mustApp(t, l, "p3").Take(context.Background(), 1, 0); d.Allowed || d.Reason != ReasonEmergencyBlocked {
+		t.Fatalf("P3 in emergency: %+v", d)
+	}
+	if ps.leases.Load() != calls {
+		t.Fatal("emergency_blocked made a Store call")
+	}
+	p1 := mustApp(t, l, "p1")
+	var d Decision
+	for range 20 {
+		d = p1.Take(context.Background(), 1, 0)
+	}
+	if d.Allowed || d.Reason != ReasonEmergencyQuotaExceeded {
+		t.Fatalf("exhausted P1 in emergency: %+v", d)
+	}
+}
+
+func TestCostAboveBurstBecomesDebt(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Apps["small"] = pol(10, 10, 0)
+	l := testLimiter(t, cfg, ps, c, false)
+	a := mustApp(t, l, "small")
+	d := a.Take(context.Background(), 25, 0)
+	if !d.Allowed {
+		t.Fatalf("cost above burst with a full bucket: %+v", d)
+	}
+	if tok, debt := a.Tokens(); tok != 0 || debt != 15 {
+		t.Fatalf("tokens %d debt %d, want 0 and 15", tok, debt)
+	}
+	if d := a.Take(context.Background(), 1, 0); d.Allowed {
+		t.Fatalf("admitted while L2 is empty and the app in debt: %+v", d)
+	}
+}
+
+func TestMaxWait(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Apps["small"] = pol(10, 10, 0)
+	l := testLimiter(t, cfg, ps, c, false)
+	a := mustApp(t, l, "small")
+	for range 10 {
+		a.Take(context.Background(), 1, 0)
+	}
+	start := c.Now()
+	if d := a.Take(context.Background(), 1, 2*time.Second); !d.Allowed {
+		t.Fatalf("max_wait take = %+v", d)
+	}
+	if waited := c.Now().Sub(start); waited <= 0 || waited > 2*time.Second {
+		t.Fatalf("waited %v, want (0, 2s]", waited)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 10 {
+		a.Take(context.Background(), 1, 0)
+	}
+	if d := a.Take(ctx, 1, time.Hour); d.Allowed {
+		t.Fatalf("cancelled wait admitted: %+v", d)
+	}
+	// Not waitable: rejected at once.
+	if d := a.Take(context.Background(), 1, 0); d.Allowed {
+		t.Fatalf("%+v", d)
+	}
+}
+
+func TestSyncBatchReportsEarly(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.SyncBatch = 5
+	l := testLimiter(t, cfg, ps, c, false)
+	a := mustApp(t, l, "a")
+	for range 4 {
+		a.Take(context.Background(), 1, 0)
+	}
+	l.tick(c.Now())
+	if ps.reps.Load() != 0 {
+		t.Fatal("reported before the interval or the batch")
+	}
+	a.Take(context.Background(), 1, 0)
+	l.tick(c.Now())
+	if ps.reps.Load() != 1 || !hasApp(ps.lastReport.Load(), "a", 5, 5) {
+		t.Fatalf("batch did not trigger a report: %d reports, last %+v", ps.reps.Load(), ps.lastReport.Load())
+	}
+}
+
+type fakeConns struct {
+	mu        sync.Mutex
+	apps      map[string]int64
+	remote    map[string]int64
+	remoteSet bool
+}
+
+func (f *fakeConns) InFlight() (map[string]int64, int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.apps, 7
+}
+
+func (f *fakeConns) SetRemote(apps map[string]int64, cluster int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.remote, f.remoteSet = apps, true
+}
+
+func TestReportCarriesInFlight(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	conns := &fakeConns{apps: map[string]int64{"a": 3, "stranger": 2}}
+	cfg := baseConfig()
+	cfg.Connections = conns
+	l := testLimiter(t, cfg, ps, c, false)
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	rep := ps.lastReport.Load()
+	if rep == nil || rep.InFlight != 7 {
+		t.Fatalf("report = %+v", rep)
+	}
+	got := map[string]int64{}
+	for _, a := range rep.Apps {
+		got[a.App] = a.InFlight
+	}
+	if got["a"] != 3 || got["stranger"] != 2 {
+		t.Fatalf("in-flight per app = %v", got)
+	}
+	conns.mu.Lock()
+	set := conns.remoteSet
+	conns.apps = map[string]int64{}
+	conns.mu.Unlock()
+	if !set {
+		t.Fatal("SetRemote not called")
+	}
+	// Counts that dropped to zero are sent once as zero, so the Store forgets them.
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	got = map[string]int64{}
+	for _, a := range ps.lastReport.Load().Apps {
+		got[a.App] = a.InFlight + 1
+	}
+	if got["a"] != 1 || got["stranger"] != 1 {
+		t.Fatalf("zeroed in-flight not reported: %v", ps.lastReport.Load().Apps)
+	}
+}
+
+// signalStore signals every successful Report.
+type signalStore struct {
+	Store
+	reported chan struct{}
+}
+
+func (s *signalStore) Report(ctx context.Context, r Report) (ClusterState, error) {
+	st, err := s.Store.Report(ctx, r)
+	select {
+	case s.reported <- struct{}{}:
+	default:
+	}
+	return st, err
+}
+
+func TestSyncLoopRuns(t *testing.T) {
+	c := newClock()
+	ss := &signalStore{Store: newStore(c), reported: make(chan struct{}, 1)}
+	cfg := baseConfig()
+	cfg.SyncBatch = 1
+	l, err := New(cfg, ss, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApp(t, l, "a").Take(context.Background(), 1, 0)
+	select {
+	case <-ss.reported:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sync loop did not report after SyncBatch requests")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l.wait()
+}
+
+func TestZeroAllocs(t *testing.T) {
+	c := newClock()
+	cfg := baseConfig()
+	cfg.Apps["small"] = pol(10, 10, 0)
+	l := testLimiter(t, cfg, newProbe(c), c, false)
+	a := mustApp(t, l, "a")
+	a.Refund(1 << 40) // plenty of local tokens
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(1000, func() { l.App("a") }); n != 0 {
+		t.Errorf("App(configured) allocates %v", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { a.Take(ctx, 1, 0) }); n != 0 {
+		t.Errorf("local hit allocates %v", n)
+	}
+	s := mustApp(t, l, "small")
+	for range 20 {
+		s.Take(ctx, 1, 0)
+	}
+	if n := testing.AllocsPerRun(1000, func() {
+		if s.Take(ctx, 1, 0).Allowed {
+			t.Fatal("admitted")
+		}
+	}); n != 0 {
+		t.Errorf("local rejection allocates %v", n)
+	}
+}
