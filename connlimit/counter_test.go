@@ -8,6 +8,9 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
+// The limiter carries the counts to the fleet through this interface.
+var _ limiter.InFlightSource = (*Counter)(nil)
+
 // manualClock is a clock tests move by hand.
 type manualClock struct{ ns atomic.Int64 }
 
