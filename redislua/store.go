@@ -2,7 +2,6 @@ package redislua
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -66,14 +65,12 @@ func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Lease implements limiter.Store.
 func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Lease, error) {
-	if err := checkPolicy(req.Policy); err != nil {
-		return limiter.Lease{}, err
+	if err := checkLease(req); err != nil {
+		return limiter.Lease{}, fmt.Errorf("redislua: %w", err)
 	}
-	need := max(req.Need, 0)
-	want := max(req.Want, 0)
 	vals, err := leaseScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
 		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), fmtFloat(req.Factor),
-		want, need).Slice()
+		req.Want, req.Need).Slice()
 	if err != nil {
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
 	}
@@ -100,11 +97,11 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 
 // Return implements limiter.Store.
 func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
-	if ret.Tokens <= 0 {
-		return nil
+	if err := checkApp(ret.Cluster, ret.App, ret.Policy); err != nil {
+		return fmt.Errorf("redislua: %w", err)
 	}
-	if err := checkPolicy(ret.Policy); err != nil {
-		return err
+	if ret.Tokens <= 0 {
+		return nil // a no-op: no refill, no write
 	}
 	err := returnScript.Run(ctx, s.client, []string{s.keys.l2(ret.Cluster.ID, ret.App)},
 		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens).Err()
@@ -117,6 +114,9 @@ func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
 // Report implements limiter.Store. The cluster part and one script per app (each in its own
 // hash slot) go out in one pipeline: one round trip per report.
 func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.ClusterState, error) {
+	if err := checkReport(rep); err != nil {
+		return limiter.ClusterState{}, fmt.Errorf("redislua: %w", err)
+	}
 	now := s.nowArg()
 	ttl := instanceTTL.Microseconds()
 	c := rep.Cluster
@@ -242,13 +242,6 @@ func (s *Store) Close() error {
 	r := s.release
 	s.release = nil
 	return r()
-}
-
-func checkPolicy(p limiter.AppPolicy) error {
-	if !(p.Guaranteed > 0) || !(p.Burst >= p.Guaranteed) {
-		return errors.New("redislua: invalid app policy: need guaranteed > 0 and burst >= guaranteed")
-	}
-	return nil
 }
 
 func parseFloat(v any) (float64, error) {

@@ -42,8 +42,21 @@ local function refill(s, guaranteed, burst, factor, now)
   s.ts = math.max(s.ts, now)
 end
 
--- store_l2 writes the bucket back and renews its idle expiry: max(60 s, 2 × burst / guaranteed).
+-- idle_ttl_ms is the idle lifetime of an app record: max(60 s, 2 × burst / guaranteed), at most
+-- 30 days.
+local function idle_ttl_ms(burst, guaranteed)
+  local ms = math.ceil(2 * burst / guaranteed * 1000)
+  if not (ms < 2592000000) then
+    return 2592000000
+  end
+  return math.max(60000, ms)
+end
+
+-- store_l2 writes the bucket back and renews its idle expiry. The lifetime is kept in the record
+-- too, so that a Report (which carries no policy) can renew it.
 local function store_l2(key, s, burst, guaranteed)
-  redis.call('HSET', key, 'tokens', fmt(s.tokens), 'ts', fmt(s.ts), 'debt', fmt(s.debt), 'borrowed', fmt(s.borrowed))
-  redis.call('PEXPIRE', key, math.ceil(math.max(60, 2 * burst / guaranteed) * 1000))
+  local ttl = idle_ttl_ms(burst, guaranteed)
+  redis.call('HSET', key, 'tokens', fmt(s.tokens), 'ts', fmt(s.ts), 'debt', fmt(s.debt), 'borrowed', fmt(s.borrowed),
+    'ttl', ttl)
+  redis.call('PEXPIRE', key, ttl)
 end

@@ -24,7 +24,7 @@ end
 s.tokens = s.tokens - granted
 store_l2(KEYS[1], s, burst, guaranteed)
 if granted > 0 then
-  redis.call('HINCRBY', KEYS[1], 'consumed', granted)
+  redis.call('HINCRBY', KEYS[1], 'consumed', fmt(granted))
 end
 
 local retry_us = 0
@@ -32,7 +32,7 @@ local reason = ''
 if granted < need then
   local rate = guaranteed * factor
   if rate > 0 then
-    retry_us = math.ceil((need - s.tokens) / rate * 1e6)
+    retry_us = math.min(9007199254740992, math.ceil((need - s.tokens) / rate * 1e6))
   else
     retry_us = 1000000
   end

@@ -4,19 +4,19 @@
 -- older than the instance TTL are dropped here.
 -- KEYS[1] app l2 hash, KEYS[2] app conn hash
 -- ARGV: now_us|'' instance requests inflight ttl_us
+-- The entry of an instance lives ttl_us after the last report that carried the app (the limiter
+-- carries every app with a non-zero count in every report, so this matches the instance's own
+-- heartbeat).
 -- Returns the in-flight total of the other live instances, as a string.
 local now = now_us(ARGV[1])
 local instance = ARGV[2]
-local requests = tonumber(ARGV[3])
 local inflight = ARGV[4]
 local ttl = tonumber(ARGV[5])
 
-if requests ~= 0 then
-  redis.call('HINCRBY', KEYS[1], 'requests', requests)
-  if redis.call('PTTL', KEYS[1]) < 0 then
-    redis.call('PEXPIRE', KEYS[1], 60000)
-  end
-end
+-- Statistics only: the tokens were debited at lease time. The write renews the record's idle
+-- lifetime (the one its last lease stored, 60 s for a record without a bucket yet).
+redis.call('HINCRBY', KEYS[1], 'requests', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], tonumber(redis.call('HGET', KEYS[1], 'ttl')) or 60000)
 
 redis.call('HSET', KEYS[2], instance, inflight .. ':' .. fmt(now))
 local all = redis.call('HGETALL', KEYS[2])

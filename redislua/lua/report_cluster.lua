@@ -72,6 +72,7 @@ if capacity > 0 then
         calm_since = now
       elseif now - calm_since >= 10000000 then
         emergency = 0
+        reason = ''
         calm_since = 0
       end
     else
@@ -95,4 +96,7 @@ if capacity > 0 then
   redis.call('PEXPIRE', KEYS[1], 3600000)
 end
 
+if emergency ~= 1 then
+  reason = ''
+end
 return { fmt(u), fmt(factors[1]), fmt(factors[2]), fmt(factors[3]), fmt(factors[4]), emergency, reason, live, fmt(remote) }
