@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 )
 
@@ -108,9 +107,16 @@ func (p *probeStore) Report(ctx context.Context, r Report) (ClusterState, error)
 	return st, err
 }
 
+// tb is what the helpers need from *testing.T, *testing.B and *rapid.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // testLimiter builds a Limiter without its loop; leases run inline (deterministic) unless
 // async is set.
-func testLimiter(t testing.TB, cfg Config, st Store, c *manualClock, async bool) *Limiter {
+func testLimiter(t tb, cfg Config, st Store, c *manualClock, async bool) *Limiter {
 	t.Helper()
 	if cfg.Instance == "" {
 		cfg.Instance = "i1"
@@ -144,7 +150,7 @@ func baseConfig() Config {
 	}
 }
 
-func mustApp(t testing.TB, l *Limiter, id string) *App {
+func mustApp(t tb, l *Limiter, id string) *App {
 	t.Helper()
 	a, r := l.App(id)
 	if a == nil {

@@ -104,24 +104,23 @@ func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
 		a.lastLease.Store(now.UnixNano())
 	}
 	a.l2Left.Store(max(res.Remaining, 0))
+	// A refused or short lease means L2 is (nearly) empty. Ask again when the Store expects
+	// the need, but not before a lease-sized batch has refilled (capped at the refill horizon):
+	// an app far over its quota then costs the Store no more calls than one within it.
 	var retry time.Duration
-	switch {
-	case res.Granted < req.Need:
-		retry = res.RetryAfter
-		r := res.Reason
-		if r == ReasonNone {
-			r = ReasonAppExhausted
+	if res.Granted < req.Want {
+		p := a.pol.Load()
+		batch := time.Second
+		if rate := p.Guaranteed * req.Factor; rate > 0 {
+			batch = time.Duration(math.Ceil(float64(req.Want-res.Granted) / rate * 1e9))
+			batch = min(batch, 3*a.l.snap().cfg.SyncInterval)
+		}
+		retry = max(res.RetryAfter, batch)
+		r := ReasonAppExhausted
+		if res.Granted < req.Need && res.Reason != ReasonNone {
+			r = res.Reason
 		}
 		a.refusal.Store(uint32(r))
-	case res.Granted < req.Want:
-		// L2 is empty (less than one whole token): ask again when one token has refilled.
-		p := a.pol.Load()
-		if rate := p.Guaranteed * req.Factor; rate > 0 {
-			retry = time.Duration(math.Ceil(1e9 / rate))
-		} else {
-			retry = time.Second
-		}
-		a.refusal.Store(uint32(ReasonAppExhausted))
 	}
 	if retry > 0 {
 		a.retryUntil.Store(now.Add(retry).UnixNano())

@@ -99,8 +99,8 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 
 	l := m.ledger(rep.Cluster.ID)
 	var st ClusterState
-	st.LiveInstances = l.heartbeat(rep.Instance, now)                   // step 1
-	st.RemoteClusterInFlight, st.RemoteInFlight = l.recordInFlight(rep) // step 2
+	st.LiveInstances = l.heartbeat(rep.Instance, now)                        // step 1
+	st.RemoteClusterInFlight, st.RemoteInFlight = l.recordInFlight(rep, now) // step 2
 	var cost int64
 	for _, a := range rep.Apps {
 		cost += a.Cost

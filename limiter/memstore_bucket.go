@@ -163,4 +163,7 @@ func (m *MemoryStore) sweep(now int64) {
 			delete(m.apps, k)
 		}
 	}
+	for _, l := range m.clusters {
+		l.pruneInFlight(now)
+	}
 }

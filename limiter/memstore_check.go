@@ -61,8 +61,8 @@ func memCheckApp(c ClusterPolicy, app string, p AppPolicy) error {
 		return fmt.Errorf("cluster %q: empty app id", c.ID)
 	case !memFinite(p.Guaranteed) || p.Guaranteed <= 0:
 		return fmt.Errorf("app %q: guaranteed %v: must be a finite number > 0", app, p.Guaranteed)
-	case !memFinite(p.Burst) || p.Burst <= 0 || p.Burst > memMaxAmount:
-		return fmt.Errorf("app %q: burst %v: must be a number > 0 and <= 2^53", app, p.Burst)
+	case !memFinite(p.Burst) || p.Burst < p.Guaranteed || p.Burst > memMaxAmount:
+		return fmt.Errorf("app %q: burst %v: must be a number >= guaranteed (%v) and <= 2^53", app, p.Burst, p.Guaranteed)
 	}
 	return nil
 }

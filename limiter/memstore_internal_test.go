@@ -18,8 +18,8 @@ func TestMemoryStoreRefillProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := AppPolicy{
 			Guaranteed: rapid.Float64Range(0.01, 10000).Draw(t, "guaranteed"),
-			Burst:      rapid.Float64Range(1, 100000).Draw(t, "burst"),
 		}
+		p.Burst = rapid.Float64Range(p.Guaranteed, 100000).Draw(t, "burst")
 		tokens := rapid.Float64Range(0, p.Burst).Draw(t, "tokens")
 		debt := rapid.SampledFrom([]float64{0, rapid.Float64Range(0.001, 50000).Draw(t, "debt")}).Draw(t, "debt?")
 		borrowed := 0.0

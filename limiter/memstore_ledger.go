@@ -10,9 +10,17 @@ type memLedger struct {
 	reason    string
 	calmSince int64 // 0: not calm
 
-	nodes   map[string]int64            // instance → last heartbeat
-	conn    map[string]int64            // instance → cluster in-flight
-	appConn map[string]map[string]int64 // app → instance → in-flight
+	nodes   map[string]int64                  // instance → last heartbeat
+	conn    map[string]int64                  // instance → cluster in-flight
+	appConn map[string]map[string]memInFlight // app → instance → in-flight
+}
+
+// memInFlight is one instance's in-flight count for one app, with the time of the last report
+// that carried the app (Redis: "count:heartbeat_us" in the app's conn hash, whose slot cannot
+// see the cluster's live-instance set).
+type memInFlight struct {
+	n  int64
+	hb int64
 }
 
 func (m *MemoryStore) ledger(cluster string) *memLedger {
@@ -21,7 +29,7 @@ func (m *MemoryStore) ledger(cluster string) *memLedger {
 		l = &memLedger{
 			nodes:   make(map[string]int64),
 			conn:    make(map[string]int64),
-			appConn: make(map[string]map[string]int64),
+			appConn: make(map[string]map[string]memInFlight),
 		}
 		m.clusters[cluster] = l
 	}
@@ -54,30 +62,42 @@ func (l *memLedger) removeInstance(instance string) {
 }
 
 // recordInFlight is Report step 2: it stores the instance's counts (the cluster's, and the
-// app's for each app in the report; apps not in the report keep their last value) and sums the
-// other live instances' counts. The per-app map holds the apps of the report whose remote sum is
-// not 0, and is nil if there are none.
-func (l *memLedger) recordInFlight(rep Report) (cluster int64, apps map[string]int64) {
+// app's for each app in the report) and sums the other live instances' counts.
+//
+// Liveness of an app's entry: STORE_SEMANTICS says "live instances"; the Redis store can only
+// see, in the app's slot, when the instance last reported that app, so both stores count an
+// (app, instance) entry while now - (last report carrying the app) <= InstanceTTL and delete it
+// after. For an instance that carries every app with a non-zero count in every report (the
+// limiter does) this is the same as the instance's heartbeat; an app the instance stops
+// reporting drops out after InstanceTTL instead of keeping its last count forever.
+//
+// The per-app map holds the apps of the report whose remote sum is not 0, and is nil if there
+// are none.
+func (l *memLedger) recordInFlight(rep Report, now int64) (cluster int64, apps map[string]int64) {
 	l.conn[rep.Instance] = rep.InFlight
 	for _, a := range rep.Apps {
 		counts := l.appConn[a.App]
 		if counts == nil {
-			counts = make(map[string]int64)
+			counts = make(map[string]memInFlight)
 			l.appConn[a.App] = counts
 		}
-		counts[rep.Instance] = a.InFlight
+		counts[rep.Instance] = memInFlight{n: a.InFlight, hb: now}
 	}
-	// After heartbeat, every instance left in the maps is live.
+	// After heartbeat, every instance left in conn is live.
 	for i, n := range l.conn {
 		if i != rep.Instance {
 			cluster += n
 		}
 	}
+	ttl := InstanceTTL.Microseconds()
 	for _, a := range rep.Apps {
 		var sum int64
-		for i, n := range l.appConn[a.App] {
-			if i != rep.Instance {
-				sum += n
+		for i, c := range l.appConn[a.App] {
+			switch {
+			case now-c.hb > ttl:
+				delete(l.appConn[a.App], i)
+			case i != rep.Instance:
+				sum += c.n
 			}
 		}
 		if sum != 0 {
@@ -88,6 +108,22 @@ func (l *memLedger) recordInFlight(rep Report) (cluster int64, apps map[string]i
 		}
 	}
 	return cluster, apps
+}
+
+// pruneInFlight drops app entries that no report has carried for longer than InstanceTTL
+// (recordInFlight drops them too, but only for the apps of the report at hand).
+func (l *memLedger) pruneInFlight(now int64) {
+	ttl := InstanceTTL.Microseconds()
+	for app, counts := range l.appConn {
+		for i, c := range counts {
+			if now-c.hb > ttl {
+				delete(counts, i)
+			}
+		}
+		if len(counts) == 0 {
+			delete(l.appConn, app)
+		}
+	}
 }
 
 // addUsage is Report step 3: it adds cost to the one-second sliding window and returns

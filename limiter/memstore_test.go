@@ -176,6 +176,7 @@ func TestMemoryStoreRejectsBadInput(t *testing.T) {
 		{"want negative", "want -1", lease(func(r *limiter.LeaseRequest) { r.Want, r.Need = -1, 0 })},
 		{"capacity Inf", "capacity +Inf", lease(func(r *limiter.LeaseRequest) { r.Cluster.Capacity = math.Inf(1) })},
 		{"return burst 0", "burst 0", s.Return(ctx, limiter.Return{Cluster: c, App: "a", Policy: limiter.AppPolicy{Guaranteed: 1}, Tokens: 1})},
+		{"burst below guaranteed", "burst 5: must be a number >= guaranteed (10)", lease(func(r *limiter.LeaseRequest) { r.Policy.Burst = 5 })},
 		{"report no instance", "empty instance id", func() error { _, err := s.Report(ctx, limiter.Report{Cluster: c}); return err }()},
 		{"report negative cost", "cost -5", func() error {
 			_, err := s.Report(ctx, limiter.Report{Cluster: c, Instance: "i", Apps: []limiter.AppReport{{App: "a", Cost: -5}}})
@@ -262,7 +263,7 @@ func TestMemoryStoreTokensBounded(t *testing.T) {
 				continue // no write: the stored tokens are those of the last call's policy
 			case 3:
 				p.Guaranteed = rapid.Float64Range(0.001, 1000).Draw(t, "guaranteed")
-				p.Burst = rapid.Float64Range(0.5, 5000).Draw(t, "burst")
+				p.Burst = rapid.Float64Range(p.Guaranteed, 5000).Draw(t, "burst")
 				if err := s.Return(ctx, limiter.Return{Cluster: c, App: "a", Policy: p, Tokens: 1, Instance: "i"}); err != nil {
 					t.Fatal(err)
 				}

@@ -15,6 +15,7 @@ func l1Cases() []testCase {
 		{"HeartbeatLiveInstances", heartbeatLiveInstances},
 		{"SilentInstanceDropsOut", silentInstanceDropsOut},
 		{"RemoteInFlightExcludesReporter", remoteInFlightExcludesReporter},
+		{"AppInFlightNeedsReports", appInFlightNeedsReports},
 		{"UsageSlidingWindow", usageSlidingWindow},
 		{"FactorsOneBelowOverload", factorsOneBelowOverload},
 		{"OverloadFormula", overloadFormula},
@@ -112,6 +113,24 @@ func remoteInFlightExcludesReporter(e *env) {
 	e.wantRemote(e.report("a", 5, app("x", 3)), 7, map[string]int64{"x": 4})
 	e.wantRemote(e.report("a", 5, app("x", 3), app("y", 1)), 7, map[string]int64{"x": 4, "y": 2})
 	e.wantRemote(e.report("c", 0, app("x", 0), app("y", 0)), 12, map[string]int64{"x": 7, "y": 3})
+}
+
+// appInFlightNeedsReports: an app's in-flight entry lives InstanceTTL after the last report
+// that carried the app, even while its instance stays live (see memLedger.recordInFlight).
+func appInFlightNeedsReports(e *env) {
+	x := func(n int64) limiter.AppReport { return limiter.AppReport{App: "x", InFlight: n} }
+	e.report("a", 1, x(3))
+	e.advance(2 * time.Second)
+	e.report("a", 1) // live, without x
+	e.wantRemote(e.report("b", 0, x(0)), 1, map[string]int64{"x": 3})
+	e.advance(time.Second) // x last carried exactly InstanceTTL ago: still counted
+	e.report("a", 1)
+	e.wantRemote(e.report("b", 0, x(0)), 1, map[string]int64{"x": 3})
+	e.advance(time.Millisecond)
+	e.report("a", 1)
+	st := e.report("b", 0, x(0))
+	e.wantLive(st, 2)
+	e.wantRemote(st, 1, nil)
 }
 
 func usageSlidingWindow(e *env) {

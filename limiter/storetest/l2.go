@@ -34,6 +34,7 @@ func l2Cases() []testCase {
 		{"BurstShrinkClampsTokens", burstShrinkClampsTokens},
 		{"AppsAreIndependent", appsAreIndependent},
 		{"ReportNeverChangesTokens", reportNeverChangesTokens},
+		{"ReportBeforeLeaseLeavesBucketFull", reportBeforeLeaseLeavesBucketFull},
 		{"TokensStayWithinBounds", tokensStayWithinBounds},
 		{"CancelledContext", cancelledContext},
 	}
@@ -72,6 +73,11 @@ func retryAfterUsesFactor(e *env) {
 	e.wantLease(e.leaseF(10, 4, 0.5), limiter.Lease{Reason: limiter.ReasonAppExhausted, RetryAfter: 800 * time.Millisecond})
 	// factor 0: no refill expected; the store answers 1 s.
 	e.wantLease(e.leaseF(10, 4, 0), limiter.Lease{Reason: limiter.ReasonAppExhausted, RetryAfter: time.Second})
+
+	// Rounded up to the microsecond: 1 token at 3/s takes 333333.3 µs.
+	e.app, e.policy = "app-b", limiter.AppPolicy{Guaranteed: 3, Burst: 3}
+	e.drain(1)
+	e.wantLease(e.lease(1, 1), limiter.Lease{Reason: limiter.ReasonAppExhausted, RetryAfter: 333334 * time.Microsecond})
 }
 
 func leaseNeedZeroNeverRejects(e *env) {
@@ -195,6 +201,15 @@ func reportNeverChangesTokens(e *env) {
 	e.wantContent(1, 70)
 }
 
+// reportBeforeLeaseLeavesBucketFull: statistics for an app that has no bucket yet create no
+// tokens state; the first lease finds a full bucket.
+func reportBeforeLeaseLeavesBucketFull(e *env) {
+	e.report("i1", 0, limiter.AppReport{App: e.app, Requests: 9, Cost: 90})
+	e.advance(time.Second)
+	e.wantLease(e.lease(0, 0), limiter.Lease{Remaining: 100})
+	e.wantContent(1, 100)
+}
+
 // tokensStayWithinBounds runs a random (seeded, so repeatable) sequence of leases, returns,
 // time steps and policy changes and checks every answer against the bucket's bounds.
 func tokensStayWithinBounds(e *env) {
@@ -223,7 +238,7 @@ func tokensStayWithinBounds(e *env) {
 			e.advance(time.Duration(r.Int64N(3000)) * time.Millisecond)
 		case 3:
 			e.policy.Burst = bursts[r.IntN(len(bursts))]
-			e.policy.Guaranteed = float64(1 + r.IntN(50))
+			e.policy.Guaranteed = float64(1 + r.IntN(int(e.policy.Burst))) // burst >= guaranteed
 			e.content(0)
 		}
 	}

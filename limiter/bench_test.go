@@ -1,0 +1,88 @@
+package limiter
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// frozenClock is a lock-free clock for benchmarks: a refused app stays refused.
+type frozenClock struct{ t time.Time }
+
+func (c frozenClock) Now() time.Time { return c.t }
+
+func benchApps(b *testing.B) (hit, refused *App) {
+	c := newClock()
+	cfg := baseConfig()
+	cfg.Apps["small"] = pol(10, 10, 0)
+	l, err := newLimiter(cfg, NewMemoryStore(c.Now), frozenClock{c.Now()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l.spawn = func(f func()) { f() }
+	hit = mustApp(b, l, "a")
+	hit.Refund(1 << 60) // enough local tokens for any b.N
+	refused = mustApp(b, l, "small")
+	for refused.Take(context.Background(), 1, 0).Allowed {
+	}
+	return hit, refused
+}
+
+func BenchmarkTakeLocalHit(b *testing.B) {
+	a, _ := benchApps(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if !a.Take(ctx, 1, 0).Allowed {
+			b.Fatal("rejected")
+		}
+	}
+}
+
+func BenchmarkTakeLocalReject(b *testing.B) {
+	_, a := benchApps(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if a.Take(ctx, 1, 0).Allowed {
+			b.Fatal("admitted")
+		}
+	}
+}
+
+func BenchmarkTakeLocalHitParallel(b *testing.B) {
+	a, _ := benchApps(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			if !a.Take(ctx, 1, 0).Allowed {
+				b.Fatal("rejected")
+			}
+		}
+	})
+}
+
+func BenchmarkTakeLocalRejectParallel(b *testing.B) {
+	_, a := benchApps(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			if a.Take(ctx, 1, 0).Allowed {
+				b.Fatal("admitted")
+			}
+		}
+	})
+}
+
+func BenchmarkAppLookup(b *testing.B) {
+	c := newClock()
+	l := testLimiter(b, baseConfig(), NewMemoryStore(c.Now), c, false)
+	b.ReportAllocs()
+	for b.Loop() {
+		if a, _ := l.App("a"); a == nil {
+			b.Fatal("missing")
+		}
+	}
+}

@@ -1,0 +1,39 @@
+// Package limiter is the L3 tier of tierbucket (DESIGN §5): per-app local token buckets filled
+// by leases from the Store (L2 app buckets and the L1 cluster ledger), plus the Store contract
+// and the in-memory Store.
+//
+// The request path (App, Take, Refund, Charge, Record) is lock-free and allocation-free on a
+// local hit and on a local rejection. Decisions that deserve a note:
+//
+//   - Single-flight: one lease per app is in flight at a time; every request short of tokens
+//     waits for it (at most StoreTimeout), a background refill starts when a take leaves the
+//     balance below RefillThreshold × the lease target.
+//   - Refusal caching: a refused or short lease records when to ask again (the Store's
+//     retry-after, but at least the time a lease-sized batch needs to refill, at most the refill
+//     horizon); until then shortfalls are rejected locally with no Store call.
+//   - Lease target: the app's consumption rate (moving average) × 3 sync intervals (before a
+//     rate is measured: the guaranteed rate), × 2 / × 5 when the Store is slow, at most Reserve
+//     and at most burst / (2 × live instances), at least 1 and the need.
+//   - A request costing more than the burst is admitted when a full burst can be taken; the
+//     excess is local debt, paid by the next lease. Charge (settlement) also never rejects:
+//     its shortfall becomes debt. Refund restores the balance exactly.
+//   - Lease TTL is approximated with one lease time per app (the last grant): when it is older
+//     than LeaseTTL, everything above one refill horizon's worth at the current rate goes back.
+//   - Unknown apps: shared (one "*" bucket), isolated (one bucket per id up to MaxIsolated,
+//     idle ones expire after IsolatedTTL and return their tokens; beyond the bound new ids use
+//     the shared bucket), or reject. All unknown apps report metrics under the label "*".
+//   - Degradation: the Store's latency moving average sets normal / mild / significant;
+//     errors and timeouts (a waiter giving up after StoreTimeout included) set fail-open, which
+//     only a successful report (the probe, once a second) leaves. In fail-open, local tokens
+//     are still spent first; then the rescue bucket (FailLocal), admit (FailOpen) or 503
+//     (FailClosed). Tokens admitted without a lease are counted as minted, so conservation
+//     reads leased + minted = consumed + returned + held.
+//   - Background Store calls (leases, reports, returns) are bounded by max(StoreTimeout, 1 s)
+//     so that a slow Store can be measured; no request waits longer than StoreTimeout. With a
+//     StoreTimeout below 100 ms the significant level is therefore seen only between probes.
+//   - Statistics: a report sends what was admitted since the last successful report, then
+//     marks it sent; a failed report leaves it pending. Refund lowers the pending cost (a
+//     negative balance waits for later consumption); the request count is not lowered.
+//   - Close sends the pending statistics and returns every local token; it does not close the
+//     Store. Takes after Close are rejected with ReasonRedisUnavailable.
+package limiter

@@ -1,0 +1,114 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// fleetResult is what one simulated fleet run admitted.
+type fleetResult struct {
+	total, expected int64
+	per             []int64
+	leases, reports int64
+	takes           int64
+}
+
+// simulateFleet runs n Limiters sharing one MemoryStore under a manual clock for dur, each
+// offered more load than the whole quota, in 1 ms steps (the instance order rotates so no
+// instance always asks first), with sync ticks every 100 ms.
+func simulateFleet(t *testing.T, n int, p AppPolicy, dur time.Duration, seed uint64) fleetResult {
+	c := newClock()
+	ms := NewMemoryStore(c.Now)
+	var stores []*probeStore
+	var apps []*App
+	var lims []*Limiter
+	for i := range n {
+		ps := &probeStore{Store: ms, clock: c}
+		cfg := Config{
+			Cluster:  ClusterPolicy{ID: "fleet"},
+			Apps:     map[string]AppPolicy{"app": p},
+			Default:  p,
+			Instance: fmt.Sprintf("i%d", i),
+		}
+		l := testLimiter(t, cfg, ps, c, false)
+		stores = append(stores, ps)
+		lims = append(lims, l)
+		apps = append(apps, mustApp(t, l, "app"))
+	}
+	tickAll := func() {
+		for _, l := range lims {
+			l.tick(c.Now())
+		}
+	}
+	// Let every instance see the fleet (LiveInstances) before the load starts.
+	for range 2 {
+		c.Advance(100 * time.Millisecond)
+		tickAll()
+	}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	res := fleetResult{per: make([]int64, n)}
+	// Each instance is offered the whole quota's rate, in costs of 1-4: the fleet is 4× over.
+	offer := int64(math.Ceil(p.Guaranteed/1000)) * 4
+	start := c.Now()
+	for step := 0; c.Now().Sub(start) < dur; step++ {
+		c.Advance(time.Millisecond)
+		for k := range n {
+			i := (step + k) % n
+			var offered int64
+			for offered < max(offer, 4) {
+				cost := int64(rng.IntN(4) + 1)
+				offered += cost
+				res.takes++
+				if d := apps[i].Take(context.Background(), cost, 0); d.Allowed {
+					res.per[i] += cost
+				}
+			}
+		}
+		if step%100 == 99 {
+			tickAll()
+		}
+	}
+	for i := range n {
+		res.total += res.per[i]
+		res.leases += stores[i].leases.Load()
+		res.reports += stores[i].reps.Load()
+		if lhs, rhs := conserved(apps[i]); lhs != rhs {
+			t.Fatalf("instance %d: conservation %d != %d", i, lhs, rhs)
+		}
+	}
+	res.expected = int64(p.Burst + p.Guaranteed*dur.Seconds())
+	return res
+}
+
+// Property 12 / DESIGN §14: admitted cost across 4 instances stays within ±5% of burst +
+// rate × T, for a small and a large quota, and each instance gets at least half its fair share.
+func TestFleetAccuracy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    AppPolicy
+		dur  time.Duration
+	}{
+		{"small_100/s", pol(100, 100, 0), 20 * time.Second},
+		{"large_50k/s", pol(50000, 50000, 0), 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := simulateFleet(t, 4, tc.p, tc.dur, 1)
+			dev := float64(r.total-r.expected) / float64(r.expected)
+			t.Logf("admitted %d, expected %d (%+.2f%%), per instance %v, %d leases, %d reports, %d takes (%.2f Store calls per 1000 takes)",
+				r.total, r.expected, 100*dev, r.per, r.leases, r.reports, r.takes, 1000*float64(r.leases+r.reports)/float64(r.takes))
+			if math.Abs(dev) > 0.05 {
+				t.Fatalf("admitted %d, %+.2f%% off the quota's %d", r.total, 100*dev, r.expected)
+			}
+			fair := r.total / 4
+			for i, got := range r.per {
+				if got < fair/2 {
+					t.Fatalf("instance %d admitted %d, less than half its fair share %d", i, got, fair)
+				}
+			}
+		})
+	}
+}
