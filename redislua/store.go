@@ -11,9 +11,6 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
-// instanceTTL is how long an instance counts as live after its last report.
-const instanceTTL = 3 * time.Second
-
 // Store is the Redis implementation of limiter.Store. Every read-modify-write is one Lua script
 // run with EVALSHA (EVAL when the server does not know the script); time is Redis TIME.
 type Store struct {
@@ -118,7 +115,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		return limiter.ClusterState{}, fmt.Errorf("redislua: %w", err)
 	}
 	now := s.nowArg()
-	ttl := instanceTTL.Microseconds()
+	ttl := limiter.InstanceTTL.Microseconds()
 	c := rep.Cluster
 	var cost int64
 	for _, a := range rep.Apps {

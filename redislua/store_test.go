@@ -78,7 +78,7 @@ func TestReportTwoInstances(t *testing.T) {
 		t.Fatalf("u=%v: want auto emergency, got %+v", st.Usage, st)
 	}
 	// i2 falls silent: after the TTL its counts vanish.
-	clk.Advance(instanceTTL + time.Millisecond)
+	clk.Advance(limiter.InstanceTTL + time.Millisecond)
 	st = rep("i1", 0, 4)
 	if st.LiveInstances != 1 || st.RemoteClusterInFlight != 0 || len(st.RemoteInFlight) != 0 {
 		t.Fatalf("after i2's TTL: %+v", st)
@@ -105,5 +105,59 @@ func TestNoscriptReload(t *testing.T) {
 		Apps: []limiter.AppReport{{App: "a", Requests: 1}, {App: "b", Requests: 1}}})
 	if err != nil || st.LiveInstances != 1 {
 		t.Fatalf("report after SCRIPT FLUSH: %+v %v", st, err)
+	}
+}
+
+// TestIdleExpiry checks the PEXPIRE of every write: max(60 s, 2 × burst / guaranteed) for an app
+// bucket, renewed by a report; the instance records expire too.
+func TestIdleExpiry(t *testing.T) {
+	s := New(standaloneClient(t), uniquePrefix(t))
+	ctx := context.Background()
+	cl := limiter.ClusterPolicy{ID: "c1"}
+	pttl := func(key string) time.Duration {
+		d, err := s.client.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if _, err := s.Lease(ctx, limiter.LeaseRequest{Cluster: cl, App: "slow", Factor: 1, Want: 1,
+		Policy: limiter.AppPolicy{Guaranteed: 1, Burst: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl(s.keys.l2("c1", "slow")); d <= 1900*time.Second || d > 2000*time.Second {
+		t.Fatalf("TTL of a bucket that fills in 1000 s: %v, want 2000 s", d)
+	}
+	lease(t, s, "fast", 1, 1, 1) // 100 tokens at 10/s: the 60 s minimum
+	if d := pttl(s.keys.l2("c1", "fast")); d <= 50*time.Second || d > 60*time.Second {
+		t.Fatalf("TTL of a bucket that fills in 10 s: %v, want the 60 s minimum", d)
+	}
+	if err := s.client.PExpire(ctx, s.keys.l2("c1", "slow"), time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i1",
+		Apps: []limiter.AppReport{{App: "slow", Requests: 1}, {App: "new", Requests: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl(s.keys.l2("c1", "slow")); d <= 1900*time.Second {
+		t.Fatalf("a report did not renew the bucket's lifetime: %v", d)
+	}
+	for _, k := range []string{s.keys.l2("c1", "new"), s.keys.nodes("c1"), s.keys.clusterConn("c1"), s.keys.appConn("c1", "new")} {
+		if d := pttl(k); d <= 0 || d > 60*time.Second {
+			t.Fatalf("%s: TTL %v, want at most 60 s", k, d)
+		}
+	}
+}
+
+// TestRedisTime checks that without WithClock the scripts use Redis TIME.
+func TestRedisTime(t *testing.T) {
+	s := New(standaloneClient(t), uniquePrefix(t))
+	lease(t, s, "a", 1, 1, 1)
+	ts, err := s.client.HGet(context.Background(), s.keys.l2("c1", "a"), "ts").Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(time.UnixMicro(int64(ts))); d < -time.Minute || d > time.Minute {
+		t.Fatalf("bucket time %v is not the server's clock (now %v)", time.UnixMicro(int64(ts)), time.Now())
 	}
 }

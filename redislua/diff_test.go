@@ -1,0 +1,162 @@
+package redislua
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// TestDifferential drives the memory store and the Redis store with one random sequence of
+// leases, returns, reports, policy changes and clock steps, and requires identical answers and
+// identical stored buckets (bit for bit: both compute in IEEE doubles in the same order).
+func TestDifferential(t *testing.T) {
+	client := standaloneClient(t)
+	ctx := context.Background()
+	apps := []string{"a", "b", "c"}
+	instances := []string{"i1", "i2", "i3"}
+
+	rapid.Check(t, func(rt *rapid.T) {
+		clk := newManualClock()
+		mem := limiter.NewMemoryStore(clk.Now)
+		red := New(client, uniquePrefix(t), WithClock(clk.Now))
+
+		num := rapid.SampledFrom([]float64{0.3, 1, 2.5, 7, 10, 33.3, 100, 1234.5678, 1e5})
+		genPolicy := func(label string) limiter.AppPolicy {
+			g := num.Draw(rt, label+"-guaranteed")
+			return limiter.AppPolicy{Guaranteed: g, Burst: g * rapid.SampledFrom([]float64{1, 1.5, 3, 10.1}).Draw(rt, label+"-burstx")}
+		}
+		cluster := limiter.ClusterPolicy{
+			ID:                 "c",
+			Capacity:           rapid.SampledFrom([]float64{0, 50, 1000, 33.3}).Draw(rt, "capacity"),
+			ReservedRatio:      0.1,
+			EmergencyThreshold: rapid.SampledFrom([]float64{0.95, 0.99}).Draw(rt, "threshold"),
+			EmergencyRatios:    [4]float64{1, 0.5, 0.1, 0},
+		}
+		policies := map[string]limiter.AppPolicy{}
+		for _, a := range apps {
+			policies[a] = genPolicy(a)
+		}
+		// lastIn is each instance's last reported in-flight count per app: like the limiter, a
+		// report carries every app whose count was not 0 (see report_app.lua).
+		lastIn := map[string]map[string]int64{}
+		for _, i := range instances {
+			lastIn[i] = map[string]int64{}
+		}
+		var elapsed time.Duration
+		const maxElapsed = 55 * time.Second // below the 60 s idle expiry: Redis expires in real time
+
+		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
+		for step := 0; step < steps; step++ {
+			app := rapid.SampledFrom(apps).Draw(rt, "app")
+			switch op := rapid.IntRange(0, 5).Draw(rt, "op"); op {
+			case 0, 1: // lease
+				req := limiter.LeaseRequest{
+					Cluster: cluster, App: app, Policy: policies[app],
+					Factor:   rapid.SampledFrom([]float64{1, 0.5, 1.0 / 3, 0.1, 0}).Draw(rt, "factor"),
+					Need:     rapid.Int64Range(0, 200).Draw(rt, "need"),
+					Instance: rapid.SampledFrom(instances).Draw(rt, "instance"),
+				}
+				req.Want = req.Need + rapid.Int64Range(0, 300).Draw(rt, "extra")
+				lm, em := mem.Lease(ctx, req)
+				lr, er := red.Lease(ctx, req)
+				if (em == nil) != (er == nil) || lm != lr {
+					rt.Fatalf("step %d Lease(%+v):\nmemory %+v %v\nredis  %+v %v", step, req, lm, em, lr, er)
+				}
+			case 2: // return
+				ret := limiter.Return{Cluster: cluster, App: app, Policy: policies[app],
+					Tokens: rapid.Int64Range(-5, 300).Draw(rt, "tokens"), Instance: "i1"}
+				em, er := mem.Return(ctx, ret), red.Return(ctx, ret)
+				if (em == nil) != (er == nil) {
+					rt.Fatalf("step %d Return(%+v): memory %v, redis %v", step, ret, em, er)
+				}
+			case 3: // report
+				inst := rapid.SampledFrom(instances).Draw(rt, "instance")
+				rep := limiter.Report{Cluster: cluster, Instance: inst, InFlight: rapid.Int64Range(0, 20).Draw(rt, "inflight")}
+				for _, a := range apps {
+					if lastIn[inst][a] == 0 && !rapid.Bool().Draw(rt, "include-"+a) {
+						continue
+					}
+					ar := limiter.AppReport{App: a, Requests: rapid.Int64Range(0, 50).Draw(rt, "requests"),
+						Cost: rapid.Int64Range(0, 500).Draw(rt, "cost"), InFlight: rapid.Int64Range(0, 5).Draw(rt, "appinflight")}
+					lastIn[inst][a] = ar.InFlight
+					rep.Apps = append(rep.Apps, ar)
+				}
+				sm, em := mem.Report(ctx, rep)
+				sr, er := red.Report(ctx, rep)
+				if (em == nil) != (er == nil) || !sameState(sm, sr) {
+					rt.Fatalf("step %d Report(%+v):\nmemory %+v %v\nredis  %+v %v", step, rep, sm, em, sr, er)
+				}
+			case 4: // clock step
+				d := rapid.SampledFrom([]time.Duration{0, time.Microsecond, 77 * time.Millisecond, 333333 * time.Microsecond,
+					time.Second, 2999 * time.Millisecond, 3001 * time.Millisecond, 10 * time.Second}).Draw(rt, "advance")
+				d = min(d, maxElapsed-elapsed)
+				elapsed += d
+				clk.Advance(d)
+			case 5: // reload: a new policy for the app
+				policies[app] = genPolicy(app)
+			}
+			for _, a := range apps {
+				compareBucket(rt, step, mem, red, cluster.ID, a)
+			}
+		}
+	})
+}
+
+// sameState compares two ClusterStates; an app whose remote in-flight sum is 0 may be absent.
+func sameState(a, b limiter.ClusterState) bool {
+	ra, rb := a.RemoteInFlight, b.RemoteInFlight
+	if a.Usage != b.Usage || a.Factors != b.Factors || a.Emergency != b.Emergency ||
+		a.EmergencyReason != b.EmergencyReason || !a.EmergencyUntil.Equal(b.EmergencyUntil) ||
+		a.LiveInstances != b.LiveInstances || a.RemoteClusterInFlight != b.RemoteClusterInFlight {
+		return false
+	}
+	for k, v := range ra {
+		if rb[k] != v {
+			return false
+		}
+	}
+	for k, v := range rb {
+		if ra[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// compareBucket requires the stored L2 records to be identical.
+func compareBucket(rt *rapid.T, step int, mem *limiter.MemoryStore, red *Store, cluster, app string) {
+	ms, ok := mem.AppState(cluster, app)
+	vals, err := red.client.HMGet(context.Background(), red.keys.l2(cluster, app), "tokens", "ts", "consumed", "requests").Result()
+	if err != nil {
+		rt.Fatal(err)
+	}
+	num := func(v any) float64 {
+		if v == nil {
+			return 0
+		}
+		f, err := strconv.ParseFloat(v.(string), 64)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		return f
+	}
+	var rs limiter.MemoryAppState
+	if vals[0] != nil {
+		rs.Tokens, rs.TS = num(vals[0]), time.UnixMicro(int64(num(vals[1])))
+	}
+	rs.Consumed, rs.Requests = int64(num(vals[2])), int64(num(vals[3]))
+	redisHas := vals[0] != nil || vals[3] != nil
+	if ok != redisHas || (ok && !(ms.Tokens == rs.Tokens && ms.TS.Equal(rs.TS) && ms.Consumed == rs.Consumed && ms.Requests == rs.Requests)) {
+		rt.Fatalf("step %d app %s: memory record %v %s, redis record %v %s", step, app, ok, fmtState(ms), redisHas, fmtState(rs))
+	}
+}
+
+func fmtState(s limiter.MemoryAppState) string {
+	return fmt.Sprintf("{tokens %v ts %d consumed %d requests %d}", s.Tokens, s.TS.UnixMicro(), s.Consumed, s.Requests)
+}
