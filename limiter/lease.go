@@ -104,6 +104,7 @@ func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
 		a.lastLease.Store(now.UnixNano())
 	}
 	a.l2Left.Store(max(res.Remaining, 0))
+	a.refillAt.Store(int64(a.l.snap().cfg.RefillThreshold * float64(req.Want)))
 	// A refused or short lease means L2 is (nearly) empty. Ask again when the Store expects
 	// the need, but not before a lease-sized batch has refilled (capped at the refill horizon):
 	// an app far over its quota then costs the Store no more calls than one within it.

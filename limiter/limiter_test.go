@@ -476,3 +476,57 @@ func TestZeroAllocs(t *testing.T) {
 		t.Errorf("local rejection allocates %v", n)
 	}
 }
+
+func TestStats(t *testing.T) {
+	c := newClock()
+	cfg := baseConfig()
+	cfg.UnknownApp = UnknownIsolated
+	l := testLimiter(t, cfg, newProbe(c), c, false)
+	a := mustApp(t, l, "a")
+	a.Take(context.Background(), 5, 0) // lease of 30
+	a.Take(context.Background(), 5, 0) // local hit
+	a.Record(ReasonNone, 5)
+	a.Record(ReasonNone, 5)
+	a.Record(ReasonAppExhausted, 3)
+	for _, id := range []string{"u1", "u2"} {
+		u := mustApp(t, l, id)
+		u.Take(context.Background(), 1, 0)
+		u.Record(ReasonNone, 1)
+	}
+	st := l.Stats()
+	if len(st) != 3 || st[0].Label != "a" || st[1].Label != "p3" || st[2].Label != "*" {
+		t.Fatalf("labels: %+v", st)
+	}
+	want := AppStats{Label: "a", Cost: 10, LocalHits: 1, Leases: 1, LeaseTokens: 30, LocalTokens: 20}
+	want.Requests[ReasonNone], want.Requests[ReasonAppExhausted] = 2, 1
+	if st[0] != want {
+		t.Fatalf("stats of a = %+v, want %+v", st[0], want)
+	}
+	// Unknown apps together: two isolated buckets, each leased 3 (10/s × 0.3 s) and spent 1.
+	if u := st[2]; u.Requests[ReasonNone] != 2 || u.Cost != 2 || u.Leases != 2 || u.LocalTokens != 4 {
+		t.Fatalf("stats of * = %+v", u)
+	}
+}
+
+func TestUpdateUnknownModeSettlesBuckets(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	l := testLimiter(t, baseConfig(), ps, c, false)
+	u := mustApp(t, l, "someone")
+	u.Take(context.Background(), 1, 0)
+	held, _ := u.Tokens()
+	cfg := baseConfig()
+	cfg.UnknownApp = UnknownReject
+	if err := l.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, r := l.App("someone"); r != ReasonUnknownApp {
+		t.Fatalf("after switching to reject: %v", r)
+	}
+	if tok, _ := u.Tokens(); tok != 0 || ps.returned.Load() != held {
+		t.Fatalf("old shared bucket kept %d, returned %d of %d", tok, ps.returned.Load(), held)
+	}
+	if l.Config().Instance != "i1" {
+		t.Fatal("instance id changed on reload")
+	}
+}

@@ -53,6 +53,9 @@ func (l *Limiter) tickForced(now time.Time, force bool) {
 	}
 	cfg := l.snap().cfg
 	level := l.Level()
+	if level == LevelFailOpen {
+		force = false // the probe runs once a second, however busy the apps are
+	}
 	// A timer firing a little early must not skip a whole interval.
 	if force || now.Sub(l.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
 		l.lastReport = now // the last attempt: in fail-open, the probe runs once a second
