@@ -187,7 +187,7 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	if smp.wrk, err = wrk.run(httpPort, o.duration, logf); err != nil {
 		return smp, err
 	}
-	calls, scripts, err := rs.commandCalls()
+	calls, scripts, err := rs.commandCalls(logf)
 	if err != nil {
 		return smp, err
 	}

@@ -118,11 +118,13 @@ var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": t
 
 // commandCalls reads INFO commandstats since the last reset, without the harness's own commands:
 // all calls (which include the commands run inside scripts) and the script calls alone.
-func (r *redisServer) commandCalls() (all, scripts int64, err error) {
+// The raw statistics go to log, for a breakdown by command.
+func (r *redisServer) commandCalls(log io.Writer) (all, scripts int64, err error) {
 	info, err := r.client.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		return 0, 0, err
 	}
+	fmt.Fprintf(log, "redis %s", info)
 	all, scripts = sumCommandCalls(info)
 	return all, scripts, nil
 }

@@ -19,12 +19,14 @@ type machine struct {
 	wrkVer   string
 	redisVer string
 	loadAvg  string // at start: the machine may be shared
+	revision string // of this repository: what tierbucket code was measured
 	elapsed  time.Duration
 }
 
 func describeMachine() machine {
 	m := machine{cpus: runtime.NumCPU(), goVer: firstLine("go", "version"), wrkVer: firstLine("wrk", "-v"),
-		redisVer: firstLine("redis-server", "--version"), kernel: firstLine("uname", "-sr")}
+		redisVer: firstLine("redis-server", "--version"), kernel: firstLine("uname", "-sr"),
+		revision: firstLine("git", "describe", "--always", "--dirty")}
 	m.wrkVer, _, _ = strings.Cut(m.wrkVer, " Copyright")
 	for _, f := range strings.Fields(m.redisVer) {
 		if v, ok := strings.CutPrefix(f, "v="); ok {
@@ -73,6 +75,7 @@ func summarize(xs []float64) stats {
 func report(o options, m machine, samples []sample) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# tierbucket side-by-side load test, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "Repository revision: %s.\n\n", m.revision)
 	fmt.Fprintf(&b, "Machine: %d CPUs, %s; %s; %s; %s; load average at start %s.\n\n",
 		m.cpus, m.cpuModel, m.kernel, m.goVer, m.redisVer, m.loadAvg)
 	fmt.Fprintf(&b, "Load: `wrk -t%d -c%d -d%s` (%s), Host `%s`, against `respond \"ok\" 200` behind the limiter, "+
