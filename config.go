@@ -1,0 +1,292 @@
+package tierbucket
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// Defaults of the handler's own fields (DESIGN §9). The concept packages own the defaults of
+// their blocks (cost, connections, local, redis).
+const (
+	DefaultCluster            = "default"
+	DefaultKey                = "{http.request.host}"
+	DefaultReservedRatio      = 0.1
+	DefaultEmergencyThreshold = 0.95
+
+	// The `app *` template used when the config has no `app *` block: every unknown app id
+	// shares (or, isolated, each gets) a bucket of 100 tokens/s, burst 200, lowest priority.
+	DefaultAppGuaranteed = 100
+	DefaultAppBurst      = 200
+	DefaultAppPriority   = limiter.MaxPriority
+)
+
+// DefaultEmergencyRatios are the refill factors per priority in emergency mode (P0 … P3).
+var DefaultEmergencyRatios = [limiter.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+
+// wildcardApp is the id of the template policy for app ids without their own block.
+const wildcardApp = "*"
+
+// AppConfig is one `app <id>` block: the L2 policy of one app (DESIGN §5).
+type AppConfig struct {
+	// Refill rate in cost tokens per second. Required, > 0.
+	Guaranteed float64 `json:"guaranteed,omitempty"`
+	// Bucket size in cost tokens, >= guaranteed. Default: guaranteed (one second's worth).
+	Burst float64 `json:"burst,omitempty"`
+	// 0 (highest) … 3 (lowest). Default 0; the implicit `app *` template has 3.
+	Priority int `json:"priority,omitempty"`
+	// Most tokens the app may borrow from the cluster's unallocated capacity. Default 0 (never).
+	MaxBorrow float64 `json:"max_borrow,omitempty"`
+	// In-flight request limit of the app. Default: connections.app.
+	MaxConnections int64 `json:"max_connections,omitempty"`
+}
+
+// LocalConfig is the `local` block: the L3 tuning knobs. Zero fields take the limiter's
+// defaults (reserve 1000, refill_threshold 0.2, sync_interval 100ms, sync_batch 1000,
+// lease_ttl 10s).
+type LocalConfig struct {
+	Reserve         int64          `json:"reserve,omitempty"`
+	RefillThreshold float64        `json:"refill_threshold,omitempty"`
+	SyncInterval    caddy.Duration `json:"sync_interval,omitempty"`
+	SyncBatch       int64          `json:"sync_batch,omitempty"`
+	LeaseTTL        caddy.Duration `json:"lease_ttl,omitempty"`
+}
+
+// headerMode says which rate-limit headers the handler writes.
+type headerMode uint8
+
+const (
+	headersBoth headerMode = iota
+	headersLegacy
+	headersDraft
+	headersOff
+)
+
+func parseHeaderMode(s string) (headerMode, bool) {
+	switch s {
+	case "", "both":
+		return headersBoth, true
+	case "legacy":
+		return headersLegacy, true
+	case "draft":
+		return headersDraft, true
+	case "off":
+		return headersOff, true
+	}
+	return 0, false
+}
+
+func parseUnknownApp(s string) (limiter.UnknownAppMode, bool) {
+	switch s {
+	case "", "shared":
+		return limiter.UnknownShared, true
+	case "isolated":
+		return limiter.UnknownIsolated, true
+	case "reject":
+		return limiter.UnknownReject, true
+	}
+	return 0, false
+}
+
+func parseFailureMode(s string) (limiter.FailureMode, bool) {
+	switch s {
+	case "", "local":
+		return limiter.FailLocal, true
+	case "open":
+		return limiter.FailOpen, true
+	case "closed":
+		return limiter.FailClosed, true
+	}
+	return 0, false
+}
+
+// finite reports whether f is a real number (not NaN, not ±Inf).
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// ratio checks that a ratio field is in [0,1].
+func ratio(field string, f float64) error {
+	if !finite(f) || f < 0 || f > 1 {
+		return fmt.Errorf("%s must be in [0,1], got %v", field, f)
+	}
+	return nil
+}
+
+// appPolicy turns one app block into the limiter's policy with defaults applied, or an error
+// naming the app and the field.
+func appPolicy(id string, a *AppConfig) (limiter.AppPolicy, error) {
+	name := fmt.Sprintf("apps[%q]", id)
+	if a == nil {
+		return limiter.AppPolicy{}, fmt.Errorf("%s: empty app block (guaranteed is required)", name)
+	}
+	p := limiter.AppPolicy{
+		Guaranteed:     a.Guaranteed,
+		Burst:          a.Burst,
+		Priority:       a.Priority,
+		MaxBorrow:      a.MaxBorrow,
+		MaxConnections: a.MaxConnections,
+	}
+	if p.Burst == 0 {
+		p.Burst = p.Guaranteed
+	}
+	switch {
+	case !finite(p.Guaranteed) || p.Guaranteed <= 0:
+		return p, fmt.Errorf("%s.guaranteed must be > 0, got %v", name, a.Guaranteed)
+	case !finite(p.Burst) || p.Burst < p.Guaranteed:
+		return p, fmt.Errorf("%s.burst must be >= guaranteed (%v), got %v", name, p.Guaranteed, p.Burst)
+	case p.Burst < 1:
+		return p, fmt.Errorf("%s.burst must be >= 1 (one request of cost 1), got %v", name, p.Burst)
+	case p.Priority < 0 || p.Priority > limiter.MaxPriority:
+		return p, fmt.Errorf("%s.priority must be 0-%d, got %d", name, limiter.MaxPriority, p.Priority)
+	case !finite(p.MaxBorrow) || p.MaxBorrow < 0:
+		return p, fmt.Errorf("%s.max_borrow must be >= 0, got %v", name, p.MaxBorrow)
+	case p.MaxConnections < 0:
+		return p, fmt.Errorf("%s.max_connections must be >= 0, got %d", name, p.MaxConnections)
+	}
+	return p, nil
+}
+
+// limiterConfig validates the handler's shared-state fields and returns the limiter config
+// they describe (defaults applied). Errors name the field as in JSON / the Caddyfile.
+func (h *Handler) limiterConfig() (limiter.Config, error) {
+	var cfg limiter.Config
+	cluster := h.Cluster
+	if cluster == "" {
+		cluster = DefaultCluster
+	}
+	if !limiter.ValidAppID(cluster) {
+		return cfg, fmt.Errorf("cluster: invalid id %q (1-128 characters of [A-Za-z0-9._:-])", cluster)
+	}
+	cp := limiter.ClusterPolicy{
+		ID:                 cluster,
+		Capacity:           h.Capacity,
+		ReservedRatio:      DefaultReservedRatio,
+		EmergencyThreshold: DefaultEmergencyThreshold,
+		EmergencyRatios:    DefaultEmergencyRatios,
+	}
+	if !finite(h.Capacity) || h.Capacity < 0 {
+		return cfg, fmt.Errorf("capacity must be >= 0 (0 = no cluster limit), got %v", h.Capacity)
+	}
+	if h.ReservedRatio != nil {
+		if err := ratio("reserved_ratio", *h.ReservedRatio); err != nil {
+			return cfg, err
+		}
+		if *h.ReservedRatio == 1 {
+			return cfg, fmt.Errorf("reserved_ratio must be < 1 (it would leave no capacity for guarantees)")
+		}
+		cp.ReservedRatio = *h.ReservedRatio
+	}
+	if h.EmergencyThreshold != nil {
+		if err := ratio("emergency_threshold", *h.EmergencyThreshold); err != nil {
+			return cfg, err
+		}
+		if *h.EmergencyThreshold == 0 {
+			return cfg, fmt.Errorf("emergency_threshold must be > 0")
+		}
+		cp.EmergencyThreshold = *h.EmergencyThreshold
+	}
+	if h.EmergencyRatios != nil {
+		if len(h.EmergencyRatios) != limiter.MaxPriority+1 {
+			return cfg, fmt.Errorf("emergency_ratios needs %d values (P0..P%d), got %d",
+				limiter.MaxPriority+1, limiter.MaxPriority, len(h.EmergencyRatios))
+		}
+		for i, r := range h.EmergencyRatios {
+			if err := ratio(fmt.Sprintf("emergency_ratios[%d]", i), r); err != nil {
+				return cfg, err
+			}
+			cp.EmergencyRatios[i] = r
+		}
+	}
+	cfg.Cluster = cp
+
+	unknown, ok := parseUnknownApp(h.UnknownApp)
+	if !ok {
+		return cfg, fmt.Errorf("unknown_app must be shared, isolated or reject, got %q", h.UnknownApp)
+	}
+	cfg.UnknownApp = unknown
+	fail, ok := parseFailureMode(h.OnRedisFailure)
+	if !ok {
+		return cfg, fmt.Errorf("on_redis_failure must be local, open or closed, got %q", h.OnRedisFailure)
+	}
+	cfg.OnStoreFailure = fail
+
+	cfg.Apps = make(map[string]limiter.AppPolicy, len(h.Apps))
+	cfg.Default = limiter.AppPolicy{
+		Guaranteed: DefaultAppGuaranteed,
+		Burst:      DefaultAppBurst,
+		Priority:   DefaultAppPriority,
+	}
+	var sum float64
+	for _, id := range sortedKeys(h.Apps) {
+		if id != wildcardApp && !limiter.ValidAppID(id) {
+			return cfg, fmt.Errorf("apps: invalid app id %q (1-128 characters of [A-Za-z0-9._:-], or *)", id)
+		}
+		p, err := appPolicy(id, h.Apps[id])
+		if err != nil {
+			return cfg, err
+		}
+		if id == wildcardApp {
+			cfg.Default = p
+			continue
+		}
+		cfg.Apps[id] = p
+		sum += p.Guaranteed
+	}
+	// Admission (DESIGN §5): the named apps' guarantees must fit the cluster's unreserved
+	// capacity. The `app *` template is not counted: it may stand for any number of buckets
+	// (isolated), and unknown traffic is what the reserve is for.
+	if cp.Capacity > 0 {
+		if limit := (1 - cp.ReservedRatio) * cp.Capacity; sum > limit {
+			return cfg, fmt.Errorf("apps: sum of guaranteed (%v) exceeds (1 - reserved_ratio) × capacity = %v",
+				sum, limit)
+		}
+	}
+
+	if l := h.Local; l != nil {
+		switch {
+		case l.Reserve < 0:
+			return cfg, fmt.Errorf("local.reserve must be >= 0, got %d", l.Reserve)
+		case !finite(l.RefillThreshold) || l.RefillThreshold < 0 || l.RefillThreshold > 1:
+			return cfg, fmt.Errorf("local.refill_threshold must be in [0,1], got %v", l.RefillThreshold)
+		case l.SyncInterval < 0:
+			return cfg, fmt.Errorf("local.sync_interval must be >= 0, got %v", l.SyncInterval)
+		case l.SyncBatch < 0:
+			return cfg, fmt.Errorf("local.sync_batch must be >= 0, got %d", l.SyncBatch)
+		case l.LeaseTTL < 0:
+			return cfg, fmt.Errorf("local.lease_ttl must be >= 0, got %v", l.LeaseTTL)
+		}
+		cfg.Reserve = l.Reserve
+		cfg.RefillThreshold = l.RefillThreshold
+		cfg.SyncInterval = time.Duration(l.SyncInterval)
+		cfg.SyncBatch = l.SyncBatch
+		cfg.LeaseTTL = time.Duration(l.LeaseTTL)
+	}
+	cfg.Instance = instanceID()
+	return cfg, nil
+}
+
+// sortedKeys returns the keys of m in order, so that errors are deterministic.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// validateKey checks the key template: non-empty; a placeholder must be closed.
+func validateKey(key string) error {
+	if strings.TrimSpace(key) == "" {
+		return fmt.Errorf("key must not be empty")
+	}
+	if strings.Count(key, "{") != strings.Count(key, "}") {
+		return fmt.Errorf("key: unbalanced braces in %q", key)
+	}
+	return nil
+}

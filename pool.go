@@ -1,0 +1,297 @@
+package tierbucket
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/redislua"
+)
+
+// State that must outlive a config reload (DESIGN §9) — local buckets, connection counters,
+// the sync loop — lives in clusters, a caddy.UsagePool keyed by cluster id and Store identity,
+// like reverse_proxy keeps its upstream hosts. A reload provisions the new handlers before the
+// old ones are cleaned up, so the state's reference count never drops to zero in between and
+// the new policy is applied to the live buckets with Update: tokens and in-flight counts stay.
+//
+// Config generations. Every config load has its own caddy.Context, and with it its own metrics
+// registry (caddy.NewContext makes one per load); that registry pointer names the generation.
+// Two things are tracked per generation:
+//
+//   - definitions: the fingerprint of each cluster id's definition. A second handler of the
+//     same generation that defines the same cluster id differently is a provisioning error
+//     ("conflicting definitions of one cluster id in one config", DESIGN §9). Handlers of
+//     different generations may differ: that is a reload.
+//   - clusterState.gens: the policies applied to a state, in provisioning order. When the newest
+//     generation goes away while an older one still holds the state — a reload that failed after
+//     this handler was provisioned, so Caddy keeps running the old config — the older policy
+//     is applied again, so a failed reload leaves the running policy as it was.
+var (
+	clusters = caddy.NewUsagePool()
+
+	definitions = struct {
+		sync.Mutex
+		m map[defKey]*defEntry
+	}{m: map[defKey]*defEntry{}}
+)
+
+type defKey struct {
+	gen     any // the generation's metrics registry
+	cluster string
+}
+
+type defEntry struct {
+	fingerprint string
+	refs        int
+}
+
+// poolKey identifies one shared state: a cluster id on one Store.
+type poolKey struct {
+	cluster string
+	store   string // "memory" or the Redis identity
+}
+
+// definition is everything that makes up a cluster's shared state in one handler's config.
+type definition struct {
+	key         poolKey
+	fingerprint string
+	lim         limiter.Config
+	conns       connlimit.Config
+	redis       *redislua.Config // nil: the memory store
+}
+
+// definition validates the shared-state fields of h and returns what they define.
+func (h *Handler) definition() (definition, error) {
+	var def definition
+	lc, err := h.limiterConfig()
+	if err != nil {
+		return def, err
+	}
+	if h.Connections != nil {
+		if err := h.Connections.Validate(); err != nil {
+			return def, err
+		}
+		def.conns = *h.Connections
+	}
+	def.key = poolKey{cluster: lc.Cluster.ID, store: "memory"}
+	if h.Redis != nil {
+		rc, err := h.Redis.resolve()
+		if err != nil {
+			return def, err
+		}
+		def.redis = &rc
+		def.key.store = redisIdentity(rc)
+		lc.StoreTimeout = rc.Timeout
+	}
+	def.lim = lc
+
+	// The fingerprint is the configuration as written (not the resolved secrets), so it is
+	// stable and never carries a resolved password.
+	fp, err := json.Marshal(struct {
+		Cluster            string                `json:"cluster"`
+		UnknownApp         string                `json:"unknown_app"`
+		Capacity           float64               `json:"capacity"`
+		ReservedRatio      *float64              `json:"reserved_ratio"`
+		EmergencyThreshold *float64              `json:"emergency_threshold"`
+		EmergencyRatios    []float64             `json:"emergency_ratios"`
+		Apps               map[string]*AppConfig `json:"apps"`
+		Connections        *connlimit.Config     `json:"connections"`
+		Local              *LocalConfig          `json:"local"`
+		Redis              *RedisConfig          `json:"redis"`
+		OnRedisFailure     string                `json:"on_redis_failure"`
+	}{lc.Cluster.ID, h.UnknownApp, h.Capacity, h.ReservedRatio, h.EmergencyThreshold,
+		h.EmergencyRatios, h.Apps, h.Connections, h.Local, h.Redis, h.OnRedisFailure})
+	if err != nil {
+		return def, fmt.Errorf("cluster %q: %v", lc.Cluster.ID, err)
+	}
+	def.fingerprint = string(fp)
+	return def, nil
+}
+
+// clusterState is one cluster's shared state: the limiter, the connection counter, the Store.
+type clusterState struct {
+	key   poolKey
+	lim   *limiter.Limiter
+	conns *connlimit.Counter
+	store limiter.Store
+
+	// Decisions taken before there is an App to record them on (metrics, label "*").
+	invalidIDs     atomic.Int64
+	unknownRejects atomic.Int64
+
+	mu   sync.Mutex
+	gens []*genConfig // the generations holding this state, oldest first; the last one is applied
+}
+
+type genConfig struct {
+	gen   any
+	lim   limiter.Config
+	conns connlimit.Config
+	refs  int
+}
+
+func newClusterState(def definition) (*clusterState, error) {
+	s := &clusterState{key: def.key}
+	if def.redis != nil {
+		st, err := redislua.Open(*def.redis)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %q: redis: %v", def.key.cluster, err)
+		}
+		s.store = st
+	} else {
+		s.store = limiter.NewMemoryStore(nil)
+	}
+	s.conns = connlimit.New(def.conns, nil)
+	lc := def.lim
+	lc.Connections = s.conns
+	lim, err := limiter.New(lc, s.store, limiter.SystemClock{})
+	if err != nil {
+		s.conns.Close()
+		_ = s.store.Close()
+		return nil, fmt.Errorf("cluster %q: %v", def.key.cluster, err)
+	}
+	s.lim = lim
+	return s, nil
+}
+
+// Destruct is called by the pool when the last handler using the state is cleaned up: the
+// limiter returns its unspent tokens to L2 and sends its last statistics.
+func (s *clusterState) Destruct() error {
+	errs := []error{s.lim.Close()}
+	s.conns.Close()
+	errs = append(errs, s.store.Close())
+	return errors.Join(errs...)
+}
+
+// join records one more handler of generation gen; the first of a new generation applies its
+// policy to the live state (unless the state was just built from it).
+func (s *clusterState) join(gen any, def definition, fresh bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.gens {
+		if g.gen == gen {
+			g.refs++
+			return nil
+		}
+	}
+	lc := def.lim
+	lc.Connections = s.conns
+	if !fresh {
+		if err := s.lim.Update(lc); err != nil {
+			return fmt.Errorf("cluster %q: %v", def.key.cluster, err)
+		}
+		s.conns.Update(def.conns)
+	}
+	s.gens = append(s.gens, &genConfig{gen: gen, lim: lc, conns: def.conns, refs: 1})
+	return nil
+}
+
+// leave drops one handler of generation gen. When the newest generation leaves while older
+// ones remain (a failed reload), the newest remaining policy is applied again.
+func (s *clusterState) leave(gen any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, g := range s.gens {
+		if g.gen != gen {
+			continue
+		}
+		g.refs--
+		if g.refs > 0 {
+			return
+		}
+		newest := i == len(s.gens)-1
+		s.gens = append(s.gens[:i], s.gens[i+1:]...)
+		if newest && len(s.gens) > 0 {
+			prev := s.gens[len(s.gens)-1]
+			_ = s.lim.Update(prev.lim) // it was valid when it was applied
+			s.conns.Update(prev.conns)
+		}
+		return
+	}
+}
+
+// acquireCluster joins the shared state that def describes for the generation of ctx, creating
+// it if needed. The returned func gives the reference back (exactly once).
+func acquireCluster(ctx caddy.Context, def definition) (*clusterState, func(), error) {
+	gen := any(ctx.GetMetricsRegistry())
+	dk := defKey{gen: gen, cluster: def.key.cluster}
+
+	definitions.Lock()
+	e := definitions.m[dk]
+	if e != nil && e.fingerprint != def.fingerprint {
+		definitions.Unlock()
+		return nil, nil, fmt.Errorf("cluster %q: conflicting definitions in one config: every "+
+			"rate_limit handler with this cluster id must define it identically (use a snippet "+
+			"and import it), or use another cluster id", def.key.cluster)
+	}
+	if e == nil {
+		e = &defEntry{fingerprint: def.fingerprint}
+		definitions.m[dk] = e
+	}
+	e.refs++
+	definitions.Unlock()
+	dropDef := func() {
+		definitions.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(definitions.m, dk)
+		}
+		definitions.Unlock()
+	}
+
+	v, loaded, err := clusters.LoadOrNew(def.key, func() (caddy.Destructor, error) {
+		return newClusterState(def)
+	})
+	if err != nil {
+		dropDef()
+		return nil, nil, err
+	}
+	s := v.(*clusterState)
+	if err := s.join(gen, def, !loaded); err != nil {
+		_, _ = clusters.Delete(def.key)
+		dropDef()
+		return nil, nil, err
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			s.leave(gen)
+			_, _ = clusters.Delete(def.key)
+			dropDef()
+		})
+	}
+	return s, release, nil
+}
+
+// liveClusters returns every cluster state in use, for the metrics collector.
+func liveClusters() []*clusterState {
+	var out []*clusterState
+	clusters.Range(func(_, v any) bool {
+		if s, ok := v.(*clusterState); ok && s != nil {
+			out = append(out, s)
+		}
+		return true
+	})
+	return out
+}
+
+// instanceID is this process's id in the fleet: hostname, pid and a random part (a restarted
+// process is a new instance), made once per process.
+var instanceID = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "caddy"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+})

@@ -1,0 +1,229 @@
+package tierbucket
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// decision is the {http.rate_limit.decision} placeholder's value.
+type decision uint8
+
+const (
+	decisionAllowed  decision = iota
+	decisionRejected          // rejected (429/503/400/403)
+	decisionShadow            // shadow mode: would have been rejected, let through
+)
+
+var decisionNames = [...]string{"allowed", "rejected", "shadow_rejected"}
+
+// outcome is everything one request's headers and placeholders show. It is the one allocation
+// per request of the handler: it has to outlive ServeHTTP, because access logs read the
+// placeholders after the handler chain has returned, so it cannot be pooled. The header values
+// are built into buf and handed out as strings that point into it (buf is never written again
+// once a value is cut from it), so the headers cost no further allocation.
+type outcome struct {
+	app         string
+	cost        int64
+	remaining   int64
+	limit       int64 // the app's burst
+	guaranteed  float64
+	retryAfter  time.Duration
+	reason      limiter.Reason
+	decision    decision
+	connLimit   int64 // connection rejections: the limit and the fleet-wide count
+	connCurrent int64
+
+	vals [10]string
+	nval int
+	buf  [256]byte
+	nbuf int
+}
+
+// value appends one header value built by build to buf and returns it as a one-element slice
+// (cap 1, so that a later Header().Add copies instead of writing into vals).
+func (o *outcome) value(build func(b []byte) []byte) []string {
+	start := o.nbuf
+	var b []byte
+	if start < len(o.buf) {
+		b = build(o.buf[start:start:len(o.buf)])
+	} else {
+		b = build(nil)
+	}
+	var s string
+	if start < len(o.buf) && len(b) > 0 && unsafe.SliceData(b) == &o.buf[start] {
+		s = unsafe.String(&o.buf[start], len(b)) // built in place
+		o.nbuf += len(b)
+	} else {
+		s = string(b) // did not fit: append moved it elsewhere
+	}
+	i := o.nval
+	o.vals[i] = s
+	o.nval++
+	return o.vals[i : i+1 : i+1]
+}
+
+// resetSeconds is the reset time of the headers in whole seconds: on a rejection when tokens
+// come back (at least 1), otherwise how long the app's bucket takes to be full again.
+func (o *outcome) resetSeconds() int64 {
+	if o.decision != decisionAllowed && o.reason != limiter.ReasonNone {
+		return retrySeconds(o.retryAfter)
+	}
+	missing := o.limit - o.remaining
+	if missing <= 0 || !(o.guaranteed > 0) {
+		return 0
+	}
+	return int64(math.Ceil(float64(missing) / o.guaranteed))
+}
+
+// retrySeconds rounds a retry-after up to whole seconds, at least 1.
+func retrySeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// windowSeconds is the draft header's w: the time the bucket takes to fill from empty.
+func (o *outcome) windowSeconds() int64 {
+	if !(o.guaranteed > 0) {
+		return 1
+	}
+	return max(int64(math.Ceil(float64(o.limit)/o.guaranteed)), 1)
+}
+
+// Canonical header names, set straight into the header map (no canonicalisation per request).
+const (
+	hdrCost        = "X-Ratelimit-Cost"
+	hdrLimit       = "X-Ratelimit-Limit"
+	hdrRemaining   = "X-Ratelimit-Remaining"
+	hdrReset       = "X-Ratelimit-Reset"
+	hdrRetryAfter  = "Retry-After"
+	hdrPolicy      = "Ratelimit-Policy"
+	hdrRateLimit   = "Ratelimit"
+	hdrConnLimit   = "X-Connection-Limit"
+	hdrConnCurrent = "X-Connection-Current"
+	hdrConnRemain  = "X-Connection-Remaining"
+)
+
+// rejected reports whether the outcome is (or, in shadow mode, would have been) a rejection
+// that tokens arriving later can cure, so Retry-After applies.
+func (o *outcome) rejected() bool {
+	return o.reason != limiter.ReasonNone && o.reason != limiter.ReasonInvalidAppID &&
+		o.reason != limiter.ReasonUnknownApp
+}
+
+// setHeaders writes the rate-limit headers of the configured mode (DESIGN §10).
+func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
+	if h.headers == headersOff || o.reason == limiter.ReasonInvalidAppID || o.reason == limiter.ReasonUnknownApp {
+		return // no app, no quota to describe
+	}
+	hdr := w.Header()
+	reset := o.resetSeconds()
+	remaining := max(o.remaining, 0)
+	if h.headers == headersLegacy || h.headers == headersBoth {
+		hdr[hdrCost] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, o.cost, 10) })
+		hdr[hdrLimit] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, o.limit, 10) })
+		hdr[hdrRemaining] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, remaining, 10) })
+		hdr[hdrReset] = o.value(func(b []byte) []byte {
+			return strconv.AppendInt(b, time.Now().Unix()+reset, 10)
+		})
+		if o.connLimit > 0 {
+			hdr[hdrConnLimit] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, o.connLimit, 10) })
+			hdr[hdrConnCurrent] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, o.connCurrent, 10) })
+			hdr[hdrConnRemain] = o.value(func(b []byte) []byte {
+				return strconv.AppendInt(b, max(o.connLimit-o.connCurrent, 0), 10)
+			})
+		}
+	}
+	if h.headers == headersDraft || h.headers == headersBoth {
+		hdr[hdrPolicy] = o.value(func(b []byte) []byte {
+			b = append(b, `"app";q=`...)
+			b = strconv.AppendInt(b, o.limit, 10)
+			b = append(b, ";w="...)
+			return strconv.AppendInt(b, o.windowSeconds(), 10)
+		})
+		hdr[hdrRateLimit] = o.value(func(b []byte) []byte {
+			b = append(b, `"app";r=`...)
+			b = strconv.AppendInt(b, remaining, 10)
+			b = append(b, ";t="...)
+			return strconv.AppendInt(b, reset, 10)
+		})
+	}
+	if o.rejected() {
+		hdr[hdrRetryAfter] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, reset, 10) })
+	}
+}
+
+// writeRejection writes the JSON body of a rejection:
+// {"error":"rate_limit_exceeded","reason":"app_exhausted","retry_after":1,"remaining":0,"cost":17}
+func writeRejection(w http.ResponseWriter, status int, o *outcome) error {
+	var retry int64
+	if o.rejected() {
+		retry = retrySeconds(o.retryAfter)
+	}
+	b := make([]byte, 0, 128)
+	b = append(b, `{"error":"rate_limit_exceeded","reason":"`...)
+	b = append(b, o.reason.String()...) // reason names are plain ASCII, no escaping needed
+	b = append(b, `","retry_after":`...)
+	b = strconv.AppendInt(b, retry, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, max(o.remaining, 0), 10)
+	b = append(b, `,"cost":`...)
+	b = strconv.AppendInt(b, o.cost, 10)
+	b = append(b, "}\n"...)
+	hdr := w.Header()
+	hdr["Content-Type"] = jsonContentType
+	hdr["Content-Length"] = []string{strconv.Itoa(len(b))}
+	hdr["X-Content-Type-Options"] = nosniff
+	w.WriteHeader(status)
+	_, err := w.Write(b)
+	return err
+}
+
+var (
+	jsonContentType = []string{"application/json"}
+	nosniff         = []string{"nosniff"}
+)
+
+// The placeholders for later handlers and logs. Their values are pointers into the request's
+// outcome whose String methods run only when a placeholder is actually used: setting them
+// costs no allocation beyond the replacer's own map.
+const (
+	phApp       = "http.rate_limit.app"
+	phCost      = "http.rate_limit.cost"
+	phRemaining = "http.rate_limit.remaining"
+	phReason    = "http.rate_limit.reason"
+	phDecision  = "http.rate_limit.decision"
+)
+
+type (
+	phAppValue       outcome
+	phCostValue      outcome
+	phRemainingValue outcome
+	phReasonValue    outcome
+	phDecisionValue  outcome
+)
+
+func (v *phAppValue) String() string  { return v.app }
+func (v *phCostValue) String() string { return strconv.FormatInt(v.cost, 10) }
+func (v *phRemainingValue) String() string {
+	return strconv.FormatInt(max(v.remaining, 0), 10)
+}
+func (v *phReasonValue) String() string   { return v.reason.String() }
+func (v *phDecisionValue) String() string { return decisionNames[v.decision] }
+
+func (h *Handler) setPlaceholders(repl *caddy.Replacer, o *outcome) {
+	if repl == nil {
+		return
+	}
+	repl.Set(phApp, (*phAppValue)(o))
+	repl.Set(phCost, (*phCostValue)(o))
+	repl.Set(phRemaining, (*phRemainingValue)(o))
+	repl.Set(phReason, (*phReasonValue)(o))
+	repl.Set(phDecision, (*phDecisionValue)(o))
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the tests need (redis-server) and runs every test of the module.
+# Used by CI (.ci/run) and by developers: `./scripts/test.sh`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The Redis store's tests and the fleet e2e tests start their own redis-server processes.
+if ! command -v redis-server >/dev/null 2>&1; then
+	if [ "$(id -u)" = 0 ]; then
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		sudo apt-get update -qq
+		sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+	else
+		echo "scripts/test.sh: redis-server is not installed and this user cannot install it;" >&2
+		echo "  the Redis tests will skip (or fail under CI=true)." >&2
+	fi
+fi
+# Debian's package starts a system redis on :6379; the tests never use it.
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test (all packages, includes the end-to-end tests that build the caddy binary)"
+go test -timeout 12m ./...
+
+# The concurrent packages once more under the race detector.
+echo "== go test -race (concurrent packages)"
+go test -race -timeout 8m ./limiter/... ./connlimit/...

@@ -1,0 +1,173 @@
+package tierbucket
+
+import (
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/cost"
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// ServeHTTP is the request path of DESIGN §3: app id → cost estimate → in-flight slot →
+// tokens → next handler → settlement → slot released. Everything on it is local: no Store
+// call (unless the local tokens are spent), no lock held across I/O.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	s := h.state
+	o := &outcome{app: h.appID(r, repl)}
+
+	if !limiter.ValidAppID(o.app) {
+		s.invalidIDs.Add(1)
+		return h.refuse(w, r, repl, next, o, limiter.ReasonInvalidAppID, nil)
+	}
+	app, reason := s.lim.App(o.app)
+	if app == nil {
+		if reason == limiter.ReasonNone {
+			reason = limiter.ReasonUnknownApp
+		}
+		s.unknownRejects.Add(1)
+		return h.refuse(w, r, repl, next, o, reason, nil)
+	}
+
+	est := h.model.Estimate(r)
+	o.cost = est.Cost
+	pol := app.Policy()
+	o.limit, o.guaranteed = max(int64(pol.Burst), 1), pol.Guaranteed
+
+	ticket, reason := s.conns.Acquire(app.Label(), pol.MaxConnections)
+	if reason != limiter.ReasonNone {
+		app.Record(reason, est.Cost)
+		o.connLimit, o.connCurrent = s.conns.Limits(app.Label(), pol.MaxConnections)
+		if !h.Shadow {
+			return h.refuse(w, r, repl, next, o, reason, app)
+		}
+		o.reason, o.decision = reason, decisionShadow
+		h.setHeaders(w, o)
+		h.setPlaceholders(repl, o)
+		return next.ServeHTTP(w, r) // shadow: let it through, nothing taken
+	}
+
+	d := app.Take(r.Context(), est.Cost, h.maxWait)
+	o.remaining, o.retryAfter = d.Remaining, d.RetryAfter
+	if d.Limit > 0 {
+		o.limit = d.Limit
+	}
+	if !d.Allowed {
+		app.Record(d.Reason, est.Cost)
+		if !h.Shadow {
+			ticket.Release() // rollback: the slot was taken for a request that does not run
+			return h.refuse(w, r, repl, next, o, d.Reason, app)
+		}
+		o.reason, o.decision = d.Reason, decisionShadow
+		h.setHeaders(w, o)
+		h.setPlaceholders(repl, o)
+		defer ticket.Release()
+		return next.ServeHTTP(w, r) // shadow: no tokens were taken, nothing to settle
+	}
+
+	o.decision = decisionAllowed
+	h.setHeaders(w, o)
+	h.setPlaceholders(repl, o)
+	return h.serveAdmitted(w, r, next, app, est, ticket)
+}
+
+// serveAdmitted runs the rest of the chain for an admitted request and settles afterwards.
+// The deferred part runs on panics too: the slot is released exactly once (or, for a hijacked
+// connection, when that connection is closed) and the cost is settled.
+//
+// If the next handler returns an error, the tokens stay consumed (only the unread part of a
+// declared body is refunded, as for every request): the request was admitted and usually
+// reached the backend, and refunding downstream rejections (a 401 from basic_auth, say) would
+// make brute force free.
+func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
+	app *limiter.App, est cost.Estimate, ticket *connlimit.Ticket) error {
+	tw := getTrackedWriter(w, ticket)
+	var body *cost.CountingBody
+	orig := r.Body
+	if orig != nil && orig != http.NoBody {
+		// Not pooled: a proxy transport may still close the body after the chain returns.
+		body = cost.NewCountingBody(orig)
+		r.Body = body
+	}
+	defer func() {
+		r.Body = orig
+		var read int64
+		if body != nil {
+			read = body.N()
+		}
+		actual := h.model.Settle(est, read, tw.n)
+		switch delta := actual - est.Cost; {
+		case delta > 0:
+			app.Charge(delta)
+		case delta < 0:
+			app.Refund(-delta)
+		}
+		app.Record(limiter.ReasonNone, actual)
+		if !tw.hijacked {
+			ticket.Release()
+		}
+		putTrackedWriter(tw)
+	}()
+	return next.ServeHTTP(tw, r)
+}
+
+// refuse answers a rejected request: headers, placeholders, the event, then the JSON body (or a
+// Caddy error for handle_errors when `errors` is set). In shadow mode invalid and unknown ids
+// are let through too (nothing was taken).
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer,
+	next caddyhttp.Handler, o *outcome, reason limiter.Reason, app *limiter.App) error {
+	o.reason = reason
+	o.decision = decisionRejected
+	if h.Shadow {
+		o.decision = decisionShadow
+	}
+	h.setHeaders(w, o)
+	h.setPlaceholders(repl, o)
+	h.emit(o)
+	if h.Shadow {
+		return next.ServeHTTP(w, r)
+	}
+	status := statusFor(reason)
+	if h.Errors {
+		return caddyhttp.Error(status, rejectionError{reason: reason})
+	}
+	return writeRejection(w, status, o)
+}
+
+// emit sends the rate_limit_exceeded event; building it is skipped when nothing listens.
+func (h *Handler) emit(o *outcome) {
+	if h.events == nil || !h.events.ShouldEmit(eventName) {
+		return
+	}
+	h.events.Emit(h.ctx, eventName, map[string]any{
+		"cluster": h.state.key.cluster,
+		"app":     o.app,
+		"reason":  o.reason.String(),
+		"cost":    o.cost,
+		"shadow":  h.Shadow,
+	})
+}
+
+// eventName is the event emitted on every rejection.
+const eventName = "rate_limit_exceeded"
+
+// statusFor maps a rejection reason to its HTTP status (DESIGN §10).
+func statusFor(r limiter.Reason) int {
+	switch r {
+	case limiter.ReasonInvalidAppID:
+		return http.StatusBadRequest
+	case limiter.ReasonUnknownApp:
+		return http.StatusForbidden
+	case limiter.ReasonRedisUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusTooManyRequests
+}
+
+// rejectionError is the error handed to handle_errors in `errors` mode.
+type rejectionError struct{ reason limiter.Reason }
+
+func (e rejectionError) Error() string { return "rate limit exceeded: " + e.reason.String() }

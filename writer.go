@@ -1,0 +1,105 @@
+package tierbucket
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/tierbucket/caddy-tierbucket/connlimit"
+)
+
+// trackedWriter wraps the ResponseWriter of an admitted request: it counts response bytes (for
+// response_bytes) and intercepts Hijack, so that the in-flight slot of a hijacked connection
+// (a WebSocket, say) is released when that connection is closed rather than when the handler
+// returns. Flush, Push and the rest are reached through Unwrap (http.ResponseController), as
+// with Caddy's own wrappers. Pooled: nothing may keep it after the handler returns.
+type trackedWriter struct {
+	caddyhttp.ResponseWriterWrapper
+	ticket   connlimit.Handle
+	n        int64 // response body bytes written
+	hijacked bool
+}
+
+var writerPool = sync.Pool{New: func() any { return new(trackedWriter) }}
+
+func getTrackedWriter(w http.ResponseWriter, t *connlimit.Ticket) *trackedWriter {
+	tw := writerPool.Get().(*trackedWriter)
+	tw.ResponseWriter = w
+	tw.ticket = t.Handle()
+	return tw
+}
+
+func putTrackedWriter(tw *trackedWriter) {
+	*tw = trackedWriter{}
+	writerPool.Put(tw)
+}
+
+// Write counts the bytes written.
+func (tw *trackedWriter) Write(p []byte) (int, error) {
+	n, err := tw.ResponseWriter.Write(p)
+	tw.n += int64(n)
+	tw.ticket.Touch() // a long download is activity, not a leak
+	return n, err
+}
+
+// ReadFrom counts the bytes copied (the file server and the proxy use it).
+func (tw *trackedWriter) ReadFrom(r io.Reader) (int64, error) {
+	n, err := tw.ResponseWriterWrapper.ReadFrom(r)
+	tw.n += n
+	tw.ticket.Touch()
+	return n, err
+}
+
+// Hijack hands the connection over; the slot is now released when it is closed.
+func (tw *trackedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(tw.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	tw.hijacked = true
+	return &releasingConn{Conn: conn, ticket: tw.ticket}, brw, nil
+}
+
+// releasingConn is a hijacked connection that releases its request's in-flight slot when it
+// is closed (once: the Handle is exactly-once). Half-close is passed through for proxies.
+type releasingConn struct {
+	net.Conn
+	ticket connlimit.Handle
+}
+
+// Close closes the connection and releases the slot.
+func (c *releasingConn) Close() error {
+	err := c.Conn.Close()
+	c.ticket.Release()
+	return err
+}
+
+// Read marks activity, so the leak sweep leaves a live connection alone.
+func (c *releasingConn) Read(p []byte) (int, error) {
+	c.ticket.Touch()
+	return c.Conn.Read(p)
+}
+
+// Write marks activity, like Read.
+func (c *releasingConn) Write(p []byte) (int, error) {
+	c.ticket.Touch()
+	return c.Conn.Write(p)
+}
+
+// CloseWrite half-closes the connection when the underlying one supports it.
+func (c *releasingConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ http.Hijacker = (*trackedWriter)(nil)
+	_ io.ReaderFrom = (*trackedWriter)(nil)
+)
