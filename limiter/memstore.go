@@ -6,6 +6,29 @@ import (
 	"time"
 )
 
+// Where STORE_SEMANTICS.md is silent or ambiguous, the memory store does the following, and the
+// Redis store (redislua) must do the same (the shared suite limiter/storetest and the
+// differential test check it):
+//
+//   - Lease: "avail >= need and need > 0 → avail" plus "Need = 0: grant min(want, avail)" is
+//     simply "avail >= need → avail" (avail is never negative).
+//   - retry_after_us = min(2^53, ceil((need - tokens) / rate * 1e6)), evaluated in that order;
+//     debt is not included (literal spec); 1 s when rate = guaranteed × factor is 0.
+//   - Return with Tokens <= 0 does nothing at all: no refill, no write, no new record.
+//   - A Report for an app without a bucket creates a statistics-only record (Redis: HINCRBY on
+//     an absent hash); the first lease still finds a full bucket. Its idle lifetime is the one
+//     set by the app's last lease/return, or 60 s.
+//   - Idle lifetime: ceil(max(60 s, 2 × burst / guaranteed)) in µs, at most 30 days; a record
+//     is gone once now - last write >= lifetime.
+//   - In-flight per app: an (app, instance) entry counts while the last report that carried
+//     the app is at most InstanceTTL old (see memLedger.recordInFlight).
+//   - RemoteInFlight omits apps whose remote sum is 0 and is nil when none is left.
+//   - Leaving the automatic emergency clears its reason; EmergencyReason is "" outside an
+//     emergency. EmergencyUntil is always zero (the Store has no operator emergency yet).
+//   - Invalid calls are errors, never stored: guaranteed must be > 0, guaranteed <= burst
+//     <= 2^53, factor finite and >= 0, want/need/counts/costs >= 0, capacity finite and >= 0,
+//     and a report needs an instance id.
+
 // MemoryStore is the in-process Store: the embedded default when no Redis is configured. It runs
 // the L1/L2 rules of the Redis store in Go (the semantics are spelled out in the memstore_*.go
 // files, step by step, so the Redis Lua can be checked against them line by line).
@@ -98,27 +121,33 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 	m.sweep(now)
 
 	l := m.ledger(rep.Cluster.ID)
+	l1 := rep.Cluster.Capacity > 0
 	var st ClusterState
-	st.LiveInstances = l.heartbeat(rep.Instance, now)                        // step 1
-	st.RemoteClusterInFlight, st.RemoteInFlight = l.recordInFlight(rep, now) // step 2
-	var cost int64
+	// 1. heartbeat; 2. in-flight counts.
+	st.LiveInstances = l.heartbeat(rep.Instance, now)
+	st.RemoteClusterInFlight, st.RemoteInFlight = l.recordInFlight(rep, now)
+	// 3. usage window.
+	if l1 {
+		var cost int64
+		for _, a := range rep.Apps {
+			cost += a.Cost
+		}
+		st.Usage = l.addUsage(cost, rep.Cluster.Capacity, now)
+	}
+	// 4. app statistics only: no token changes.
 	for _, a := range rep.Apps {
-		cost += a.Cost
-	}
-	if rep.Cluster.Capacity > 0 {
-		st.Usage = l.addUsage(cost, rep.Cluster.Capacity, now) // step 3
-	}
-	for _, a := range rep.Apps { // step 4: statistics only, no token change
 		m.statsRecord(memAppKey{rep.Cluster.ID, a.App}, now).requests += a.Requests
 	}
-	if rep.Cluster.Capacity > 0 {
-		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now) // step 5
+	// 5. automatic emergency.
+	if l1 {
+		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now)
 		st.Emergency = l.emergency
 		if l.emergency {
 			st.EmergencyReason = l.reason
 		}
 	}
-	st.Factors = Factors(rep.Cluster, st.Usage, st.Emergency) // step 6
+	// 6. factors.
+	st.Factors = Factors(rep.Cluster, st.Usage, st.Emergency)
 	return st, nil
 }
 
