@@ -177,7 +177,6 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	howett.net/plist v1.0.1 // indirect
-	pgregory.net/rapid v1.3.0 // indirect
 )
 
 replace github.com/tierbucket/caddy-tierbucket => ../
