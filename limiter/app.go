@@ -166,7 +166,8 @@ func (a *App) admitted(cost int64, l *Limiter) {
 	if a.isolated {
 		a.lastUse.Store(l.clock.Now().UnixNano())
 	}
-	if r-a.sentReqs.Load() >= l.batch.Load() {
+	// Kick once per SyncBatch requests (not on every request past it while a report is due).
+	if n := r - a.sentReqs.Load(); n > 0 && n%l.batch.Load() == 0 {
 		select {
 		case l.kick <- struct{}{}:
 		default:

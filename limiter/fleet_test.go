@@ -14,13 +14,15 @@ type fleetResult struct {
 	total, expected int64
 	per             []int64
 	leases, reports int64
-	takes           int64
+	takes, hits     int64
 }
 
 // simulateFleet runs n Limiters sharing one MemoryStore under a manual clock for dur, each
 // offered more load than the whole quota, in 1 ms steps (the instance order rotates so no
 // instance always asks first), with sync ticks every 100 ms.
-func simulateFleet(t *testing.T, n int, p AppPolicy, dur time.Duration, seed uint64) fleetResult {
+// offer is each instance's offered cost per ms (0: the whole quota's rate × 4); maxCost 1 makes
+// every request cost 1, otherwise costs are 1..maxCost.
+func simulateFleet(t *testing.T, n int, p AppPolicy, dur time.Duration, seed uint64, offer, maxCost int64) fleetResult {
 	c := newClock()
 	ms := NewMemoryStore(c.Now)
 	var stores []*probeStore
@@ -51,20 +53,24 @@ func simulateFleet(t *testing.T, n int, p AppPolicy, dur time.Duration, seed uin
 	}
 	rng := rand.New(rand.NewPCG(seed, seed))
 	res := fleetResult{per: make([]int64, n)}
-	// Each instance is offered the whole quota's rate, in costs of 1-4: the fleet is 4× over.
-	offer := int64(math.Ceil(p.Guaranteed/1000)) * 4
+	if offer == 0 {
+		offer = max(int64(math.Ceil(p.Guaranteed/1000))*4, 4)
+	}
 	start := c.Now()
 	for step := 0; c.Now().Sub(start) < dur; step++ {
 		c.Advance(time.Millisecond)
 		for k := range n {
 			i := (step + k) % n
 			var offered int64
-			for offered < max(offer, 4) {
-				cost := int64(rng.IntN(4) + 1)
+			for offered < offer {
+				cost := int64(rng.IntN(int(maxCost)) + 1)
 				offered += cost
 				res.takes++
 				if d := apps[i].Take(context.Background(), cost, 0); d.Allowed {
 					res.per[i] += cost
+					if d.LocalHit {
+						res.hits++
+					}
 				}
 			}
 		}
@@ -96,7 +102,7 @@ func TestFleetAccuracy(t *testing.T) {
 		{"large_50k/s", pol(50000, 50000, 0), 10 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := simulateFleet(t, 4, tc.p, tc.dur, 1)
+			r := simulateFleet(t, 4, tc.p, tc.dur, 1, 0, 4)
 			dev := float64(r.total-r.expected) / float64(r.expected)
 			t.Logf("admitted %d, expected %d (%+.2f%%), per instance %v, %d leases, %d reports, %d takes (%.2f Store calls per 1000 takes)",
 				r.total, r.expected, 100*dev, r.per, r.leases, r.reports, r.takes, 1000*float64(r.leases+r.reports)/float64(r.takes))
@@ -110,5 +116,21 @@ func TestFleetAccuracy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// DESIGN §14: at steady load within the quota, ≥ 99% of requests are local hits and the Store
+// sees ≤ 5 calls per 1000 requests (leases and reports together).
+func TestFleetSteadyLoadStaysLocal(t *testing.T) {
+	r := simulateFleet(t, 4, pol(50000, 50000, 0), 10*time.Second, 2, 10, 1) // 4 × 10k/s of 50k/s
+	calls := 1000 * float64(r.leases+r.reports) / float64(r.takes)
+	hit := float64(r.hits) / float64(r.takes)
+	t.Logf("%d requests, %d admitted, %.2f%% local hits, %d leases + %d reports = %.2f Store calls per 1000 requests",
+		r.takes, r.total, 100*hit, r.leases, r.reports, calls)
+	if r.total != r.takes {
+		t.Fatalf("within the quota, %d of %d requests admitted", r.total, r.takes)
+	}
+	if hit < 0.99 || calls > 5 {
+		t.Fatalf("local hits %.2f%%, %.2f Store calls per 1000 requests", 100*hit, calls)
 	}
 }
