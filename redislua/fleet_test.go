@@ -1,0 +1,206 @@
+package redislua
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// countingStore counts the Store calls a Limiter makes and the requests of its successful
+// reports.
+type countingStore struct {
+	limiter.Store
+	leases, returns, reports atomic.Int64
+	reported                 atomic.Int64 // Σ Requests of successful reports
+}
+
+func (c *countingStore) Lease(ctx context.Context, r limiter.LeaseRequest) (limiter.Lease, error) {
+	c.leases.Add(1)
+	return c.Store.Lease(ctx, r)
+}
+
+func (c *countingStore) Return(ctx context.Context, r limiter.Return) error {
+	c.returns.Add(1)
+	return c.Store.Return(ctx, r)
+}
+
+func (c *countingStore) Report(ctx context.Context, r limiter.Report) (limiter.ClusterState, error) {
+	c.reports.Add(1)
+	st, err := c.Store.Report(ctx, r)
+	if err == nil {
+		for _, a := range r.Apps {
+			c.reported.Add(a.Requests)
+		}
+	}
+	return st, err
+}
+
+func (c *countingStore) calls() int64 { return c.leases.Load() + c.returns.Load() + c.reports.Load() }
+
+// newLimiter builds a Limiter on its own client of addr, closed at the end of the test.
+func newLimiter(t *testing.T, addr, prefix string, cfg limiter.Config) (*limiter.Limiter, *countingStore) {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 50 * time.Millisecond,
+		WriteTimeout: 50 * time.Millisecond, DialTimeout: time.Second, ContextTimeoutEnabled: true})
+	cs := &countingStore{Store: New(client, prefix)}
+	l, err := limiter.New(cfg, cs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		client.Close()
+	})
+	return l, cs
+}
+
+func fleetConfig(cluster, instance string, p limiter.AppPolicy) limiter.Config {
+	return limiter.Config{
+		Cluster: limiter.ClusterPolicy{ID: cluster, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
+			EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}},
+		Apps:     map[string]limiter.AppPolicy{"app": p},
+		Default:  p,
+		Instance: instance,
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes (a bounded wait on a condition).
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// load offers rate cost per second (costs 1–4) to app until stop, pacing itself on the real
+// clock. It returns the admitted cost, the number of takes and of local hits, and the longest
+// Take.
+type loadResult struct {
+	admitted, admittedReqs, takes, hits atomic.Int64
+	longest                             atomic.Int64 // ns
+}
+
+func load(r *loadResult, app *limiter.App, rate float64, maxCost int, start time.Time, stop <-chan struct{}, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var offered float64
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		target := rate * time.Since(start).Seconds()
+		for offered < target {
+			cost := int64(rng.IntN(maxCost) + 1)
+			offered += float64(cost)
+			t0 := time.Now()
+			d := app.Take(context.Background(), cost, 0)
+			if took := int64(time.Since(t0)); took > r.longest.Load() {
+				r.longest.Store(took)
+			}
+			r.takes.Add(1)
+			if d.Allowed {
+				r.admitted.Add(cost)
+				r.admittedReqs.Add(1)
+			}
+			if d.LocalHit {
+				r.hits.Add(1)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFleetAccuracy is DESIGN §13 property 12 against a real Redis and the real clock: four
+// Limiters share one Redis, each offered the whole quota (the fleet is 4× over it) for about
+// 3 s. The admitted cost must be within ±5% of burst + rate × T, and every instance must get
+// at least half its fair share.
+func TestFleetAccuracy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 2 × 3 s of real-time load")
+	}
+	addr := redistest.SharedStandalone(t)
+	for _, rate := range []float64{100, 50000} {
+		t.Run(fmt.Sprintf("%g/s", rate), func(t *testing.T) {
+			p := limiter.AppPolicy{Guaranteed: rate, Burst: rate}
+			prefix := uniquePrefix(t)
+			const n = 4
+			var lims []*limiter.Limiter
+			var stores []*countingStore
+			for i := 0; i < n; i++ {
+				l, cs := newLimiter(t, addr, prefix, fleetConfig("fleet", fmt.Sprintf("i%d", i), p))
+				lims = append(lims, l)
+				stores = append(stores, cs)
+			}
+			waitFor(t, "every instance to see the fleet", 5*time.Second, func() bool {
+				for _, l := range lims {
+					if l.State().LiveInstances != n {
+						return false
+					}
+				}
+				return true
+			})
+
+			const dur = 3 * time.Second
+			stop := make(chan struct{})
+			results := make([]*loadResult, n)
+			var wg sync.WaitGroup
+			start := time.Now()
+			for i, l := range lims {
+				app, r := l.App("app")
+				if app == nil {
+					t.Fatalf("App: %v", r)
+				}
+				results[i] = new(loadResult)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					load(results[i], app, rate, 4, start, stop, uint64(i+1))
+				}()
+			}
+			time.Sleep(dur)
+			close(stop)
+			wg.Wait()
+			elapsed := time.Since(start)
+
+			var total, takes, hits int64
+			var per []int64
+			for _, r := range results {
+				total += r.admitted.Load()
+				takes += r.takes.Load()
+				hits += r.hits.Load()
+				per = append(per, r.admitted.Load())
+			}
+			var calls int64
+			for _, s := range stores {
+				calls += s.calls()
+			}
+			expected := p.Burst + rate*elapsed.Seconds()
+			dev := (float64(total) - expected) / expected
+			t.Logf("quota %g/s, T %.3fs: admitted %d, expected %.0f (%+.2f%%), per instance %v; %d takes, %.1f%% local hits, %d Store calls",
+				rate, elapsed.Seconds(), total, expected, 100*dev, per, takes, 100*float64(hits)/float64(takes), calls)
+			if math.Abs(dev) > 0.05 {
+				t.Errorf("admitted %d is %+.2f%% off burst + rate × T = %.0f (bound ±5%%)", total, 100*dev, expected)
+			}
+			for i, got := range per {
+				if fair := total / n; got < fair/2 {
+					t.Errorf("instance %d admitted %d, less than half its fair share %d", i, got, fair)
+				}
+			}
+		})
+	}
+}
