@@ -37,10 +37,11 @@ type Limiter struct {
 	lastRate   time.Time
 	prevIn     map[string]bool // apps with in-flight requests in the last report
 
-	kick   chan struct{} // early report (SyncBatch reached)
-	stop   chan struct{}
-	done   chan struct{}
-	closed atomic.Bool
+	kick    chan struct{} // early report (SyncBatch reached)
+	stop    chan struct{}
+	done    chan struct{}
+	closed  atomic.Bool
+	looping bool // the loop goroutine was started (New); Close waits for it
 
 	spawn func(func())                                    // runs a lease; tests run it inline
 	sleep func(ctx context.Context, d time.Duration) bool // max_wait; tests advance a manual clock
@@ -60,6 +61,7 @@ func New(cfg Config, store Store, clock Clock) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.looping = true
 	go l.loop()
 	return l, nil
 }
@@ -246,6 +248,9 @@ func (l *Limiter) Close() error {
 		return nil
 	}
 	close(l.stop)
+	if l.looping {
+		<-l.done // a tick in progress finishes first (its Store calls are bounded)
+	}
 	l.tickMu.Lock()
 	defer l.tickMu.Unlock()
 	now := l.clock.Now()
@@ -255,6 +260,3 @@ func (l *Limiter) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// wait blocks until the sync loop has exited (tests).
-func (l *Limiter) wait() { <-l.done }

@@ -447,7 +447,11 @@ func TestSyncLoopRuns(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l.wait()
+	select {
+	case <-l.done:
+	default:
+		t.Fatal("Close returned before the sync loop stopped")
+	}
 }
 
 func TestZeroAllocs(t *testing.T) {
