@@ -128,7 +128,11 @@ func (a *App) take(ctx context.Context, cost int64) Decision {
 	p := a.pol.Load()
 	st := l.state.Load()
 	if st.Emergency && st.Factors[p.Priority] <= 0 {
-		return a.reject(p, st, ReasonEmergencyBlocked, probeInterval)
+		retry := probeInterval // L1 leaves an automatic emergency at a report, not at a known time
+		if !st.EmergencyUntil.IsZero() {
+			retry = st.EmergencyUntil.Sub(l.clock.Now())
+		}
+		return a.reject(p, st, ReasonEmergencyBlocked, retry)
 	}
 	need := min(cost, p.burst)
 	if a.tryTake(cost, need) {
@@ -191,7 +195,8 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.snap().cfg.StoreTimeout)
+	parent := ctx
+	ctx, cancel := context.WithTimeout(parent, l.snap().cfg.StoreTimeout)
 	defer cancel()
 	for range 3 {
 		c := a.startLease(need)
@@ -201,7 +206,7 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			if ctx.Err() == context.DeadlineExceeded {
+			if parent.Err() == nil {
 				l.markFailed() // the Store is slower than StoreTimeout
 				return a.failTake(cost, need, p, st)
 			}

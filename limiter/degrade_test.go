@@ -199,3 +199,21 @@ func TestStorePanicBecomesFailure(t *testing.T) {
 		t.Fatalf("take against a panicking store: %+v", d)
 	}
 }
+
+func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	ps.block = make(chan struct{})
+	defer close(ps.block)
+	cfg := baseConfig()
+	cfg.StoreTimeout = time.Minute
+	l := testLimiter(t, cfg, ps, c, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if d := mustApp(t, l, "a").Take(ctx, 1, 0); d.Allowed {
+		t.Fatalf("take with an expired caller = %+v", d)
+	}
+	if l.Level() == LevelFailOpen {
+		t.Fatal("the caller's own deadline switched the limiter to fail-open")
+	}
+}
