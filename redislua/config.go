@@ -112,7 +112,8 @@ func (c Config) withDefaults() Config {
 // Redis Cluster, and a sentinel master name a failover client.
 func (c Config) newClient() (redis.UniversalClient, error) {
 	// Retries are off: a script that reached the server but whose reply was lost must not run a
-	// second time (a lease would be debited twice). The limiter retries on its own schedule.
+	// second time (a lease would be debited twice), and a dial that failed is not repeated within
+	// one call (that only spends the call's timeout). The limiter retries on its own schedule.
 	dialTimeout := max(c.Timeout, time.Second)
 	var tlsConfig *tls.Config
 	if c.TLS {
@@ -138,7 +139,7 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 		if o.TLSConfig != nil && c.InsecureSkipVerify {
 			o.TLSConfig.InsecureSkipVerify = true
 		}
-		o.MaxRetries = -1
+		o.MaxRetries, o.DialerRetries = -1, 1
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout, c.Timeout, c.Timeout
 		o.ContextTimeoutEnabled = true
 		if c.PoolSize > 0 {
@@ -154,6 +155,7 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 		DB:                    c.DB,
 		TLSConfig:             tlsConfig,
 		MaxRetries:            -1,
+		DialerRetries:         1,
 		DialTimeout:           dialTimeout,
 		ReadTimeout:           c.Timeout,
 		WriteTimeout:          c.Timeout,

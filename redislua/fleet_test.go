@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
@@ -47,19 +45,22 @@ func (c *countingStore) Report(ctx context.Context, r limiter.Report) (limiter.C
 
 func (c *countingStore) calls() int64 { return c.leases.Load() + c.returns.Load() + c.reports.Load() }
 
-// newLimiter builds a Limiter on its own client of addr, closed at the end of the test.
+// newLimiter builds a Limiter on a Store from Open (the production client settings), closed at
+// the end of the test.
 func newLimiter(t *testing.T, addr, prefix string, cfg limiter.Config) (*limiter.Limiter, *countingStore) {
 	t.Helper()
-	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 50 * time.Millisecond,
-		WriteTimeout: 50 * time.Millisecond, DialTimeout: time.Second, ContextTimeoutEnabled: true})
-	cs := &countingStore{Store: New(client, prefix)}
+	s, err := Open(Config{Address: []string{addr}, KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &countingStore{Store: s}
 	l, err := limiter.New(cfg, cs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		l.Close()
-		client.Close()
+		s.Close()
 	})
 	return l, cs
 }
