@@ -84,14 +84,15 @@ func (a *App) runLease(c *leaseCall, need int64) {
 // want is the lease target (DESIGN §5): about the app's rate × the refill horizon (or, before
 // the rate is known, what was consumed since the last tick, so that leases grow geometrically),
 // × the degradation multiplier, at most Reserve, at most burst / (2 × live instances) so that no
-// instance hoards a small quota, at least 1 and the need; plus any local debt, paid first.
+// instance hoards a small quota, at least 1; plus any local debt, which the grant pays first;
+// and at least the need (a waiter's shortfall, which already includes the debt).
 func (a *App) want(need, debt int64, p *appPolicy, st *ClusterState, s *snapshot) int64 {
 	m := leaseMultiplier(a.l.Level())
 	t := max(a.rateTgt.Load(), a.consumed.Load()-a.lastCons.Load()) * m
 	t = min(t, s.cfg.Reserve*m)
 	live := int64(max(st.LiveInstances, 1))
 	t = min(t, int64(p.Burst/float64(2*live)))
-	return max(t, 1, need) + debt
+	return max(max(t, 1)+debt, need)
 }
 
 // applyLease books a grant and, for a refused or short lease, when to ask again.

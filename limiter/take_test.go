@@ -147,3 +147,36 @@ func TestRefundAndCharge(t *testing.T) {
 		t.Fatalf("conservation: %d != %d", lhs, rhs)
 	}
 }
+
+func TestLeaseTarget(t *testing.T) {
+	c := newClock()
+	cfg := baseConfig()
+	cfg.Apps["big"] = pol(100000, 100000, 0)
+	cfg.Apps["tiny"] = pol(10, 40, 0)
+	l := testLimiter(t, cfg, newProbe(c), c, false)
+	s := l.snap()
+	for _, tc := range []struct {
+		app        string
+		live       int
+		rateTgt    int64
+		need, debt int64
+		want       int64
+	}{
+		{"big", 1, 30000, 0, 0, 1000}, // capped at Reserve
+		{"big", 1, 200, 0, 0, 200},    // the rate × horizon
+		{"big", 1, 200, 500, 0, 500},  // at least the need
+		{"big", 1, 200, 0, 7, 207},    // plus the debt
+		{"tiny", 4, 3, 0, 0, 3},       // 40 / (2 × 4) = 5 caps nothing here
+		{"tiny", 4, 30, 0, 0, 5},      // ... but caps this
+		{"tiny", 40, 30, 0, 0, 1},     // never below 1
+		{"tiny", 40, 30, 9, 0, 9},     // nor below the need
+		{"a", 1, 0, 0, 0, 1},          // an idle app asks for one token
+	} {
+		a := mustApp(t, l, tc.app)
+		a.rateTgt.Store(tc.rateTgt)
+		st := &ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: tc.live}
+		if got := a.want(tc.need, tc.debt, a.pol.Load(), st, s); got != tc.want {
+			t.Errorf("%+v: want() = %d", tc, got)
+		}
+	}
+}
