@@ -59,8 +59,8 @@ func checkApp(c limiter.ClusterPolicy, app string, p limiter.AppPolicy) error {
 		return fmt.Errorf("cluster %q: empty app id", c.ID)
 	case !finite(p.Guaranteed) || p.Guaranteed <= 0:
 		return fmt.Errorf("app %q: guaranteed %v: must be a finite number > 0", app, p.Guaranteed)
-	case !finite(p.Burst) || p.Burst <= 0 || p.Burst > maxAmount:
-		return fmt.Errorf("app %q: burst %v: must be a number > 0 and <= 2^53", app, p.Burst)
+	case !finite(p.Burst) || p.Burst < p.Guaranteed || p.Burst > maxAmount:
+		return fmt.Errorf("app %q: burst %v: must be a number >= guaranteed (%v) and <= 2^53", app, p.Burst, p.Guaranteed)
 	}
 	return nil
 }
