@@ -1,0 +1,231 @@
+package tierbucket
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// adapt runs the Caddyfile adapter on src and returns the indented JSON.
+func adapt(t *testing.T, src string) (string, error) {
+	t.Helper()
+	out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		return "", err
+	}
+	for _, w := range warnings {
+		if strings.Contains(w.Message, "rate_limit") {
+			t.Errorf("adapter warning: %s", w.String())
+		}
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, out, "", "\t"); err != nil {
+		t.Fatal(err)
+	}
+	buf.WriteByte('\n')
+	return buf.String(), nil
+}
+
+// TestCaddyfileAdaptGolden adapts every valid Caddyfile in testdata and compares the JSON with
+// its golden file (go test -run TestCaddyfileAdaptGolden -update rewrites them).
+func TestCaddyfileAdaptGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/caddyfile/*.Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "testdata/example.Caddyfile")
+	if len(files) < 5 {
+		t.Fatalf("expected the golden Caddyfiles, found %v", files)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := adapt(t, string(src))
+			if err != nil {
+				t.Fatalf("adapt: %v", err)
+			}
+			golden := strings.TrimSuffix(f, ".Caddyfile") + ".json"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("adapted JSON differs from %s (run with -update after checking):\n%s", golden, got)
+			}
+			checkHandlersDecode(t, got)
+		})
+	}
+}
+
+// checkHandlersDecode decodes every rate_limit handler of an adapted config into Handler with
+// unknown fields disallowed: the Caddyfile only produces fields the JSON config knows.
+func checkHandlersDecode(t *testing.T, cfg string) {
+	t.Helper()
+	var walk func(v any) int
+	walk = func(v any) int {
+		n := 0
+		switch v := v.(type) {
+		case map[string]any:
+			if v["handler"] == "rate_limit" {
+				b, _ := json.Marshal(v)
+				dec := json.NewDecoder(bytes.NewReader(b))
+				dec.DisallowUnknownFields()
+				var h struct {
+					Handler
+					Name string `json:"handler"`
+				}
+				if err := dec.Decode(&h); err != nil {
+					t.Errorf("rate_limit JSON does not decode strictly: %v\n%s", err, b)
+				}
+				n++
+			}
+			for _, x := range v {
+				n += walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				n += walk(x)
+			}
+		}
+		return n
+	}
+	var root any
+	if err := json.Unmarshal([]byte(cfg), &root); err != nil {
+		t.Fatal(err)
+	}
+	if walk(root) == 0 {
+		t.Error("no rate_limit handler in the adapted config")
+	}
+}
+
+// TestCaddyfileFullRoundTrip checks the parsed values of the full example field by field.
+func TestCaddyfileFullRoundTrip(t *testing.T) {
+	src, err := os.ReadFile("testdata/caddyfile/full.Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// isolate the rate_limit block
+	s := string(src)
+	start := strings.Index(s, "rate_limit /objects/*")
+	end := strings.Index(s, "\trespond")
+	var h Handler
+	d := caddyfile.NewTestDispenser(strings.Replace(s[start:end], "/objects/* ", "", 1))
+	if err := h.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case h.Cluster != "s3-eu", h.Key != "{http.request.header.X-App-Id}", h.UnknownApp != "isolated",
+		h.Capacity != 100000, *h.ReservedRatio != 0.2, *h.EmergencyThreshold != 0.97,
+		len(h.EmergencyRatios) != 4 || h.EmergencyRatios[1] != 0.6:
+		t.Errorf("top-level fields: %+v", h)
+	}
+	if a := h.Apps["alpha"]; a == nil || a.Guaranteed != 20000 || a.Burst != 40000 || a.MaxBorrow != 5000 || a.MaxConnections != 200 {
+		t.Errorf("app alpha: %+v", a)
+	}
+	if a := h.Apps["beta.team:prod"]; a == nil || a.Guaranteed != 500.5 || a.Priority != 2 {
+		t.Errorf("app beta.team:prod: %+v", a)
+	}
+	if c := h.Cost; c == nil || c.Quantum != 65536 || c.StreamEstimate != 8<<20 || c.Base["PUT"] != 7 ||
+		c.Base["MULTIPART_COMPLETE"] != 10 || !c.ResponseBytes || c.Bandwidth != 2 || c.Max != 500000 || c.Default != 2 {
+		t.Errorf("cost: %+v", c)
+	}
+	if c := h.Connections; c == nil || c.App != 500 || c.Cluster != 4000 || c.IdleTimeout.Minutes() != 10 || c.SweepInterval.Seconds() != 15 {
+		t.Errorf("connections: %+v", c)
+	}
+	if l := h.Local; l == nil || l.Reserve != 2000 || l.RefillThreshold != 0.3 || l.SyncBatch != 500 {
+		t.Errorf("local: %+v", l)
+	}
+	if h.OnRedisFailure != "closed" || h.Headers != "draft" || !h.Shadow || !h.Errors || h.MaxWait == 0 {
+		t.Errorf("flags: %+v", h)
+	}
+}
+
+// TestCaddyfileErrors: strict parsing; every error carries the file and line.
+func TestCaddyfileErrors(t *testing.T) {
+	cases := []struct {
+		name, block, want string
+	}{
+		{"unknown subdirective", "rate_limit {\n\tfoo 1\n}", `unknown subdirective "foo"`},
+		{"duplicate subdirective", "rate_limit {\n\tcapacity 1\n\tcapacity 2\n}", `duplicate subdirective "capacity"`},
+		{"duplicate flag", "rate_limit {\n\tshadow\n\tshadow\n}", `duplicate subdirective "shadow"`},
+		{"arguments on the directive", "rate_limit foo bar", "takes no arguments"},
+		{"duplicate app", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t}\n\tapp a {\n\t\tguaranteed 2\n\t}\n}", `duplicate app "a"`},
+		{"app without guaranteed", "rate_limit {\n\tapp a {\n\t\tburst 5\n\t}\n}", "guaranteed is required"},
+		{"app unknown field", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tweight 3\n\t}\n}", `unknown subdirective "weight"`},
+		{"app duplicate field", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tguaranteed 2\n\t}\n}", `duplicate subdirective "guaranteed"`},
+		{"app priority range", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tpriority 4\n\t}\n}", "priority must be 0-3"},
+		{"app two ids", "rate_limit {\n\tapp a b {\n\t\tguaranteed 1\n\t}\n}", "exactly one argument"},
+		{"not a number", "rate_limit {\n\tcapacity lots\n}", `"lots" is not a number`},
+		{"NaN", "rate_limit {\n\treserved_ratio NaN\n}", "is not a number"},
+		{"unknown_app value", "rate_limit {\n\tunknown_app maybe\n}", "unknown_app must be one of shared|isolated|reject"},
+		{"headers value", "rate_limit {\n\theaders all\n}", "headers must be one of legacy|draft|both|off"},
+		{"on_redis_failure value", "rate_limit {\n\ton_redis_failure panic\n}", "on_redis_failure must be one of local|open|closed"},
+		{"emergency_ratios count", "rate_limit {\n\temergency_ratios 1 0.5\n}", "needs 4 values"},
+		{"max_wait duration", "rate_limit {\n\tmax_wait soon\n}", "not a duration"},
+		{"shadow with argument", "rate_limit {\n\tshadow yes\n}", "takes no arguments"},
+		{"cost unknown", "rate_limit {\n\tcost {\n\t\tfree\n\t}\n}", `cost: unknown subdirective "free"`},
+		{"cost duplicate", "rate_limit {\n\tcost {\n\t\tmax 5\n\t\tmax 6\n\t}\n}", `cost: duplicate subdirective "max"`},
+		{"cost base op", "rate_limit {\n\tcost {\n\t\tbase FETCH 3\n\t}\n}", `unknown operation "FETCH"`},
+		{"cost base duplicate", "rate_limit {\n\tcost {\n\t\tbase PUT 3\n\t\tbase put 4\n\t}\n}", "duplicate base PUT"},
+		{"cost size", "rate_limit {\n\tcost {\n\t\tquantum 64XB\n\t}\n}", "unknown size unit"},
+		{"cost operations", "rate_limit {\n\tcost {\n\t\toperations grpc\n\t}\n}", "operations must be one of s3|http"},
+		{"cost validate", "rate_limit {\n\tcost {\n\t\tquantum -5\n\t}\n}", "quantum"},
+		{"connections unknown", "rate_limit {\n\tconnections {\n\t\ttotal 5\n\t}\n}", `connections: unknown subdirective "total"`},
+		{"connections negative", "rate_limit {\n\tconnections {\n\t\tapp -1\n\t}\n}", "connections.app"},
+		{"local unknown", "rate_limit {\n\tlocal {\n\t\tcache 5\n\t}\n}", `local: unknown subdirective "cache"`},
+		{"local duplicate", "rate_limit {\n\tlocal {\n\t\treserve 5\n\t\treserve 6\n\t}\n}", `local: duplicate subdirective "reserve"`},
+		{"redis unknown", "rate_limit {\n\tredis {\n\t\thost x\n\t}\n}", `redis: unknown subdirective "host"`},
+		{"redis tls arg", "rate_limit {\n\tredis {\n\t\ttls maybe\n\t}\n}", "tls takes only insecure_skip_verify"},
+		{"redis address empty", "rate_limit {\n\tredis {\n\t\taddress\n\t}\n}", "address needs at least one"},
+		{"block with argument", "rate_limit {\n\tlocal fast {\n\t}\n}", "local takes no arguments"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := ":8080 {\n" + tc.block + "\n}\n"
+			_, err := adapt(t, src)
+			if err == nil {
+				t.Fatalf("no error for\n%s", src)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "Caddyfile:") {
+				t.Errorf("error %q does not name the file and line", err)
+			}
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	good := map[string]int64{"65536": 65536, "64KiB": 65536, "64kib": 65536, "1MiB": 1 << 20, "1mb": 1e6,
+		"2KB": 2000, "1GiB": 1 << 30, "10B": 10, "0.5KiB": 512}
+	for in, want := range good {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "KiB", "1.3B", "12 parsecs", "-1", "1e3"} {
+		if got, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package tierbucket
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// TestProvisionRejectsInvalidConfig: every invalid config of DESIGN §9 fails provisioning with
+// a message naming the field (property 10).
+func TestProvisionRejectsInvalidConfig(t *testing.T) {
+	cases := []struct {
+		name, json, want string
+	}{
+		{"guaranteed zero", `{"apps":{"a":{"guaranteed":0,"burst":5}}}`, `apps["a"].guaranteed must be > 0`},
+		{"guaranteed negative", `{"apps":{"a":{"guaranteed":-1}}}`, `apps["a"].guaranteed`},
+		{"empty app", `{"apps":{"a":null}}`, `apps["a"]: empty app block`},
+		{"burst below guaranteed", `{"apps":{"a":{"guaranteed":10,"burst":5}}}`, `apps["a"].burst must be >= guaranteed`},
+		{"burst below one", `{"apps":{"a":{"guaranteed":0.5}}}`, `apps["a"].burst must be >= 1`},
+		{"priority high", `{"apps":{"a":{"guaranteed":1,"priority":4}}}`, `apps["a"].priority must be 0-3`},
+		{"priority negative", `{"apps":{"a":{"guaranteed":1,"priority":-1}}}`, `apps["a"].priority`},
+		{"max_borrow negative", `{"apps":{"a":{"guaranteed":1,"max_borrow":-3}}}`, `apps["a"].max_borrow`},
+		{"max_connections negative", `{"apps":{"a":{"guaranteed":1,"max_connections":-3}}}`, `apps["a"].max_connections`},
+		{"wildcard invalid", `{"apps":{"*":{"guaranteed":0}}}`, `apps["*"].guaranteed`},
+		{"invalid app id", `{"apps":{"a b":{"guaranteed":1}}}`, `apps: invalid app id "a b"`},
+		{"app id too long", `{"apps":{"` + strings.Repeat("x", 129) + `":{"guaranteed":1}}}`, `apps: invalid app id`},
+		{"reserved_ratio high", `{"reserved_ratio":1.5}`, "reserved_ratio must be in [0,1]"},
+		{"reserved_ratio one", `{"reserved_ratio":1}`, "reserved_ratio must be < 1"},
+		{"reserved_ratio negative", `{"reserved_ratio":-0.1}`, "reserved_ratio"},
+		{"emergency_threshold high", `{"emergency_threshold":1.2}`, "emergency_threshold must be in [0,1]"},
+		{"emergency_threshold zero", `{"emergency_threshold":0}`, "emergency_threshold must be > 0"},
+		{"emergency_ratios count", `{"emergency_ratios":[1,0.5,0.1]}`, "emergency_ratios needs 4 values"},
+		{"emergency_ratios range", `{"emergency_ratios":[1,0.5,2,0]}`, "emergency_ratios[2] must be in [0,1]"},
+		{"capacity negative", `{"capacity":-5}`, "capacity must be >= 0"},
+		{"sum of guaranteed", `{"capacity":1000,"apps":{"a":{"guaranteed":600},"b":{"guaranteed":301}}}`,
+			"apps: sum of guaranteed (901) exceeds (1 - reserved_ratio) × capacity = 900"},
+		{"sum with reserved_ratio", `{"capacity":1000,"reserved_ratio":0.5,"apps":{"a":{"guaranteed":501}}}`, "sum of guaranteed"},
+		{"unknown_app", `{"unknown_app":"sometimes"}`, `unknown_app must be shared, isolated or reject, got "sometimes"`},
+		{"headers", `{"headers":"all"}`, `headers must be legacy, draft, both or off, got "all"`},
+		{"on_redis_failure", `{"on_redis_failure":"panic"}`, `on_redis_failure must be local, open or closed, got "panic"`},
+		{"max_wait negative", `{"max_wait":"-1s"}`, "max_wait must be >= 0"},
+		{"key empty", `{"key":" "}`, "key must not be empty"},
+		{"key unbalanced", `{"key":"{http.request.header.X"}`, "key: unbalanced braces"},
+		{"cluster id", `{"cluster":"a/b"}`, `cluster: invalid id "a/b"`},
+		{"cost base", `{"cost":{"base":{"FETCH":1}}}`, `cost.base: unknown operation "FETCH"`},
+		{"cost quantum", `{"cost":{"quantum":-1}}`, "cost.quantum"},
+		{"cost operations", `{"cost":{"operations":"grpc"}}`, "cost.operations"},
+		{"connections app", `{"connections":{"app":-1}}`, "connections.app"},
+		{"connections idle_timeout", `{"connections":{"idle_timeout":"-5s"}}`, "connections.idle_timeout"},
+		{"local reserve", `{"local":{"reserve":-1}}`, "local.reserve must be >= 0"},
+		{"local refill_threshold", `{"local":{"refill_threshold":1.5}}`, "local.refill_threshold must be in [0,1]"},
+		{"local sync_interval", `{"local":{"sync_interval":"-1s"}}`, "local.sync_interval"},
+		{"local sync_batch", `{"local":{"sync_batch":-1}}`, "local.sync_batch"},
+		{"local lease_ttl", `{"local":{"lease_ttl":"-1s"}}`, "local.lease_ttl"},
+		{"redis no address", `{"redis":{}}`, "redis.address"},
+		{"redis bad address", `{"redis":{"address":["nohost"]}}`, "redis.address[0]"},
+		{"redis db on cluster", `{"redis":{"address":["a:1","b:2"],"db":3}}`, "redis.db"},
+		{"redis timeout", `{"redis":{"address":["a:1"],"timeout":"-1s"}}`, "redis.timeout"},
+		{"redis key_prefix", `{"redis":{"address":["a:1"],"key_prefix":"a{b}"}}`, "redis.key_prefix"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var h Handler
+			if err := json.Unmarshal([]byte(tc.json), &h); err != nil {
+				if strings.Contains(err.Error(), tc.want) {
+					return // rejected while decoding, naming the field
+				}
+				t.Fatalf("decode: %v", err)
+			}
+			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+			defer cancel()
+			err := h.Provision(ctx)
+			if err == nil {
+				_ = h.Cleanup()
+				t.Fatalf("Provision accepted %s", tc.json)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLimiterConfigDefaults: an empty config gets DESIGN §9's defaults.
+func TestLimiterConfigDefaults(t *testing.T) {
+	var h Handler
+	cfg, err := h.limiterConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Cluster
+	if c.ID != "default" || c.Capacity != 0 || c.ReservedRatio != 0.1 || c.EmergencyThreshold != 0.95 ||
+		c.EmergencyRatios != [4]float64{1, 0.5, 0.1, 0} {
+		t.Errorf("cluster defaults: %+v", c)
+	}
+	if d := cfg.Default; d.Guaranteed != DefaultAppGuaranteed || d.Burst != DefaultAppBurst || d.Priority != 3 {
+		t.Errorf("default app template: %+v", d)
+	}
+	if cfg.Instance == "" || cfg.Instance != instanceID() {
+		t.Errorf("instance id %q", cfg.Instance)
+	}
+	// an explicit `app *` replaces the template; burst defaults to guaranteed
+	h.Apps = map[string]*AppConfig{"*": {Guaranteed: 7}, "a": {Guaranteed: 3, Burst: 9, Priority: 1}}
+	cfg, err = h.limiterConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.Default; d.Guaranteed != 7 || d.Burst != 7 || d.Priority != 0 {
+		t.Errorf("app * template: %+v", d)
+	}
+	if a := cfg.Apps["a"]; a.Guaranteed != 3 || a.Burst != 9 || a.Priority != 1 || len(cfg.Apps) != 1 {
+		t.Errorf("apps: %+v", cfg.Apps)
+	}
+}
+
+func TestHostOnlyAndParseKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"example.com": "example.com", "example.com:8080": "example.com", "[::1]:80": "::1",
+		"[::1]": "::1", "::1": "::1", "": "", "a:b:c": "a:b:c",
+	} {
+		if got := hostOnly(in); got != want {
+			t.Errorf("hostOnly(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for key, want := range map[string]keyMode{
+		"{http.request.host}":              keyHost,
+		"{http.request.header.X-App}":      keyHeader,
+		"fixed":                            keyLiteral,
+		"{http.request.uri.query.app}":     keyPlaceholder,
+		"{http.request.header.A}-{http.x}": keyPlaceholder,
+	} {
+		if got, _ := parseKey(key); got != want {
+			t.Errorf("parseKey(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if _, hdr := parseKey("{http.request.header.x-app-id}"); hdr != "X-App-Id" {
+		t.Errorf("header name not canonical: %q", hdr)
+	}
+}
