@@ -124,3 +124,21 @@ func TestOpenKinds(t *testing.T) {
 		t.Fatalf("sentinel: got %T", f.Client())
 	}
 }
+
+// TestOpenSentinel reaches the master through a real Sentinel.
+func TestOpenSentinel(t *testing.T) {
+	name, sentinel, master := redistest.Sentinel(t)
+	s, err := Open(Config{Address: []string{sentinel}, Sentinel: name, KeyPrefix: "sent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if l := lease(t, s, "a", 7, 7, 1); l.Granted != 7 {
+		t.Fatalf("lease through sentinel: %+v", l)
+	}
+	direct := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	defer direct.Close()
+	if n, err := direct.HGet(context.Background(), s.keys.l2("c1", "a"), "consumed").Int64(); err != nil || n != 7 {
+		t.Fatalf("the master holds consumed=%d (%v); want 7", n, err)
+	}
+}

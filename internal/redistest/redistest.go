@@ -43,6 +43,7 @@ type Server struct {
 	Port    int
 	dir     string
 	cluster bool
+	monitor string // sentinel: "<master name> <host> <port>"
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -75,6 +76,45 @@ func Cluster(t testing.TB) []string {
 	}
 	t.Cleanup(func() { stopAll(nodes) })
 	return addrs(nodes)
+}
+
+// Sentinel starts a new standalone master and one Sentinel monitoring it as master name
+// "mymaster", and stops both at t.Cleanup. It returns the master name, the sentinel's address
+// and the master's server.
+func Sentinel(t testing.TB) (master, sentinelAddr string, r *Server) {
+	t.Helper()
+	Require(t)
+	dir := t.TempDir()
+	m, err := newServer(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	port, err := freePort(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdir := fmt.Sprintf("%s/sentinel-%d", dir, port)
+	if err := os.MkdirAll(sdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Port: port, dir: sdir, monitor: "mymaster 127.0.0.1 " + strconv.Itoa(m.Port)}
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		reply, err := s.do("SENTINEL get-master-addr-by-name mymaster")
+		if err == nil && strings.HasPrefix(reply, "*2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: sentinel does not know its master: %q %v", reply, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return "mymaster", s.Addr(), m
 }
 
 var shared struct {
@@ -215,6 +255,16 @@ func (s *Server) start() error {
 	if s.cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000")
+	}
+	if s.monitor != "" {
+		// A sentinel reads (and rewrites) a config file naming the master it monitors.
+		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile redis.log\n"+
+			"sentinel monitor %s 1\nsentinel down-after-milliseconds %s 1000\n",
+			s.Port, s.dir, s.monitor, strings.Fields(s.monitor)[0])
+		if err := os.WriteFile(s.dir+"/sentinel.conf", []byte(conf), 0o644); err != nil {
+			return err
+		}
+		args = []string{s.dir + "/sentinel.conf", "--sentinel"}
 	}
 	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = s.dir

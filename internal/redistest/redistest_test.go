@@ -55,3 +55,15 @@ func portOf(t *testing.T, addr string) int {
 	}
 	return p
 }
+
+func TestSentinel(t *testing.T) {
+	name, addr, master := Sentinel(t)
+	s := &Server{Port: portOf(t, addr)}
+	reply, err := s.do("SENTINEL master " + name)
+	if err != nil || !strings.HasPrefix(reply, "*") {
+		t.Fatalf("SENTINEL master %s: %q %v", name, reply, err)
+	}
+	if reply, err := master.do("PING"); err != nil || reply != "+PONG" {
+		t.Fatalf("master: %q %v", reply, err)
+	}
+}
