@@ -67,3 +67,29 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("master: %q %v", reply, err)
 	}
 }
+
+// recorder is a testing.TB that records Skip and Fatal instead of stopping the goroutine.
+type recorder struct {
+	testing.TB
+	skipped, failed []string
+}
+
+func (r *recorder) Helper()           {}
+func (r *recorder) Skip(args ...any)  { r.skipped = append(r.skipped, fmt.Sprint(args...)) }
+func (r *recorder) Fatal(args ...any) { r.failed = append(r.failed, fmt.Sprint(args...)) }
+
+func TestRequireWithoutRedis(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no redis-server here
+	t.Setenv("CI", "")
+	r := &recorder{TB: t}
+	Require(r)
+	if len(r.skipped) == 0 || len(r.failed) != 0 || !strings.Contains(r.skipped[0], "redis-server not found") {
+		t.Fatalf("without CI: skipped %q, failed %q; want a skip naming redis-server", r.skipped, r.failed)
+	}
+	t.Setenv("CI", "true")
+	r = &recorder{TB: t}
+	Require(r)
+	if len(r.failed) == 0 || len(r.skipped) != 0 {
+		t.Fatalf("under CI: skipped %q, failed %q; want a failure", r.skipped, r.failed)
+	}
+}
