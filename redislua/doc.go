@@ -1,3 +1,23 @@
 // Package redislua is the Redis implementation of limiter.Store: Lua scripts embedded from .lua
-// files, their Go wrappers and the key schema of DESIGN §6.
+// files (lua/), their Go wrappers and the key schema of DESIGN §6.
+//
+// Keys (prefix default "ratelimit"; hash tags keep a cluster's keys in one slot and each app's
+// keys in another, so every script touches exactly one slot and apps spread over the shards of a
+// Redis Cluster):
+//
+//	<prefix>:{<cluster>}:l1          HASH  usage window, emergency state
+//	<prefix>:{<cluster>}:nodes       ZSET  instance → last heartbeat (µs)
+//	<prefix>:{<cluster>}:conn        HASH  instance → cluster in-flight count
+//	<prefix>:{<cluster>/<app>}:l2    HASH  tokens, ts, debt, borrowed, consumed, requests, ttl
+//	<prefix>:{<cluster>/<app>}:conn  HASH  instance → "<in-flight>:<heartbeat µs>"
+//
+// The scripts follow STORE_SEMANTICS.md operation for operation, like the memory store, so that
+// both give bit-identical answers (floats are stored with %.17g). A Report is one pipeline: the
+// cluster script and one script per app, one round trip. Because an app's slot cannot see the
+// cluster's live-instance set, each app in-flight entry carries the time of the last report that
+// carried the app and counts for InstanceTTL after it (the memory store does the same).
+//
+// Time is Redis TIME; WithClock substitutes an explicit time for tests. Scripts run with EVALSHA
+// and fall back to EVAL on NOSCRIPT (a restarted or flushed server). Client retries are off: a
+// lease whose reply was lost must not be debited twice.
 package redislua
