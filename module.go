@@ -98,6 +98,20 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Provision validates the configuration, builds the cost model and joins (or creates) the
 // cluster's shared state, applying this config's policy to it.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	if err := h.setup(ctx); err != nil {
+		return err
+	}
+	eventsApp, err := ctx.App("events")
+	if err != nil {
+		return fmt.Errorf("getting events app: %v", err)
+	}
+	h.events = eventsApp.(*caddyevents.App)
+	return nil
+}
+
+// setup is Provision without the events app (which needs a loaded config; tests and
+// benchmarks call setup directly).
+func (h *Handler) setup(ctx caddy.Context) error {
 	h.ctx = ctx
 	h.logger = ctx.Logger()
 
@@ -132,12 +146,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-
-	eventsApp, err := ctx.App("events")
-	if err != nil {
-		return fmt.Errorf("getting events app: %v", err)
-	}
-	h.events = eventsApp.(*caddyevents.App)
 
 	h.state, h.release, err = acquireCluster(ctx, def)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -23,12 +24,9 @@ const (
 
 var decisionNames = [...]string{"allowed", "rejected", "shadow_rejected"}
 
-// outcome is everything one request's headers and placeholders show. It is the one allocation
-// per request of the handler: it has to outlive ServeHTTP, because access logs read the
-// placeholders after the handler chain has returned, so it cannot be pooled. The header values
-// are built into buf and handed out as strings that point into it (buf is never written again
-// once a value is cut from it), so the headers cost no further allocation.
-type outcome struct {
+// result is what one request's headers and placeholders show. It lives on the stack: the
+// decision path itself does not allocate.
+type result struct {
 	app         string
 	cost        int64
 	remaining   int64
@@ -39,11 +37,36 @@ type outcome struct {
 	decision    decision
 	connLimit   int64 // connection rejections: the limit and the fleet-wide count
 	connCurrent int64
+}
 
+// outcome is a result published to the response headers and the replacer. It is the one
+// allocation per request of the handler in Caddy: it has to outlive ServeHTTP, because the
+// response headers are written and access logs read the placeholders after the handler chain
+// has returned, so it cannot be pooled. The header values are built into buf and handed out
+// as strings that point into it (buf is never written again once a value is cut from it), so
+// the headers cost no further allocation.
+type outcome struct {
+	result
 	vals [10]string
 	nval int
-	buf  [256]byte
+	buf  [128]byte // enough for typical values; a value that does not fit is allocated
 	nbuf int
+}
+
+// publish sets the headers and placeholders of res (nothing to do, and no allocation, with
+// headers off and no replacer).
+func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *result) {
+	if repl == nil && (h.headers == headersOff || !res.hasQuota()) {
+		return
+	}
+	o := &outcome{result: *res}
+	h.setHeaders(w, o)
+	h.setPlaceholders(repl, o)
+}
+
+// hasQuota reports whether there is an app whose quota the headers can describe.
+func (r *result) hasQuota() bool {
+	return r.reason != limiter.ReasonInvalidAppID && r.reason != limiter.ReasonUnknownApp
 }
 
 // value appends one header value built by build to buf and returns it as a one-element slice
@@ -71,7 +94,7 @@ func (o *outcome) value(build func(b []byte) []byte) []string {
 
 // resetSeconds is the reset time of the headers in whole seconds: on a rejection when tokens
 // come back (at least 1), otherwise how long the app's bucket takes to be full again.
-func (o *outcome) resetSeconds() int64 {
+func (o *result) resetSeconds() int64 {
 	if o.decision != decisionAllowed && o.reason != limiter.ReasonNone {
 		return retrySeconds(o.retryAfter)
 	}
@@ -89,7 +112,7 @@ func retrySeconds(d time.Duration) int64 {
 }
 
 // windowSeconds is the draft header's w: the time the bucket takes to fill from empty.
-func (o *outcome) windowSeconds() int64 {
+func (o *result) windowSeconds() int64 {
 	if !(o.guaranteed > 0) {
 		return 1
 	}
@@ -112,14 +135,14 @@ const (
 
 // rejected reports whether the outcome is (or, in shadow mode, would have been) a rejection
 // that tokens arriving later can cure, so Retry-After applies.
-func (o *outcome) rejected() bool {
+func (o *result) rejected() bool {
 	return o.reason != limiter.ReasonNone && o.reason != limiter.ReasonInvalidAppID &&
 		o.reason != limiter.ReasonUnknownApp
 }
 
 // setHeaders writes the rate-limit headers of the configured mode (DESIGN §10).
 func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
-	if h.headers == headersOff || o.reason == limiter.ReasonInvalidAppID || o.reason == limiter.ReasonUnknownApp {
+	if h.headers == headersOff || !o.hasQuota() {
 		return // no app, no quota to describe
 	}
 	hdr := w.Header()
@@ -161,12 +184,13 @@ func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
 
 // writeRejection writes the JSON body of a rejection:
 // {"error":"rate_limit_exceeded","reason":"app_exhausted","retry_after":1,"remaining":0,"cost":17}
-func writeRejection(w http.ResponseWriter, status int, o *outcome) error {
+func writeRejection(w http.ResponseWriter, status int, o *result) error {
 	var retry int64
 	if o.rejected() {
 		retry = retrySeconds(o.retryAfter)
 	}
-	b := make([]byte, 0, 128)
+	bp := bodyPool.Get().(*[]byte)
+	b := (*bp)[:0]
 	b = append(b, `{"error":"rate_limit_exceeded","reason":"`...)
 	b = append(b, o.reason.String()...) // reason names are plain ASCII, no escaping needed
 	b = append(b, `","retry_after":`...)
@@ -178,12 +202,16 @@ func writeRejection(w http.ResponseWriter, status int, o *outcome) error {
 	b = append(b, "}\n"...)
 	hdr := w.Header()
 	hdr["Content-Type"] = jsonContentType
-	hdr["Content-Length"] = []string{strconv.Itoa(len(b))}
 	hdr["X-Content-Type-Options"] = nosniff
+	// No Content-Length: net/http sets it for a body written in one piece by a handler.
 	w.WriteHeader(status)
-	_, err := w.Write(b)
+	_, err := w.Write(b) // Write copies b (ResponseWriter contract), so it can go back to the pool
+	*bp = b
+	bodyPool.Put(bp)
 	return err
 }
+
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 160); return &b }}
 
 var (
 	jsonContentType = []string{"application/json"}

@@ -17,11 +17,11 @@ import (
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	s := h.state
-	o := &outcome{app: h.appID(r, repl)}
+	o := result{app: h.appID(r, repl)}
 
 	if !limiter.ValidAppID(o.app) {
 		s.invalidIDs.Add(1)
-		return h.refuse(w, r, repl, next, o, limiter.ReasonInvalidAppID, nil)
+		return h.refuse(w, r, repl, next, &o, limiter.ReasonInvalidAppID, nil)
 	}
 	app, reason := s.lim.App(o.app)
 	if app == nil {
@@ -29,7 +29,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			reason = limiter.ReasonUnknownApp
 		}
 		s.unknownRejects.Add(1)
-		return h.refuse(w, r, repl, next, o, reason, nil)
+		return h.refuse(w, r, repl, next, &o, reason, nil)
 	}
 
 	est := h.model.Estimate(r)
@@ -42,11 +42,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		app.Record(reason, est.Cost)
 		o.connLimit, o.connCurrent = s.conns.Limits(app.Label(), pol.MaxConnections)
 		if !h.Shadow {
-			return h.refuse(w, r, repl, next, o, reason, app)
+			return h.refuse(w, r, repl, next, &o, reason, app)
 		}
 		o.reason, o.decision = reason, decisionShadow
-		h.setHeaders(w, o)
-		h.setPlaceholders(repl, o)
+		h.publish(w, repl, &o)
 		return next.ServeHTTP(w, r) // shadow: let it through, nothing taken
 	}
 
@@ -59,18 +58,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		app.Record(d.Reason, est.Cost)
 		if !h.Shadow {
 			ticket.Release() // rollback: the slot was taken for a request that does not run
-			return h.refuse(w, r, repl, next, o, d.Reason, app)
+			return h.refuse(w, r, repl, next, &o, d.Reason, app)
 		}
 		o.reason, o.decision = d.Reason, decisionShadow
-		h.setHeaders(w, o)
-		h.setPlaceholders(repl, o)
+		h.publish(w, repl, &o)
 		defer ticket.Release()
 		return next.ServeHTTP(w, r) // shadow: no tokens were taken, nothing to settle
 	}
 
 	o.decision = decisionAllowed
-	h.setHeaders(w, o)
-	h.setPlaceholders(repl, o)
+	h.publish(w, repl, &o)
 	return h.serveAdmitted(w, r, next, app, est, ticket)
 }
 
@@ -118,14 +115,13 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 // Caddy error for handle_errors when `errors` is set). In shadow mode invalid and unknown ids
 // are let through too (nothing was taken).
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer,
-	next caddyhttp.Handler, o *outcome, reason limiter.Reason, app *limiter.App) error {
+	next caddyhttp.Handler, o *result, reason limiter.Reason, app *limiter.App) error {
 	o.reason = reason
 	o.decision = decisionRejected
 	if h.Shadow {
 		o.decision = decisionShadow
 	}
-	h.setHeaders(w, o)
-	h.setPlaceholders(repl, o)
+	h.publish(w, repl, o)
 	h.emit(o)
 	if h.Shadow {
 		return next.ServeHTTP(w, r)
@@ -138,7 +134,7 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 }
 
 // emit sends the rate_limit_exceeded event; building it is skipped when nothing listens.
-func (h *Handler) emit(o *outcome) {
+func (h *Handler) emit(o *result) {
 	if h.events == nil || !h.events.ShouldEmit(eventName) {
 		return
 	}
