@@ -309,6 +309,21 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
+// Pause freezes the server (SIGSTOP): connections stay open but nothing answers, as with a
+// hung server or a network black hole. Resume continues it.
+func (s *Server) Pause() { s.signal(pauseSignal) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(resumeSignal) }
+
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && sig != nil {
+		s.cmd.Process.Signal(sig)
+	}
+}
+
 // do sends one inline command and returns the first line of the reply (for simple replies) or
 // the whole bulk string (for bulk replies).
 func (s *Server) do(cmd string) (string, error) {

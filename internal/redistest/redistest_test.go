@@ -93,3 +93,15 @@ func TestRequireWithoutRedis(t *testing.T) {
 		t.Fatalf("under CI: skipped %q, failed %q; want a failure", r.skipped, r.failed)
 	}
 }
+
+func TestPauseResume(t *testing.T) {
+	_, s := Standalone(t)
+	s.Pause()
+	if _, err := s.do("PING"); err == nil {
+		t.Fatal("a paused server answered")
+	}
+	s.Resume()
+	if reply, err := s.do("PING"); err != nil || reply != "+PONG" {
+		t.Fatalf("after Resume: %q %v", reply, err)
+	}
+}
