@@ -1,0 +1,248 @@
+package tierbucket
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/cost"
+)
+
+// connCurrent returns the in-flight count of app ("" = the cluster) on h's cluster.
+func connCurrent(h *Handler, app string) int64 {
+	for _, s := range h.state.conns.Snapshot() {
+		if s.App == app {
+			return s.Current
+		}
+	}
+	return 0
+}
+
+func unitHandler(t *testing.T, cluster string, apps map[string]*AppConfig) *Handler {
+	return newTestHandler(t, &Handler{
+		Cluster: cluster,
+		Key:     "{http.request.header.X-App-Id}",
+		Apps:    apps,
+	})
+}
+
+func get(app string) *http.Request {
+	r := httptest.NewRequest("GET", "http://gw.example/bucket/object", nil)
+	r.Header.Set("X-App-Id", app)
+	return r
+}
+
+// TestConnectionLimit: max_connections bounds in-flight requests; the rejection is 429
+// app_limit_exceeded with the X-Connection-* headers, and the slot comes back at the end.
+func TestConnectionLimit(t *testing.T) {
+	h := unitHandler(t, "unit-conn", map[string]*AppConfig{"a": {Guaranteed: 1000, Burst: 1000, MaxConnections: 1}})
+	inside := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- h.ServeHTTP(httptest.NewRecorder(), get("a"), caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+			close(inside)
+			<-release
+			return nil
+		}))
+	}()
+	<-inside
+	if n := connCurrent(h, "a"); n != 1 {
+		t.Errorf("in flight %d, want 1", n)
+	}
+	w := httptest.NewRecorder()
+	if err := h.ServeHTTP(w, get("a"), nopNext); err != nil {
+		t.Fatal(err)
+	}
+	if w.Code != 429 || !strings.Contains(w.Body.String(), `"reason":"app_limit_exceeded"`) {
+		t.Errorf("second request: %d %s", w.Code, w.Body)
+	}
+	for hdr, want := range map[string]string{"X-Connection-Limit": "1", "X-Connection-Current": "1", "X-Connection-Remaining": "0"} {
+		if got := w.Header().Get(hdr); got != want {
+			t.Errorf("%s = %q, want %q", hdr, got, want)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := connCurrent(h, "a"); n != 0 {
+		t.Errorf("in flight after the end: %d", n)
+	}
+	w = httptest.NewRecorder()
+	_ = h.ServeHTTP(w, get("a"), nopNext)
+	if w.Code != 200 {
+		t.Errorf("after release: %d", w.Code)
+	}
+}
+
+// TestSlotReleasedOnPanic: a panicking handler still releases its slot.
+func TestSlotReleasedOnPanic(t *testing.T) {
+	h := unitHandler(t, "unit-panic", map[string]*AppConfig{"a": {Guaranteed: 1000}})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not propagate")
+			}
+		}()
+		_ = h.ServeHTTP(httptest.NewRecorder(), get("a"), caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+			panic("boom")
+		}))
+	}()
+	if n := connCurrent(h, "a"); n != 0 {
+		t.Errorf("in flight after a panic: %d", n)
+	}
+	if n := connCurrent(h, ""); n != 0 {
+		t.Errorf("cluster in flight after a panic: %d", n)
+	}
+}
+
+// TestHijackedConnectionReleasesOnClose: a hijacked connection (a WebSocket) keeps its slot
+// after the handler returns, until the connection is closed.
+func TestHijackedConnectionReleasesOnClose(t *testing.T) {
+	h := unitHandler(t, "unit-hijack", map[string]*AppConfig{"a": {Guaranteed: 1000}})
+	hijacked := make(chan net.Conn, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return err
+			}
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n\r\n")
+			_ = brw.Flush()
+			hijacked <- conn
+			return nil // the handler returns; the connection lives on
+		}))
+		if err != nil {
+			t.Error(err)
+		}
+	}))
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "GET /bucket/object HTTP/1.1\r\nHost: x\r\nX-App-Id: a\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n")
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.Contains(line, "101") {
+		t.Fatalf("upgrade: %q %v", line, err)
+	}
+	conn := <-hijacked
+	if _, ok := conn.(interface{ CloseWrite() error }); !ok {
+		t.Error("the hijacked connection lost CloseWrite")
+	}
+	if n := connCurrent(h, "a"); n != 1 {
+		t.Errorf("in flight while the hijacked connection is open: %d, want 1", n)
+	}
+	_ = conn.Close()
+	if n := connCurrent(h, "a"); n != 0 {
+		t.Errorf("in flight after close: %d, want 0", n)
+	}
+	_ = conn.Close() // a second close releases nothing more
+	if n := connCurrent(h, ""); n != 0 {
+		t.Errorf("cluster in flight %d", n)
+	}
+}
+
+// remainingAfter sends one more cheap request and returns its X-RateLimit-Remaining.
+func remainingAfter(t *testing.T, h *Handler, app string) string {
+	t.Helper()
+	w := httptest.NewRecorder()
+	if err := h.ServeHTTP(w, get(app), nopNext); err != nil {
+		t.Fatal(err)
+	}
+	return w.Header().Get("X-RateLimit-Remaining")
+}
+
+// TestStreamingBodySettled: a chunked upload is charged stream_estimate up front and settled to
+// the bytes actually read.
+func TestStreamingBodySettled(t *testing.T) {
+	h := unitHandler(t, "unit-stream", map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 100}})
+	body := strings.Repeat("x", 5*65536) // 5 quanta
+	r := httptest.NewRequest("PUT", "http://gw.example/bucket/object", io.NopCloser(strings.NewReader(body)))
+	r.ContentLength = -1 // streaming: no Content-Length
+	r.Header.Set("X-App-Id", "a")
+	w := httptest.NewRecorder()
+	err := h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		_, err := io.Copy(io.Discard, r.Body)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// estimate: PUT 5 + 1 MiB / 64 KiB = 21; actual: 5 + 5 = 10
+	if got := w.Header().Get("X-RateLimit-Cost"); got != "21" {
+		t.Errorf("estimated cost %q, want 21", got)
+	}
+	if got := remainingAfter(t, h, "a"); got != "89" { // 100 - 10 - 1
+		t.Errorf("remaining after settlement %q, want 89", got)
+	}
+}
+
+// TestNextErrorKeepsTokens: a request admitted and then failed downstream stays charged.
+func TestNextErrorKeepsTokens(t *testing.T) {
+	h := unitHandler(t, "unit-err", map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 10}})
+	boom := errors.New("backend down")
+	err := h.ServeHTTP(httptest.NewRecorder(), get("a"), caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return caddyhttp.Error(http.StatusBadGateway, boom)
+	}))
+	if !errors.Is(err, boom) {
+		t.Fatalf("error not passed on: %v", err)
+	}
+	if got := remainingAfter(t, h, "a"); got != "8" {
+		t.Errorf("remaining %q, want 8 (the failed request stays charged)", got)
+	}
+	if n := connCurrent(h, "a"); n != 0 {
+		t.Errorf("in flight %d", n)
+	}
+}
+
+// TestResponseBytesCharged: with response_bytes the response body is charged at settlement.
+func TestResponseBytesCharged(t *testing.T) {
+	h := newTestHandler(t, &Handler{
+		Cluster: "unit-resp",
+		Key:     "{http.request.header.X-App-Id}",
+		Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 100}},
+		Cost:    costConfigResponseBytes(),
+	})
+	w := httptest.NewRecorder()
+	err := h.ServeHTTP(w, get("a"), caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		_, err := io.Copy(w, strings.NewReader(strings.Repeat("y", 3*65536))) // ReadFrom path
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GET 1 + 3 quanta of response = 4
+	if got := remainingAfter(t, h, "a"); got != "95" { // 100 - 4 - 1
+		t.Errorf("remaining %q, want 95", got)
+	}
+}
+
+// TestTicketHandleIsGenerationSafe guards the assumption writer.go relies on: a Handle of a
+// released ticket never releases a later acquisition.
+func TestTicketHandleIsGenerationSafe(t *testing.T) {
+	c := connlimit.New(connlimit.Config{}, nil)
+	defer c.Close()
+	t1, _ := c.Acquire("a", 0)
+	h1 := t1.Handle()
+	t1.Release()
+	t2, _ := c.Acquire("a", 0)
+	h1.Release()
+	_, cur := c.Limits("a", 0)
+	if cur != 1 {
+		t.Errorf("stale handle released a live slot: current %d", cur)
+	}
+	t2.Release()
+}
+
+func costConfigResponseBytes() *cost.Config { return &cost.Config{ResponseBytes: true} }
