@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a Caddy process may take to answer on its admin endpoint and
+// its site port.
+const startTimeout = 20 * time.Second
+
+// gateway is one Caddy process with a single http:// site on a loopback port.
+type gateway struct {
+	t       *testing.T
+	name    string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	admin   string // http://127.0.0.1:port of the admin endpoint
+	base    string // http://127.0.0.1:port of the site
+	logPath string
+}
+
+// startGateway runs Caddy with one site whose body is site (routes and handlers) and waits until
+// both its admin endpoint and its site answer. The process is stopped at cleanup; its log is
+// printed if the test failed.
+func startGateway(t *testing.T, name, site string) *gateway {
+	t.Helper()
+	requireCaddy(t)
+	dir := t.TempDir()
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ { // a picked port may be taken before Caddy binds it
+		g, err := tryStartGateway(t, name, site, dir, attempt)
+		if err == nil {
+			return g
+		}
+		lastErr = err
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	t.Fatalf("gateway %s: %v", name, lastErr)
+	return nil
+}
+
+func tryStartGateway(t *testing.T, name, site, dir string, attempt int) (*gateway, error) {
+	adminPort, sitePort := freePort(t), freePort(t)
+	conf := fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	auto_https off
+	persist_config off
+	skip_install_trust
+	http_port %d
+	grace_period 2s
+}
+
+http://127.0.0.1:%d {
+%s
+}
+`, adminPort, sitePort, sitePort, site)
+	confPath := filepath.Join(dir, fmt.Sprintf("Caddyfile.%d", attempt))
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, fmt.Sprintf("caddy-%s.%d.log", name, attempt))
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(caddyBin, "run", "--config", confPath, "--adapter", "caddyfile")
+	cmd.Dir = dir
+	// Caddy's data and config directories go to the test's own directory.
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	g := &gateway{
+		t: t, name: name, cmd: cmd, exited: make(chan struct{}),
+		admin:   fmt.Sprintf("http://127.0.0.1:%d", adminPort),
+		base:    fmt.Sprintf("http://127.0.0.1:%d", sitePort),
+		logPath: logPath,
+	}
+	go func() {
+		cmd.Wait()
+		logFile.Close()
+		close(g.exited)
+	}()
+	if err := g.waitReady(); err != nil {
+		g.kill()
+		log, _ := os.ReadFile(logPath)
+		return nil, fmt.Errorf("%v\n%s", err, lastLines(string(log), 30))
+	}
+	t.Cleanup(func() {
+		g.stop()
+		if t.Failed() {
+			g.dumpLog()
+		}
+	})
+	return g, nil
+}
+
+// waitReady polls the admin endpoint and the site port until both answer (bounded).
+func (g *gateway) waitReady() error {
+	deadline := time.Now().Add(startTimeout)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case <-g.exited:
+			return errors.New("caddy exited during start-up")
+		default:
+		}
+		if resp, err := client.Get(g.admin + "/config/"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				if c, err := net.DialTimeout("tcp", strings.TrimPrefix(g.base, "http://"), time.Second); err == nil {
+					c.Close()
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %v", startTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pid is the Caddy process's id (part of its instance id in the fleet).
+func (g *gateway) pid() int { return g.cmd.Process.Pid }
+
+// kill ends the process at once (SIGKILL, as a crash would) and waits for it.
+func (g *gateway) kill() {
+	g.cmd.Process.Kill()
+	<-g.exited
+}
+
+// stop asks Caddy to shut down (SIGINT) and kills it if it has not exited within 10 s.
+func (g *gateway) stop() {
+	select {
+	case <-g.exited:
+		return
+	default:
+	}
+	g.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-g.exited:
+	case <-time.After(10 * time.Second):
+		g.t.Logf("gateway %s did not stop within 10 s of SIGINT; killing it", g.name)
+		g.kill()
+	}
+}
+
+// dumpLog prints the end of the gateway's log to the test output.
+func (g *gateway) dumpLog() {
+	b, err := os.ReadFile(g.logPath)
+	if err != nil {
+		g.t.Logf("gateway %s: reading log: %v", g.name, err)
+		return
+	}
+	g.t.Logf("---- log of gateway %s (%s), last lines ----\n%s", g.name, g.logPath, lastLines(string(b), 80))
+}
+
+// metric reads one sample of the admin /metrics: the first line of family name whose labels
+// include every one of labels ("cluster=\"x\""). ok is false when there is no such sample.
+func (g *gateway) metric(name string, labels ...string) (v float64, ok bool, err error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(g.admin + "/metrics")
+	if err != nil {
+		return 0, false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		var lbl string
+		switch {
+		case strings.HasPrefix(rest, "{"):
+			end := strings.Index(rest, "}")
+			if end < 0 {
+				continue
+			}
+			lbl, rest = rest[1:end], rest[end+1:]
+		case strings.HasPrefix(rest, " "):
+		default:
+			continue // a longer family name with this prefix
+		}
+		match := true
+		for _, l := range labels {
+			if !strings.Contains(","+lbl+",", ","+l+",") {
+				match = false
+				break
+			}
+		}
+		if !match {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("metric line %q: %v", line, err)
+		}
+		return f, true, nil
+	}
+	return 0, false, sc.Err()
+}
+
+// waitMetric polls the admin /metrics until the sample (absent counts as 0) satisfies cond, or
+// fails the test after timeout.
+func (g *gateway) waitMetric(timeout time.Duration, cond func(float64) bool, name string, labels ...string) float64 {
+	g.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		v, _, err := g.metric(name, labels...)
+		if err == nil && cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("gateway %s: %s%v is %v (err %v) after %v", g.name, name, labels, v, err, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// drain reads and closes a response body so that the connection is reused.
+func drain(resp *http.Response) string {
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return string(b)
+}
