@@ -15,9 +15,9 @@ type slowUpstream struct {
 	srv      *httptest.Server
 	mu       sync.Mutex
 	release  chan struct{} // closed by releaseAll; hold makes a new one
-	inflight atomic.Int64 // held now
-	arrived  atomic.Int64 // ever
-	byApp    sync.Map     // app id → *atomic.Int64 held now
+	inflight atomic.Int64  // held now
+	arrived  atomic.Int64  // ever
+	byApp    sync.Map      // app id → *atomic.Int64 held now
 }
 
 func newSlowUpstream(t *testing.T) *slowUpstream {
