@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Side-by-side load test of Caddy with and without rate limiters (see bench/README.md).
 # Usage: bash bench/run.sh            (from anywhere; results in bench/results/<date>.md)
-# Settings (environment): DURATION=10s ROUNDS=3 WARMUP=2s THREADS=2 CONNS=50
+# Settings (environment): DURATION=5s ROUNDS=6 WARMUP=1s THREADS=2 CONNS=50
 #   HIGH_QUOTA=1000000 LOW_QUOTA=200 VARIANTS=plain,tierbucket-memory,... (default: all that build)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 
-DURATION=${DURATION:-10s}
-ROUNDS=${ROUNDS:-3}
-WARMUP=${WARMUP:-2s}
+DURATION=${DURATION:-5s}
+ROUNDS=${ROUNDS:-6}
+WARMUP=${WARMUP:-1s}
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-50}
 HIGH_QUOTA=${HIGH_QUOTA:-1000000}

@@ -43,9 +43,9 @@ func main() {
 	var variantList, skipped string
 	flag.StringVar(&o.binDir, "bin", "bench/bin", "directory with the Caddy builds")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the results")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured wrk run per variant and round")
-	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured wrk run before each measured run")
-	flag.IntVar(&o.rounds, "rounds", 3, "rounds; each round runs every variant once per scenario")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measured wrk run per variant and round")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run before each measured run")
+	flag.IntVar(&o.rounds, "rounds", 6, "rounds; each round runs every variant once per scenario")
 	flag.IntVar(&o.threads, "threads", 2, "wrk threads")
 	flag.IntVar(&o.conns, "conns", 50, "wrk connections")
 	flag.IntVar(&o.highQuota, "high-quota", 1000000, "quota (req/s) of the 'limit never reached' scenario")
@@ -160,8 +160,9 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	if err != nil {
 		return smp, err
 	}
-	fmt.Fprintf(logf, "=== round %d %s %s\n", round, s.name, v.name)
-	c, err := startCaddy(bin, dir, caddyfile(v, s, httpPort, adminPort, rs.addr), httpPort, adminPort, logf)
+	config := caddyfile(v, s, httpPort, adminPort, rs.addr)
+	fmt.Fprintf(logf, "=== round %d %s %s\n%s", round, s.name, v.name, config)
+	c, err := startCaddy(bin, dir, config, httpPort, adminPort, logf)
 	if err != nil {
 		return smp, err
 	}
