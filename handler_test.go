@@ -2,6 +2,7 @@ package tierbucket
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
@@ -246,3 +249,68 @@ func TestTicketHandleIsGenerationSafe(t *testing.T) {
 }
 
 func costConfigResponseBytes() *cost.Config { return &cost.Config{ResponseBytes: true} }
+
+// eventRecorder is an events-app subscriber that keeps what it receives.
+type eventRecorder struct{ got []caddy.Event }
+
+func (r *eventRecorder) Handle(_ context.Context, e caddy.Event) error {
+	r.got = append(r.got, e)
+	return nil
+}
+
+// TestRejectionEmitsEvent: every rejection emits rate_limit_exceeded with app, reason and cost.
+func TestRejectionEmitsEvent(t *testing.T) {
+	h := unitHandler(t, "unit-event", map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 1}})
+	ev := new(caddyevents.App)
+	if err := ev.Provision(newCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	rec := new(eventRecorder)
+	if err := ev.On("rate_limit_exceeded", rec); err != nil {
+		t.Fatal(err)
+	}
+	h.events = ev
+	for i := 0; i < 2; i++ {
+		_ = h.ServeHTTP(httptest.NewRecorder(), get("a"), nopNext)
+	}
+	if len(rec.got) != 1 {
+		t.Fatalf("%d events, want 1 (one rejection)", len(rec.got))
+	}
+	d := rec.got[0].Data
+	if rec.got[0].Name() != "rate_limit_exceeded" || d["app"] != "a" || d["reason"] != "app_exhausted" ||
+		d["cost"] != int64(1) || d["cluster"] != "unit-event" || d["shadow"] != false {
+		t.Errorf("event %s %v", rec.got[0].Name(), d)
+	}
+}
+
+// TestGeneralPlaceholderKey: a key that is not one of the fast paths goes through the replacer.
+func TestGeneralPlaceholderKey(t *testing.T) {
+	h := newTestHandler(t, &Handler{
+		Cluster: "unit-key",
+		Key:     "tenant-{http.request.uri.query.app}",
+		Apps:    map[string]*AppConfig{"tenant-x": {Guaranteed: 0.001, Burst: 1}},
+	})
+	r := httptest.NewRequest("GET", "http://gw.example/bucket/object?app=x", nil)
+	repl := caddyhttp.NewTestReplacer(r)
+	r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+	codes := []int{}
+	for i := 0; i < 2; i++ {
+		w := httptest.NewRecorder()
+		_ = h.ServeHTTP(w, r, nopNext)
+		codes = append(codes, w.Code)
+	}
+	if codes[0] != 200 || codes[1] != 429 {
+		t.Errorf("statuses %v, want [200 429] (tenant-x has a burst of 1)", codes)
+	}
+	if app, _ := repl.GetString("http.rate_limit.app"); app != "tenant-x" {
+		t.Errorf("app placeholder %q", app)
+	}
+	// the default key is the host without its port
+	hd := newTestHandler(t, &Handler{Cluster: "unit-host", UnknownApp: "reject",
+		Apps: map[string]*AppConfig{"gw.example": {Guaranteed: 1}}})
+	w := httptest.NewRecorder()
+	_ = hd.ServeHTTP(w, httptest.NewRequest("GET", "http://gw.example:8443/b/k", nil), nopNext)
+	if w.Code != 200 {
+		t.Errorf("host key: %d %s", w.Code, w.Body)
+	}
+}

@@ -1,0 +1,69 @@
+package tierbucket
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
+)
+
+// TestRedisStoreWired: with a redis block the handler leases from Redis (the app's L2 key
+// appears under the configured prefix) and enforces the burst; the password is read from an
+// {env.*} placeholder.
+func TestRedisStoreWired(t *testing.T) {
+	addr, _ := redistest.Standalone(t)
+	t.Setenv("TIERBUCKET_TEST_REDIS_ADDR", addr)
+	h := newTestHandler(t, &Handler{
+		Cluster: "unit-redis",
+		Key:     "{http.request.header.X-App-Id}",
+		Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 4}},
+		Redis: &RedisConfig{
+			Address:   []string{"{env.TIERBUCKET_TEST_REDIS_ADDR}"},
+			KeyPrefix: "rltest",
+		},
+	})
+	if h.state.key.store == "memory" {
+		t.Fatal("the memory store is used despite the redis block")
+	}
+	var codes []int
+	for i := 0; i < 5; i++ {
+		w := httptest.NewRecorder()
+		if err := h.ServeHTTP(w, get("a"), nopNext); err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, w.Code)
+	}
+	if want := []int{200, 200, 200, 200, 429}; !equalInts(codes, want) {
+		t.Errorf("statuses %v, want %v", codes, want)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	keys, err := c.Keys(context.Background(), "rltest:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, k := range keys {
+		if k == "rltest:{unit-redis/a}:l2" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no L2 key for the app in Redis; keys: %v", keys)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
