@@ -82,11 +82,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	app *limiter.App, est cost.Estimate, ticket *connlimit.Ticket) error {
 	tw := getTrackedWriter(w, ticket)
-	var body *cost.CountingBody
+	var body *touchingBody
 	orig := r.Body
 	if orig != nil && orig != http.NoBody {
 		// Not pooled: a proxy transport may still close the body after the chain returns.
-		body = cost.NewCountingBody(orig)
+		body = &touchingBody{ticket: tw.ticket}
+		body.Reset(orig)
 		r.Body = body
 	}
 	defer func() {
@@ -109,6 +110,19 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 		putTrackedWriter(tw)
 	}()
 	return next.ServeHTTP(tw, r)
+}
+
+// touchingBody counts the request body's bytes (cost.CountingBody) and marks the in-flight
+// slot active on every read, so a long upload is not swept as a leak.
+type touchingBody struct {
+	cost.CountingBody
+	ticket connlimit.Handle
+}
+
+// Read reads from the body, counts and marks activity.
+func (b *touchingBody) Read(p []byte) (int, error) {
+	b.ticket.Touch()
+	return b.CountingBody.Read(p)
 }
 
 // refuse answers a rejected request: headers, placeholders, the event, then the JSON body (or a
