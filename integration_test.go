@@ -340,6 +340,30 @@ func TestIntegrationUnknownApps(t *testing.T) {
 			t.Errorf("fourth unknown id: %d %q, want 429", resp.StatusCode, body)
 		}
 	})
+	t.Run("isolated", func(t *testing.T) {
+		s := loadSite(t, `
+	rate_limit {
+		cluster it-unknown-isolated
+		key {http.request.header.X-App-Id}
+		unknown_app isolated
+		app * {
+			`+slowApp+`
+			burst 2
+		}
+	}
+	respond "{http.rate_limit.remaining}"`)
+		// each unknown id gets its own bucket of 2 from the template
+		for _, id := range []string{"i1", "i2"} {
+			for i := 0; i < 2; i++ {
+				if resp, body := s.do("GET", "/b/k", id, ""); resp.StatusCode != 200 || body != strconv.Itoa(1-i) {
+					t.Fatalf("%s request %d: %d %q", id, i+1, resp.StatusCode, body)
+				}
+			}
+			if resp, _ := s.do("GET", "/b/k", id, ""); resp.StatusCode != 429 {
+				t.Errorf("%s third request: %d, want 429", id, resp.StatusCode)
+			}
+		}
+	})
 	t.Run("invalid id", func(t *testing.T) {
 		s := loadSite(t, `
 	rate_limit {
