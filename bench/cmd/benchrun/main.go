@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -85,6 +87,14 @@ func run(o options) error {
 		return err
 	}
 	defer os.RemoveAll(work)
+	// Interrupted: exit at once; the children die with us (Pdeathsig), the temp dir is removed.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		os.RemoveAll(work)
+		log.Fatal("interrupted")
+	}()
 	logPath := filepath.Join(o.outDir, stamp+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -115,7 +125,11 @@ func run(o options) error {
 				v := o.variants[(i+round-1)%n]
 				smp, err := measure(o, v, s, round, rs, wrk, work, logf)
 				if err != nil {
-					return fmt.Errorf("round %d, %s, %s: %v", round, s.name, v.name, err)
+					// One failed run must not lose the others: note it and go on.
+					msg := fmt.Sprintf("round %d, %s, %s failed: %v (see %s)", round, s.name, v.name, err, logPath)
+					log.Print(msg)
+					o.notes = append(o.notes, msg)
+					continue
 				}
 				log.Printf("round %d/%d %-9s %-17s %8.0f req/s  p50 %v  p99 %v", round, o.rounds, s.name, v.name,
 					smp.wrk.RPS(), smp.wrk.P50, smp.wrk.P99)

@@ -39,6 +39,8 @@ func start(name string, args []string, dir string, log io.Writer) (*proc, error)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Keep Caddy's data and config (autosave, storage) inside the bench's temp dir.
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	// Whatever way the harness ends, its servers end with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

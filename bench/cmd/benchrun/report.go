@@ -122,9 +122,13 @@ func report(o options, m machine, samples []sample) string {
 			if len(rps) == 0 {
 				continue
 			}
-			r := summarize(ratio)
-			fmt.Fprintf(&b, "| %s | %.2f [%.2f–%.2f] | %.0f | %.0f | %.2f ms | %.2f ms | %s | %s | %s |\n",
-				v.title, r.med, r.min, r.max, summarize(rps).med, summarize(adm).med,
+			ratioText := "n/a (no plain run in the same rounds)"
+			if len(ratio) > 0 {
+				r := summarize(ratio)
+				ratioText = fmt.Sprintf("%.2f [%.2f–%.2f]", r.med, r.min, r.max)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f | %.2f ms | %.2f ms | %s | %s | %s |\n",
+				v.title, ratioText, summarize(rps).med, summarize(adm).med,
 				summarize(p50).med, summarize(p99).med, optional(cmds, "%.2f", "no Redis"), optional(scripts, "%.2f", "–"), optional(hit, "%.4f", "n/a"))
 		}
 		b.WriteString("\n")

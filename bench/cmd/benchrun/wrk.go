@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -64,6 +65,7 @@ func (w *wrkRunner) run(port int, d time.Duration, log *os.File) (wrkResult, err
 		"-t", fmt.Sprint(w.threads), "-c", fmt.Sprint(w.conns), "-d", fmt.Sprintf("%ds", secs),
 		"--latency", "-s", w.script, "-H", "Host: "+appHost,
 		fmt.Sprintf("http://127.0.0.1:%d/", port))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	fmt.Fprintf(log, "$ %s\n%s\n", strings.Join(cmd.Args, " "), out)
 	if err != nil {
