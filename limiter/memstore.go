@@ -14,7 +14,13 @@ import (
 //     simply "avail >= need → avail" (avail is never negative).
 //   - retry_after_us = min(2^53, ceil((need - tokens) / rate * 1e6)), evaluated in that order;
 //     debt is not included (literal spec); 1 s when rate = guaranteed × factor is 0.
-//   - Return with Tokens <= 0 does nothing at all: no refill, no write, no new record.
+//   - Return does not refill (this supersedes STORE_SEMANTICS' "refill at factor 1"): it only
+//     does tokens = min(burst, tokens + Tokens) and leaves ts alone, so the time before the
+//     return is refilled later at the factor of the next lease. A refill at factor 1 would hand
+//     a throttled app (factor < 1, e.g. in an emergency) tokens at the full rate; since
+//     min(B, min(B, t + n) + a) = min(B, t + n + a), deferring the refill changes nothing else.
+//     An absent bucket is created full (ts = now), as for a lease.
+//   - Return with Tokens <= 0 does nothing at all: no write, no new record.
 //   - A Report for an app without a bucket creates a statistics-only record (Redis: HINCRBY on
 //     an absent hash); the first lease still finds a full bucket. Its idle lifetime is the one
 //     set by the app's last lease/return, or 60 s.
@@ -83,8 +89,9 @@ func (m *MemoryStore) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 	return l, nil
 }
 
-// Return refills the app's bucket at factor 1 and adds the returned tokens, capped at burst.
-// Tokens <= 0 is a no-op: no refill, no write.
+// Return adds the returned tokens to the app's bucket, capped at burst, without refilling it
+// (the elapsed time is refilled by the next lease, at that lease's factor). Tokens <= 0 is a
+// no-op: no write.
 func (m *MemoryStore) Return(ctx context.Context, ret Return) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -100,7 +107,6 @@ func (m *MemoryStore) Return(ctx context.Context, ret Return) error {
 	now := m.nowUS()
 	m.sweep(now)
 	b := m.bucket(memAppKey{ret.Cluster.ID, ret.App}, ret.Policy, now)
-	b.refill(ret.Policy, 1, now)
 	b.give(ret.Policy, ret.Tokens)
 	b.touch(ret.Policy, now)
 	return nil

@@ -92,7 +92,8 @@ func (b *memBucket) lease(p AppPolicy, factor float64, want, need int64) Lease {
 	return l
 }
 
-// give adds returned tokens to a refilled bucket, never above burst.
+// give adds returned tokens, never above burst. It does not refill: ts stays, so the next
+// refill covers the whole time since the last one at the factor of its caller.
 func (b *memBucket) give(p AppPolicy, tokens int64) {
 	b.tokens = math.Min(p.Burst, b.tokens+float64(tokens))
 }

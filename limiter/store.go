@@ -18,7 +18,9 @@ type Store interface {
 	// if that is at least Need, otherwise nothing (Granted 0, with Reason and RetryAfter set).
 	Lease(ctx context.Context, req LeaseRequest) (Lease, error)
 
-	// Return gives unspent leased tokens back to the app's L2 bucket (never above burst).
+	// Return gives unspent leased tokens back to the app's L2 bucket (never above burst). It
+	// does not refill the bucket: a refill at any other factor than L1's would let a throttled
+	// app earn tokens at the wrong rate; the next lease refills the elapsed time at its factor.
 	Return(ctx context.Context, ret Return) error
 
 	// Report sends one instance's statistics for the interval since its last report. It never

@@ -98,7 +98,7 @@ func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
 		return fmt.Errorf("redislua: %w", err)
 	}
 	if ret.Tokens <= 0 {
-		return nil // a no-op: no refill, no write
+		return nil // a no-op: no write
 	}
 	err := returnScript.Run(ctx, s.client, []string{s.keys.l2(ret.Cluster.ID, ret.App)},
 		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens).Err()

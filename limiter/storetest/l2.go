@@ -30,7 +30,7 @@ func l2Cases() []testCase {
 		{"FractionalTokensCarry", fractionalTokensCarry},
 		{"ReturnAddsBackCappedAtBurst", returnAddsBackCappedAtBurst},
 		{"ReturnNonPositiveIsNoop", returnNonPositiveIsNoop},
-		{"ReturnRefillsAtFactorOne", returnRefillsAtFactorOne},
+		{"ReturnDoesNotRefill", returnDoesNotRefill},
 		{"BurstShrinkClampsTokens", burstShrinkClampsTokens},
 		{"AppsAreIndependent", appsAreIndependent},
 		{"ReportNeverChangesTokens", reportNeverChangesTokens},
@@ -161,15 +161,23 @@ func returnNonPositiveIsNoop(e *env) {
 	e.advance(time.Second)
 	e.give(0)
 	e.give(-5)
-	// Had the returns refilled (at factor 1), the bucket would hold 10.
+	// Neither return adds anything: the bucket is still empty.
 	e.wantContent(0, 0)
 }
 
-func returnRefillsAtFactorOne(e *env) {
+// returnDoesNotRefill: a Return adds exactly its tokens. The time before it is refilled by the
+// next lease at that lease's factor, never at a factor of its own (a throttled app must not
+// earn tokens at the full rate through returns).
+func returnDoesNotRefill(e *env) {
 	e.drain(0)
 	e.advance(time.Second)
-	e.give(5) // refill 1 s × 10 × factor 1, then + 5
-	e.wantContent(0, 15)
+	e.give(5) // a refill at factor 1 would add 10 more
+	e.wantContent(0, 5)
+
+	e.drain(0)
+	e.advance(time.Second)
+	e.give(5)
+	e.wantContent(0.5, 10) // 5 + 1 s × 10 × 0.5
 }
 
 func burstShrinkClampsTokens(e *env) {

@@ -1,4 +1,6 @@
--- Return: give unspent tokens back to one app's L2 bucket (refilled with factor 1, never above burst).
+-- Return: give unspent tokens back to one app's L2 bucket, never above burst. No refill: ts is
+-- kept, so the next lease refills the elapsed time at its own factor (a refill here would have
+-- to guess L1's factor).
 -- KEYS[1] app l2 hash
 -- ARGV: now_us|'' guaranteed burst tokens
 local now = now_us(ARGV[1])
@@ -9,7 +11,6 @@ if tokens <= 0 then
   return 0
 end
 local s = load_l2(KEYS[1], burst, now)
-refill(s, guaranteed, burst, 1, now)
 s.tokens = math.min(burst, s.tokens + tokens)
 store_l2(KEYS[1], s, burst, guaranteed)
 return 1
