@@ -314,3 +314,23 @@ func TestGeneralPlaceholderKey(t *testing.T) {
 		t.Errorf("host key: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestHeaderValuesNotShared: header values are per request, so a later handler that rewrites
+// a value in place (a deferred `header` replace does) cannot change other responses.
+func TestHeaderValuesNotShared(t *testing.T) {
+	h := unitHandler(t, "unit-shared-hdr", map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 1}})
+	_ = h.ServeHTTP(httptest.NewRecorder(), get("a"), nopNext)
+	for i := 0; i < 2; i++ {
+		w := httptest.NewRecorder()
+		_ = h.ServeHTTP(w, get("a"), nopNext)
+		if w.Code != 429 {
+			t.Fatalf("status %d", w.Code)
+		}
+		for _, k := range []string{"Content-Type", "X-Content-Type-Options", "Retry-After", "Ratelimit-Policy"} {
+			if got := w.Header()[k]; len(got) != 1 || strings.HasPrefix(got[0], "rewritten") {
+				t.Fatalf("response %d: %s = %q", i+1, k, got)
+			}
+			w.Header()[k][0] = "rewritten" // what a later handler may do
+		}
+	}
+}

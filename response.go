@@ -47,21 +47,22 @@ type result struct {
 // the headers cost no further allocation.
 type outcome struct {
 	result
-	vals [10]string
+	vals [12]string
 	nval int
-	buf  [128]byte // enough for typical values; a value that does not fit is allocated
+	buf  [160]byte // enough for typical values; a value that does not fit is allocated
 	nbuf int
 }
 
-// publish sets the headers and placeholders of res (nothing to do, and no allocation, with
-// headers off and no replacer).
-func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *result) {
+// publish sets the headers and placeholders of res and returns the outcome that holds them
+// (nil, and no allocation, with headers off and no replacer).
+func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *result) *outcome {
 	if repl == nil && (h.headers == headersOff || !res.hasQuota()) {
-		return
+		return nil
 	}
 	o := &outcome{result: *res}
 	h.setHeaders(w, o)
 	h.setPlaceholders(repl, o)
+	return o
 }
 
 // hasQuota reports whether there is an app whose quota the headers can describe.
@@ -184,7 +185,7 @@ func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
 
 // writeRejection writes the JSON body of a rejection:
 // {"error":"rate_limit_exceeded","reason":"app_exhausted","retry_after":1,"remaining":0,"cost":17}
-func writeRejection(w http.ResponseWriter, status int, o *result) error {
+func writeRejection(w http.ResponseWriter, status int, o *outcome) error {
 	var retry int64
 	if o.rejected() {
 		retry = retrySeconds(o.retryAfter)
@@ -200,9 +201,11 @@ func writeRejection(w http.ResponseWriter, status int, o *result) error {
 	b = append(b, `,"cost":`...)
 	b = strconv.AppendInt(b, o.cost, 10)
 	b = append(b, "}\n"...)
+	// The values live in the request's outcome, never in shared slices: a later handler (a
+	// deferred `header` replace) may rewrite header values in place.
 	hdr := w.Header()
-	hdr["Content-Type"] = jsonContentType
-	hdr["X-Content-Type-Options"] = nosniff
+	hdr["Content-Type"] = o.value(func(b []byte) []byte { return append(b, "application/json"...) })
+	hdr["X-Content-Type-Options"] = o.value(func(b []byte) []byte { return append(b, "nosniff"...) })
 	// No Content-Length: net/http sets it for a body written in one piece by a handler.
 	w.WriteHeader(status)
 	_, err := w.Write(b) // Write copies b (ResponseWriter contract), so it can go back to the pool
@@ -212,11 +215,6 @@ func writeRejection(w http.ResponseWriter, status int, o *result) error {
 }
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 160); return &b }}
-
-var (
-	jsonContentType = []string{"application/json"}
-	nosniff         = []string{"nosniff"}
-)
 
 // The placeholders for later handlers and logs. Their values are pointers into the request's
 // outcome whose String methods run only when a placeholder is actually used: setting them

@@ -135,7 +135,7 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 	if h.Shadow {
 		o.decision = decisionShadow
 	}
-	h.publish(w, repl, o)
+	out := h.publish(w, repl, o)
 	h.emit(o)
 	if h.Shadow {
 		return next.ServeHTTP(w, r)
@@ -144,7 +144,10 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 	if h.Errors {
 		return caddyhttp.Error(status, rejectionError{reason: reason})
 	}
-	return writeRejection(w, status, o)
+	if out == nil {
+		out = &outcome{result: *o}
+	}
+	return writeRejection(w, status, out)
 }
 
 // emit sends the rate_limit_exceeded event; building it is skipped when nothing listens.
