@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/cost"
+	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
 // connCurrent returns the in-flight count of app ("" = the cluster) on h's cluster.
@@ -332,5 +333,49 @@ func TestHeaderValuesNotShared(t *testing.T) {
 			}
 			w.Header()[k][0] = "rewritten" // what a later handler may do
 		}
+	}
+}
+
+// TestShadowEmitsEventAndLetsThrough: in shadow mode a would-be rejection emits the event
+// (shadow=true), is counted, and the request still reaches the next handler.
+func TestShadowEmitsEventAndLetsThrough(t *testing.T) {
+	h := newTestHandler(t, &Handler{
+		Cluster: "unit-shadow-event",
+		Key:     "{http.request.header.X-App-Id}",
+		Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 1, MaxConnections: 1}},
+		Shadow:  true,
+	})
+	ev := new(caddyevents.App)
+	if err := ev.Provision(newCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	rec := new(eventRecorder)
+	_ = ev.On("rate_limit_exceeded", rec)
+	h.events = ev
+	reached := 0
+	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { reached++; return nil })
+	for i := 0; i < 3; i++ {
+		w := httptest.NewRecorder()
+		if err := h.ServeHTTP(w, get("a"), next); err != nil || w.Code != 200 {
+			t.Fatalf("request %d: %d %v", i+1, w.Code, err)
+		}
+	}
+	if reached != 3 {
+		t.Errorf("next handler reached %d times, want 3", reached)
+	}
+	if len(rec.got) != 2 || rec.got[0].Data["shadow"] != true || rec.got[0].Data["reason"] != "app_exhausted" {
+		t.Errorf("events %d %v", len(rec.got), rec.got)
+	}
+	if n := connCurrent(h, "a"); n != 0 {
+		t.Errorf("in flight %d after shadow requests", n)
+	}
+	var rejected int64
+	for _, st := range h.state.lim.Stats() {
+		if st.Label == "a" {
+			rejected = st.Requests[limiter.ReasonAppExhausted]
+		}
+	}
+	if rejected != 2 {
+		t.Errorf("would-be rejections counted %d, want 2", rejected)
 	}
 }

@@ -41,12 +41,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if reason != limiter.ReasonNone {
 		app.Record(reason, est.Cost)
 		o.connLimit, o.connCurrent = s.conns.Limits(app.Label(), pol.MaxConnections)
-		if !h.Shadow {
-			return h.refuse(w, r, repl, next, &o, reason, app)
-		}
-		o.reason, o.decision = reason, decisionShadow
-		h.publish(w, repl, &o)
-		return next.ServeHTTP(w, r) // shadow: let it through, nothing taken
+		return h.refuse(w, r, repl, next, &o, reason, app) // shadow: let through, nothing taken
 	}
 
 	d := app.Take(r.Context(), est.Cost, h.maxWait)
@@ -56,14 +51,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if !d.Allowed {
 		app.Record(d.Reason, est.Cost)
-		if !h.Shadow {
+		if h.Shadow {
+			defer ticket.Release() // shadow: let through with its slot; no tokens to settle
+		} else {
 			ticket.Release() // rollback: the slot was taken for a request that does not run
-			return h.refuse(w, r, repl, next, &o, d.Reason, app)
 		}
-		o.reason, o.decision = d.Reason, decisionShadow
-		h.publish(w, repl, &o)
-		defer ticket.Release()
-		return next.ServeHTTP(w, r) // shadow: no tokens were taken, nothing to settle
+		return h.refuse(w, r, repl, next, &o, d.Reason, app)
 	}
 
 	o.decision = decisionAllowed
