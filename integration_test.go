@@ -539,6 +539,7 @@ func TestIntegrationMetrics(t *testing.T) {
 		`caddy_rate_limit_emergency_mode{cluster="it-metrics"} 0`,
 		`caddy_rate_limit_local_tokens{app="alpha",cluster="it-metrics"}`,
 		`caddy_rate_limit_leases_total{app="alpha",cluster="it-metrics"}`,
+		`caddy_rate_limit_store_latency_seconds_count{cluster="it-metrics",op="lease"}`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)

@@ -70,6 +70,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej} {
 		ch <- d
 	}
+	storeLatency.Describe(ch)
 }
 
 // Collect reads the counters of every live cluster.
@@ -83,6 +84,7 @@ func (collector) Collect(ch chan<- prometheus.Metric) {
 		seen[cl] = true
 		collectCluster(ch, s)
 	}
+	storeLatency.Collect(ch)
 }
 
 func collectCluster(ch chan<- prometheus.Metric, s *clusterState) {

@@ -154,7 +154,7 @@ func newClusterState(def definition) (*clusterState, error) {
 	s.conns = connlimit.New(def.conns, nil)
 	lc := def.lim
 	lc.Connections = s.conns
-	lim, err := limiter.New(lc, s.store, limiter.SystemClock{})
+	lim, err := limiter.New(lc, newTimedStore(s.store, def.key.cluster), limiter.SystemClock{})
 	if err != nil {
 		s.conns.Close()
 		_ = s.store.Close()
