@@ -2,7 +2,7 @@
 # Side-by-side load test of Caddy with and without rate limiters (see bench/README.md).
 # Usage: bash bench/run.sh            (from anywhere; results in bench/results/<date>.md)
 # Settings (environment): DURATION=5s ROUNDS=6 WARMUP=1s THREADS=2 CONNS=50
-#   HIGH_QUOTA=1000000 LOW_QUOTA=200 VARIANTS=plain,tierbucket-memory,... (default: all that build)
+#   HIGH_QUOTA=1000000 LOW_QUOTA=200 SCENARIOS=unlimited,limited VARIANTS=plain,tierbucket-memory,... (default: all that build)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,6 +15,7 @@ THREADS=${THREADS:-2}
 CONNS=${CONNS:-50}
 HIGH_QUOTA=${HIGH_QUOTA:-1000000}
 LOW_QUOTA=${LOW_QUOTA:-200}
+SCENARIOS=${SCENARIOS:-unlimited,limited}
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk || ! need redis-server; then
@@ -44,4 +45,4 @@ VARIANTS=${VARIANTS:-$variants}
 cd "$here/.."
 exec bench/bin/benchrun -bin bench/bin -out bench/results \
 	-duration "$DURATION" -rounds "$ROUNDS" -warmup "$WARMUP" -threads "$THREADS" -conns "$CONNS" \
-	-high-quota "$HIGH_QUOTA" -low-quota "$LOW_QUOTA" -variants "$VARIANTS" -skipped "$skipped"
+	-high-quota "$HIGH_QUOTA" -low-quota "$LOW_QUOTA" -scenarios "$SCENARIOS" -variants "$VARIANTS" -skipped "$skipped"

@@ -22,10 +22,12 @@ type sample struct {
 	scenario  string
 	variant   string
 	wrk       wrkResult
-	redisCmds int64   // INFO commandstats calls during the run, in-script ones included (-1: no Redis)
-	scriptCmd int64   // of which EVAL/EVALSHA/FCALL (-1: no Redis)
-	localHits float64 // delta of caddy_rate_limit_local_hits_total (tierbucket only)
-	decisions float64 // delta of caddy_rate_limit_requests_total (tierbucket only)
+	redisCmds int64         // INFO commandstats calls during the run, in-script ones included (-1: no Redis)
+	scriptCmd int64         // of which EVAL/EVALSHA/FCALL (-1: no Redis)
+	caddyCPU  time.Duration // CPU time Caddy used during the run
+	redisCPU  time.Duration // CPU time redis-server used during the run
+	localHits float64       // delta of caddy_rate_limit_local_hits_total (tierbucket only)
+	decisions float64       // delta of caddy_rate_limit_requests_total (tierbucket only)
 }
 
 type options struct {
@@ -42,7 +44,7 @@ type options struct {
 
 func main() {
 	var o options
-	var variantList, skipped string
+	var variantList, scenarioList, skipped string
 	flag.StringVar(&o.binDir, "bin", "bench/bin", "directory with the Caddy builds")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the results")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measured wrk run per variant and round")
@@ -53,6 +55,7 @@ func main() {
 	flag.IntVar(&o.highQuota, "high-quota", 1000000, "quota (req/s) of the 'limit never reached' scenario")
 	flag.IntVar(&o.lowQuota, "low-quota", 200, "quota (req/s) of the 'limit reached' scenario")
 	flag.StringVar(&variantList, "variants", "", "comma-separated variants to run (default: all)")
+	flag.StringVar(&scenarioList, "scenarios", "unlimited,limited", "comma-separated scenarios to run")
 	flag.StringVar(&skipped, "skipped", "", "note about variants that could not be built")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -68,9 +71,16 @@ func main() {
 	if skipped != "" {
 		o.notes = append(o.notes, skipped)
 	}
-	o.scenarios = []scenario{
+	for _, s := range []scenario{
 		{name: "unlimited", quota: o.highQuota, desc: "limit never reached: pure overhead"},
 		{name: "limited", quota: o.lowQuota, desc: "limit reached: most requests rejected"},
+	} {
+		if contains(strings.Split(scenarioList, ","), s.name) {
+			o.scenarios = append(o.scenarios, s)
+		}
+	}
+	if len(o.scenarios) == 0 {
+		log.Fatalf("no known scenario in %q (unlimited, limited)", scenarioList)
 	}
 	if err := run(o); err != nil {
 		log.Fatal(err)
@@ -199,9 +209,26 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	if err := rs.resetStats(); err != nil {
 		return smp, err
 	}
+	caddyCPU0, err := c.proc.cpuTime()
+	if err != nil {
+		return smp, err
+	}
+	redisCPU0, err := rs.proc.cpuTime()
+	if err != nil {
+		return smp, err
+	}
 	if smp.wrk, err = wrk.run(httpPort, o.duration, logf); err != nil {
 		return smp, err
 	}
+	caddyCPU1, err := c.proc.cpuTime()
+	if err != nil {
+		return smp, err
+	}
+	redisCPU1, err := rs.proc.cpuTime()
+	if err != nil {
+		return smp, err
+	}
+	smp.caddyCPU, smp.redisCPU = caddyCPU1-caddyCPU0, redisCPU1-redisCPU0
 	calls, scripts, err := rs.commandCalls(logf)
 	if err != nil {
 		return smp, err

@@ -79,3 +79,54 @@ func TestCaddyfileKeysOnHost(t *testing.T) {
 		}
 	}
 }
+
+func TestAggregateAndTargets(t *testing.T) {
+	res := func(rps int64) wrkResult {
+		return wrkResult{Requests: rps, Duration: time.Second, P50: time.Millisecond, P99: 10 * time.Millisecond}
+	}
+	var samples []sample
+	for round := 1; round <= 3; round++ {
+		samples = append(samples,
+			sample{round: round, scenario: "unlimited", variant: "plain", wrk: res(10000), redisCmds: -1,
+				caddyCPU: 200 * time.Millisecond},
+			sample{round: round, scenario: "unlimited", variant: "tierbucket-redis", wrk: res(9500),
+				redisCmds: 240, scriptCmd: 60, localHits: 9950, decisions: 10000,
+				caddyCPU: 209 * time.Millisecond, redisCPU: 19 * time.Millisecond},
+			sample{round: round, scenario: "unlimited", variant: "redis_rate", wrk: res(4000 + int64(round)*1000),
+				redisCmds: 20000, scriptCmd: 5000})
+	}
+	rows := aggregate(samples)
+	rr := rows[[2]string{"unlimited", "redis_rate"}]
+	if st := summarize(rr.ratio); st.med != 0.6 || st.min != 0.5 || st.max != 0.7 {
+		t.Fatalf("redis_rate ratio %+v, want 0.6 [0.5–0.7]", st)
+	}
+	tb := rows[[2]string{"unlimited", "tierbucket-redis"}]
+	if summarize(tb.caddyCPU).med != 22 || summarize(tb.redisCPU).med != 2 {
+		t.Fatalf("tierbucket CPU µs/req: caddy %v redis %v, want 22 and 2", tb.caddyCPU, tb.redisCPU)
+	}
+	if summarize(tb.scripts).med != 60.0*1000/9500 || summarize(tb.hit).med != 0.995 {
+		t.Fatalf("tierbucket scripts %v hits %v", tb.scripts, tb.hit)
+	}
+	got := targets(rows)
+	for _, want := range []string{"yes — ≥ 90% of plain Caddy's throughput: 0.95", "yes — ahead of redis_rate",
+		"no — ≤ 5 Redis calls", "yes — ≥ 99% local hits: 99.50%", "≤ 1.11 × plain Caddy's: 1.20"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("targets lack %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
+	stat := "1234 (caddy (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 1 2 3\n"
+	got, err := parseStatCPU(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 3*time.Second {
+		t.Fatalf("cpu %v, want 3s (300 ticks)", got)
+	}
+	if _, err := parseStatCPU("1234 (caddy) S 1"); err == nil {
+		t.Fatal("short stat accepted")
+	}
+}

@@ -59,6 +59,38 @@ func (p *proc) stop() {
 	}
 }
 
+// cpuTime is the user + system CPU time the process has used so far (all its threads), from
+// /proc/<pid>/stat. Unlike throughput, CPU time per request hardly depends on what else the
+// (shared) machine is doing.
+func (p *proc) cpuTime() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(string(b))
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every Linux ABI.
+const clockTick = 10 * time.Millisecond
+
+func parseStatCPU(stat string) (time.Duration, error) {
+	// The command name (field 2) may hold spaces and parentheses: fields are counted after its ')'.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("bad /proc stat %q", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("bad /proc stat %q", stat)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("bad /proc stat times %q %q", f[11], f[12])
+	}
+	return time.Duration(utime+stime) * clockTick, nil
+}
+
 func (p *proc) exited() bool {
 	select {
 	case <-p.done:

@@ -71,6 +71,49 @@ func summarize(xs []float64) stats {
 	return stats{med: med, min: s[0], max: s[n-1]}
 }
 
+// row is one scenario × variant, aggregated over the rounds.
+type row struct {
+	ratio, rps, adm, p50, p99, cmds, scripts, hit []float64
+	caddyCPU, redisCPU                            []float64 // µs per request
+}
+
+// aggregate groups the samples by scenario and variant; throughput ratios pair each sample with
+// plain Caddy's run of the same round and scenario.
+func aggregate(samples []sample) map[[2]string]*row {
+	base := map[string]float64{} // scenario/round → plain req/s
+	for _, x := range samples {
+		if x.variant == "plain" {
+			base[fmt.Sprint(x.scenario, "/", x.round)] = x.wrk.RPS()
+		}
+	}
+	rows := map[[2]string]*row{}
+	for _, x := range samples {
+		k := [2]string{x.scenario, x.variant}
+		r := rows[k]
+		if r == nil {
+			r = &row{}
+			rows[k] = r
+		}
+		if bse := base[fmt.Sprint(x.scenario, "/", x.round)]; bse > 0 {
+			r.ratio = append(r.ratio, x.wrk.RPS()/bse)
+		}
+		r.rps = append(r.rps, x.wrk.RPS())
+		r.adm = append(r.adm, x.wrk.AdmittedRPS())
+		r.p50 = append(r.p50, x.wrk.P50.Seconds()*1e3)
+		r.p99 = append(r.p99, x.wrk.P99.Seconds()*1e3)
+		r.caddyCPU = append(r.caddyCPU, float64(x.caddyCPU.Microseconds())/float64(x.wrk.Requests))
+		if x.redisCmds >= 0 {
+			r.redisCPU = append(r.redisCPU, float64(x.redisCPU.Microseconds())/float64(x.wrk.Requests))
+			r.cmds = append(r.cmds, float64(x.redisCmds)*1000/float64(x.wrk.Requests))
+			r.scripts = append(r.scripts, float64(x.scriptCmd)*1000/float64(x.wrk.Requests))
+		}
+		if x.decisions > 0 {
+			r.hit = append(r.hit, x.localHits/x.decisions)
+		}
+	}
+	return rows
+}
+
 // report renders the markdown results: one row per scenario × variant.
 func report(o options, m machine, samples []sample) string {
 	var b strings.Builder
@@ -86,53 +129,34 @@ func report(o options, m machine, samples []sample) string {
 		"Latencies and the other columns are medians over rounds. Redis commands per 1000 requests: " +
 		"INFO commandstats calls during the measured run ÷ wrk's requests; Redis counts the commands a Lua script runs " +
 		"as calls too, so the next column gives the script calls (EVAL/EVALSHA: one round trip each) alone. Local hit ratio: " +
-		"caddy_rate_limit_local_hits_total ÷ caddy_rate_limit_requests_total during the run.\n\n")
+		"caddy_rate_limit_local_hits_total ÷ caddy_rate_limit_requests_total during the run. CPU µs/req: CPU time " +
+		"(user + system, /proc/<pid>/stat) the Caddy process and redis-server used during the run ÷ requests; it depends " +
+		"much less on what else the shared machine is doing than throughput does.\n\n")
 
+	rows := aggregate(samples)
 	for _, s := range o.scenarios {
 		fmt.Fprintf(&b, "## %s: quota %d req/s (%s)\n\n", s.name, s.quota, s.desc)
-		b.WriteString("| variant | throughput vs plain | req/s | admitted req/s | p50 | p99 | Redis cmds / 1000 req | of which scripts | local hit ratio |\n")
-		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
-		base := map[int]float64{} // round → plain req/s
-		for _, x := range samples {
-			if x.scenario == s.name && x.variant == "plain" {
-				base[x.round] = x.wrk.RPS()
-			}
-		}
+		b.WriteString("| variant | throughput vs plain | req/s | admitted req/s | p50 | p99 | Caddy CPU µs/req | Redis CPU µs/req | Redis cmds / 1000 req | of which scripts | local hit ratio |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, v := range o.variants {
-			var ratio, rps, adm, p50, p99, cmds, scripts, hit []float64
-			for _, x := range samples {
-				if x.scenario != s.name || x.variant != v.name {
-					continue
-				}
-				if bse := base[x.round]; bse > 0 {
-					ratio = append(ratio, x.wrk.RPS()/bse)
-				}
-				rps = append(rps, x.wrk.RPS())
-				adm = append(adm, x.wrk.AdmittedRPS())
-				p50 = append(p50, x.wrk.P50.Seconds()*1e3)
-				p99 = append(p99, x.wrk.P99.Seconds()*1e3)
-				if x.redisCmds >= 0 {
-					cmds = append(cmds, float64(x.redisCmds)*1000/float64(x.wrk.Requests))
-					scripts = append(scripts, float64(x.scriptCmd)*1000/float64(x.wrk.Requests))
-				}
-				if x.decisions > 0 {
-					hit = append(hit, x.localHits/x.decisions)
-				}
-			}
-			if len(rps) == 0 {
+			r := rows[[2]string{s.name, v.name}]
+			if r == nil {
 				continue
 			}
 			ratioText := "n/a (no plain run in the same rounds)"
-			if len(ratio) > 0 {
-				r := summarize(ratio)
-				ratioText = fmt.Sprintf("%.2f [%.2f–%.2f]", r.med, r.min, r.max)
+			if len(r.ratio) > 0 {
+				st := summarize(r.ratio)
+				ratioText = fmt.Sprintf("%.2f [%.2f–%.2f]", st.med, st.min, st.max)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f | %.2f ms | %.2f ms | %s | %s | %s |\n",
-				v.title, ratioText, summarize(rps).med, summarize(adm).med,
-				summarize(p50).med, summarize(p99).med, optional(cmds, "%.2f", "no Redis"), optional(scripts, "%.2f", "–"), optional(hit, "%.4f", "n/a"))
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f | %.2f ms | %.2f ms | %.1f | %s | %s | %s | %s |\n",
+				v.title, ratioText, summarize(r.rps).med, summarize(r.adm).med,
+				summarize(r.p50).med, summarize(r.p99).med, summarize(r.caddyCPU).med,
+				optional(r.redisCPU, "%.1f", "–"), optional(r.cmds, "%.2f", "no Redis"),
+				optional(r.scripts, "%.2f", "–"), optional(r.hit, "%.4f", "n/a"))
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(targets(rows))
 	b.WriteString("Configurations (every limiter keys on `{http.request.host}`, one app, quota Q req/s with a burst of Q):\n\n")
 	b.WriteString("- tierbucket: `app bench { guaranteed Q burst Q }`, `cost { operations http }` (cost 1 per GET), " +
 		"defaults otherwise (token bucket, L3 leases, rate-limit headers on every response); the Redis variant adds `redis { address … }`.\n")
@@ -156,11 +180,54 @@ func optional(xs []float64, format, none string) string {
 // writeRaw keeps every sample, for anyone who wants to recompute the table.
 func writeRaw(path string, samples []sample) error {
 	var b strings.Builder
-	b.WriteString("round\tscenario\tvariant\trequests\tduration_s\tnon2xx\tsocket_errors\tp50_ms\tp99_ms\tredis_cmds\tscript_cmds\tlocal_hits\tdecisions\n")
+	b.WriteString("round\tscenario\tvariant\trequests\tduration_s\tnon2xx\tsocket_errors\tp50_ms\tp99_ms\tredis_cmds\tscript_cmds\tlocal_hits\tdecisions\tcaddy_cpu_ms\tredis_cpu_ms\n")
 	for _, x := range samples {
-		fmt.Fprintf(&b, "%d\t%s\t%s\t%d\t%.3f\t%d\t%d\t%.3f\t%.3f\t%d\t%d\t%.0f\t%.0f\n", x.round, x.scenario, x.variant,
+		fmt.Fprintf(&b, "%d\t%s\t%s\t%d\t%.3f\t%d\t%d\t%.3f\t%.3f\t%d\t%d\t%.0f\t%.0f\t%d\t%d\n", x.round, x.scenario, x.variant,
 			x.wrk.Requests, x.wrk.Duration.Seconds(), x.wrk.StatusErrors, x.wrk.SocketErrors,
-			x.wrk.P50.Seconds()*1e3, x.wrk.P99.Seconds()*1e3, x.redisCmds, x.scriptCmd, x.localHits, x.decisions)
+			x.wrk.P50.Seconds()*1e3, x.wrk.P99.Seconds()*1e3, x.redisCmds, x.scriptCmd, x.localHits, x.decisions,
+			x.caddyCPU.Milliseconds(), x.redisCPU.Milliseconds())
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// targets checks DESIGN §14's load-test targets against the "unlimited" scenario (steady load,
+// limit not reached), for tierbucket with the Redis store.
+func targets(rows map[[2]string]*row) string {
+	tb := rows[[2]string{"unlimited", "tierbucket-redis"}]
+	if tb == nil || len(tb.ratio) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("DESIGN §14 targets, scenario unlimited, tierbucket with the Redis store (medians):\n\n")
+	check := func(ok bool, format string, args ...any) {
+		mark := "no"
+		if ok {
+			mark = "yes"
+		}
+		fmt.Fprintf(&b, "- %s — "+format+"\n", append([]any{mark}, args...)...)
+	}
+	ratio := summarize(tb.ratio).med
+	check(ratio >= 0.9, "≥ 90%% of plain Caddy's throughput: %.2f", ratio)
+	if plain := rows[[2]string{"unlimited", "plain"}]; plain != nil {
+		cost := (summarize(tb.caddyCPU).med + summarize(tb.redisCPU).med) / summarize(plain.caddyCPU).med
+		check(cost <= 1/0.9, "the same target as CPU cost (less noisy): CPU per request, Caddy + Redis, "+
+			"≤ 1.11 × plain Caddy's: %.2f", cost)
+	}
+	for _, peer := range []string{"mholt", "redis_rate"} {
+		if p := rows[[2]string{"unlimited", peer}]; p != nil && len(p.ratio) > 0 {
+			pr := summarize(p.ratio).med
+			check(ratio > pr, "ahead of %s: %.2f vs %.2f", peer, ratio, pr)
+		}
+	}
+	if len(tb.scripts) > 0 {
+		sc := summarize(tb.scripts).med
+		check(sc <= 5, "≤ 5 Redis calls (script round trips) per 1000 requests: %.2f (all commands incl. in-script: %.2f)",
+			sc, summarize(tb.cmds).med)
+	}
+	if len(tb.hit) > 0 {
+		h := summarize(tb.hit).med
+		check(h >= 0.99, "≥ 99%% local hits: %.2f%%", h*100)
+	}
+	b.WriteString("\n")
+	return b.String()
 }
