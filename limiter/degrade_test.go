@@ -2,6 +2,9 @@ package limiter
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -158,8 +161,16 @@ func TestStatsBacklogSentOnceAfterRecovery(t *testing.T) {
 	if l.Level() == LevelFailOpen {
 		t.Fatal("still failed after the probe")
 	}
-	if !hasApp(ps.lastReport.Load(), "a", admitted, cost) {
-		t.Fatalf("backlog report %+v, want %d requests / %d cost", ps.lastReport.Load(), admitted, cost)
+	// The probe sent the batch of the first failed report again (20 requests, with its Seq);
+	// the next report sends the rest.
+	first := ps.lastReport.Load()
+	if !hasApp(first, "a", 20, 40) {
+		t.Fatalf("first report after the outage %+v, want the first failed batch, 20 requests / 40 cost", first)
+	}
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	if rep := ps.lastReport.Load(); rep.Seq <= first.Seq || !hasApp(rep, "a", admitted-20, cost-40) {
+		t.Fatalf("backlog report %+v, want %d requests / %d cost after seq %d", rep, admitted-20, cost-40, first.Seq)
 	}
 	c.Advance(time.Second)
 	l.tick(c.Now())
@@ -168,52 +179,98 @@ func TestStatsBacklogSentOnceAfterRecovery(t *testing.T) {
 			t.Fatalf("backlog sent twice: %+v", r)
 		}
 	}
+	if got := storedRequests(t, ps, "a"); got != 5+admitted {
+		t.Fatalf("store counted %d requests, want %d", got, 5+admitted)
+	}
 }
 
-func TestHangingStoreNeverHangsTake(t *testing.T) {
+// storedRequests is the requests the probe's memory store counted for an app.
+func storedRequests(t *testing.T, ps *probeStore, app string) int64 {
+	t.Helper()
+	n, err := ps.Store.(*MemoryStore).AppRequests(context.Background(), "c1", app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// ackLostStore applies every Report, then fails it while ackLost is set: the reply was lost
+// (a timeout after Redis ran the script). It keeps the figures of app "a" per Seq, and notes
+// a Seq sent again with other figures.
+type ackLostStore struct {
+	Store
+	ackLost  atomic.Bool
+	mu       sync.Mutex
+	bySeq    map[uint64][2]int64 // Seq → requests, cost of app "a"
+	mismatch string
+}
+
+func (s *ackLostStore) Report(ctx context.Context, r Report) (ClusterState, error) {
+	var fig [2]int64
+	for _, a := range r.Apps {
+		if a.App == "a" {
+			fig = [2]int64{a.Requests, a.Cost}
+		}
+	}
+	s.mu.Lock()
+	if old, ok := s.bySeq[r.Seq]; ok && old != fig {
+		s.mismatch = fmt.Sprintf("seq %d sent with %v, then with %v", r.Seq, old, fig)
+	}
+	s.bySeq[r.Seq] = fig
+	s.mu.Unlock()
+	st, err := s.Store.Report(ctx, r)
+	if err == nil && s.ackLost.Load() {
+		return ClusterState{}, context.DeadlineExceeded
+	}
+	return st, err
+}
+
+// Reports whose reply is lost are sent again with the same Seq and the same figures, and the
+// Store counts every request exactly once (a resend used to count them twice).
+func TestReportAckLostCountsOnce(t *testing.T) {
 	c := newClock()
-	ps := newProbe(c)
-	ps.block = make(chan struct{}) // never released: the Store only answers when its ctx ends
-	cfg := baseConfig()
-	cfg.StoreTimeout = 5 * time.Millisecond
-	l := testLimiter(t, cfg, ps, c, true)
-	d := mustApp(t, l, "a").Take(context.Background(), 1, 0)
-	if !d.Allowed { // FailLocal rescue admits within the rescue burst
-		t.Fatalf("take against a hanging store: %+v", d)
+	ms := NewMemoryStore(c.Now)
+	st := &ackLostStore{Store: ms, bySeq: map[uint64][2]int64{}}
+	l := testLimiter(t, baseConfig(), st, c, false)
+	a := mustApp(t, l, "a")
+	var admitted, cost int64
+	take := func(n int) {
+		for range n {
+			if a.Take(context.Background(), 3, 0).Allowed {
+				admitted++
+				cost += 3
+			}
+		}
+	}
+	take(10)
+	c.Advance(time.Second)
+	l.tick(c.Now()) // acknowledged
+	st.ackLost.Store(true)
+	for range 4 { // applied, reply lost, sent again
+		take(10)
+		c.Advance(time.Second)
+		l.tick(c.Now())
 	}
 	if l.Level() != LevelFailOpen {
-		t.Fatalf("level %v after a timeout", l.Level())
+		t.Fatalf("level %v after lost replies, want fail-open", l.Level())
 	}
-}
-
-type panicStore struct{ Store }
-
-func (panicStore) Lease(context.Context, LeaseRequest) (Lease, error) { panic("boom") }
-
-func TestStorePanicBecomesFailure(t *testing.T) {
-	c := newClock()
-	cfg := baseConfig()
-	cfg.OnStoreFailure = FailClosed
-	l := testLimiter(t, cfg, panicStore{newStore(c)}, c, false)
-	if d := mustApp(t, l, "a").Take(context.Background(), 1, 0); d.Reason != ReasonRedisUnavailable {
-		t.Fatalf("take against a panicking store: %+v", d)
-	}
-}
-
-func TestCallerDeadlineIsNotAStoreFailure(t *testing.T) {
-	c := newClock()
-	ps := newProbe(c)
-	ps.block = make(chan struct{})
-	defer close(ps.block)
-	cfg := baseConfig()
-	cfg.StoreTimeout = time.Minute
-	l := testLimiter(t, cfg, ps, c, true)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-	defer cancel()
-	if d := mustApp(t, l, "a").Take(ctx, 1, 0); d.Allowed {
-		t.Fatalf("take with an expired caller = %+v", d)
+	st.ackLost.Store(false)
+	for range 3 {
+		c.Advance(time.Second)
+		l.tick(c.Now())
 	}
 	if l.Level() == LevelFailOpen {
-		t.Fatal("the caller's own deadline switched the limiter to fail-open")
+		t.Fatal("still failed after recovery")
+	}
+	if got, _ := ms.AppRequests(context.Background(), "c1", "a"); got != admitted {
+		t.Fatalf("store counted %d requests, %d were admitted", got, admitted)
+	}
+	var sumReq, sumCost int64
+	for _, f := range st.bySeq {
+		sumReq += f[0]
+		sumCost += f[1]
+	}
+	if st.mismatch != "" || sumReq != admitted || sumCost != cost {
+		t.Fatalf("figures per Seq sum to %d requests / %d cost, want %d / %d; %s", sumReq, sumCost, admitted, cost, st.mismatch)
 	}
 }

@@ -31,9 +31,15 @@
 //   - Background Store calls (leases, reports, returns) are bounded by max(StoreTimeout, 1 s)
 //     so that a slow Store can be measured; no request waits longer than StoreTimeout. With a
 //     StoreTimeout below 100 ms the significant level is therefore seen only between probes.
-//   - Statistics: a report sends what was admitted since the last successful report, then
-//     marks it sent; a failed report leaves it pending. Refund lowers the pending cost (a
-//     negative balance waits for later consumption); the request count is not lowered.
-//   - Close sends the pending statistics and returns every local token; it does not close the
-//     Store. Takes after Close are rejected with ReasonRedisUnavailable.
+//   - Statistics: a report takes what was admitted since the last batch as a new batch under
+//     the next Seq (Report.Seq; Seqs start at the clock's time in µs, so a later Limiter with
+//     the same instance id continues above). A failed report may still have been applied (a
+//     timeout after the Store ran it), so the batch is sent again, with the same Seq and the
+//     same figures, until a report succeeds; the Store applies a Seq once, and what is
+//     admitted meanwhile waits for the next batch. Two Limiters reporting to one cluster under
+//     one instance id at the same time would hide each other's figures. Refund lowers the
+//     pending cost (a negative balance waits for later consumption); the request count is not
+//     lowered.
+//   - Close sends the pending batch, then the statistics admitted since, and returns every
+//     local token; it does not close the Store. Takes after Close are rejected with ReasonRedisUnavailable.
 package limiter

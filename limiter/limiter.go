@@ -36,6 +36,8 @@ type Limiter struct {
 	lastReport time.Time
 	lastRate   time.Time
 	prevIn     map[string]bool // apps with in-flight requests in the last report
+	seq        uint64          // the last report Seq used
+	pending    *reportBatch    // statistics whose report has not succeeded yet
 
 	kick    chan struct{} // early report (SyncBatch reached)
 	stop    chan struct{}
@@ -93,6 +95,9 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 	l.state.Store(st)
 	now := clock.Now()
 	l.lastReport, l.lastRate = now, now
+	// Report Seqs start at the time in µs, so that a later Limiter with the same instance id
+	// (a restart, a rebuilt pool) continues above its predecessor's (about 10 reports a second).
+	l.seq = uint64(max(now.UnixMicro(), 0))
 	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps))}
 	for id, p := range cfg.Apps {
 		s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
@@ -254,7 +259,13 @@ func (l *Limiter) Close() error {
 	l.tickMu.Lock()
 	defer l.tickMu.Unlock()
 	now := l.clock.Now()
-	errs := []error{l.report(now)}
+	// A pending batch is sent first (with its Seq); then what was admitted since.
+	resend := l.pending != nil
+	err := l.report(now)
+	if err == nil && resend {
+		err = l.report(now)
+	}
+	errs := []error{err}
 	for _, a := range l.apps() {
 		errs = append(errs, a.returnTokens(now, 0))
 	}

@@ -31,6 +31,12 @@ import (
 //   - RemoteInFlight omits apps whose remote sum is 0 and is nil when none is left.
 //   - Leaving the automatic emergency clears its reason; EmergencyReason is "" outside an
 //     emergency. EmergencyUntil is always zero (the Store has no operator emergency yet).
+//   - Report.Seq (idempotent reports): an instance's last applied Seq is kept per cluster
+//     ledger (Redis: field "seq:<instance>" of the :l1 hash, written even without L1) and per
+//     app record (field "seq:<instance>" of the :l2 hash), with the time of the instance's last
+//     numbered report, and dropped at a report once that time is more than ReportSeqTTL old
+//     (see memSeqs). A report whose Seq is not above the kept one adds cost 0 to the window
+//     and 0 requests, and otherwise runs as usual (heartbeat, in-flight, a stats write).
 //   - Invalid calls are errors, never stored: guaranteed must be > 0, guaranteed <= burst
 //     <= 2^53, factor finite and >= 0, want/need/counts/costs >= 0, capacity finite and >= 0,
 //     and a report needs an instance id.
@@ -132,17 +138,24 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 	// 1. heartbeat; 2. in-flight counts.
 	st.LiveInstances = l.heartbeat(rep.Instance, now)
 	st.RemoteClusterInFlight, st.RemoteInFlight = l.recordInFlight(rep, now)
-	// 3. usage window.
+	// 3. usage window; the cost of a Seq already applied counts as 0.
+	fresh := l.seqs.apply(rep.Instance, rep.Seq, now)
 	if l1 {
 		var cost int64
-		for _, a := range rep.Apps {
-			cost += a.Cost
+		if fresh {
+			for _, a := range rep.Apps {
+				cost += a.Cost
+			}
 		}
 		st.Usage = l.addUsage(cost, rep.Cluster.Capacity, now)
 	}
-	// 4. app statistics only: no token changes.
+	// 4. app statistics only: no token changes. Each app record keeps its own Seqs (Redis: one
+	// slot per script), so a report half applied before a failure is completed by its resend.
 	for _, a := range rep.Apps {
-		m.statsRecord(memAppKey{rep.Cluster.ID, a.App}, now).requests += a.Requests
+		r := m.statsRecord(memAppKey{rep.Cluster.ID, a.App}, now)
+		if r.seqs.apply(rep.Instance, rep.Seq, now) {
+			r.requests += a.Requests
+		}
 	}
 	// 5. automatic emergency.
 	if l1 {
@@ -185,6 +198,16 @@ func (m *MemoryStore) AppState(cluster, app string) (s MemoryAppState, ok bool) 
 		s.Tokens, s.TS = b.tokens, time.UnixMicro(b.ts)
 	}
 	return s, true
+}
+
+// AppRequests returns the requests reported for the app (0 if it has no record), like the
+// Redis store's method of the same name.
+func (m *MemoryStore) AppRequests(ctx context.Context, cluster, app string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s, _ := m.AppState(cluster, app)
+	return s.Requests, nil
 }
 
 // Interface guard.

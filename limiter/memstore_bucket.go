@@ -13,8 +13,9 @@ type memBucket struct {
 	ts        int64   // last refill
 	debt      float64
 	borrowed  float64
-	consumed  int64 // total granted
-	requests  int64 // total reported
+	consumed  int64   // total granted
+	requests  int64   // total reported
+	seqs      memSeqs // last applied report Seq per instance (for requests)
 
 	touched int64 // last write, for idle expiry
 	ttl     int64 // idle lifetime set by the last write (Redis: PEXPIRE on every write)

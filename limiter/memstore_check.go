@@ -40,6 +40,9 @@ func memCheckReport(r Report) error {
 	if r.InFlight < 0 {
 		return fmt.Errorf("report from instance %q: in-flight %d: must be >= 0", r.Instance, r.InFlight)
 	}
+	if r.Seq > memMaxAmount {
+		return fmt.Errorf("report from instance %q: seq %d: must be <= 2^53", r.Instance, r.Seq)
+	}
 	for _, a := range r.Apps {
 		switch {
 		case a.App == "":

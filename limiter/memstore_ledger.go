@@ -10,6 +10,7 @@ type memLedger struct {
 	reason    string
 	calmSince int64 // 0: not calm
 
+	seqs    memSeqs                           // instance → last applied report Seq
 	nodes   map[string]int64                  // instance → last heartbeat
 	conn    map[string]int64                  // instance → cluster in-flight
 	appConn map[string]map[string]memInFlight // app → instance → in-flight
@@ -188,4 +189,41 @@ func Factors(c ClusterPolicy, usage float64, emergency bool) [MaxPriority + 1]fl
 		}
 	}
 	return f
+}
+
+// memSeq is an instance's last applied report Seq and the time of its last numbered report.
+type memSeq struct {
+	seq uint64
+	at  int64
+}
+
+// memSeqs are the last applied report Seqs of one record (a cluster ledger or an app record),
+// per instance (Redis: "seq:<instance>" = "<seq>:<at µs>" fields of the record's hash).
+type memSeqs map[string]memSeq
+
+// apply drops the Seqs of instances whose last numbered report is more than ReportSeqTTL old,
+// then reports whether the figures of the instance's report seq are to be applied: always for
+// seq 0 (unnumbered: nothing is kept), otherwise when seq is above the one kept, which it
+// then replaces. A numbered report renews the instance's entry.
+func (s *memSeqs) apply(instance string, seq uint64, now int64) bool {
+	ttl := ReportSeqTTL.Microseconds()
+	for i, r := range *s {
+		if now-r.at > ttl {
+			delete(*s, i)
+		}
+	}
+	if seq == 0 {
+		return true
+	}
+	if *s == nil {
+		*s = make(memSeqs)
+	}
+	r, ok := (*s)[instance]
+	fresh := !ok || seq > r.seq
+	if fresh {
+		r.seq = seq
+	}
+	r.at = now
+	(*s)[instance] = r
+	return fresh
 }

@@ -101,7 +101,23 @@ type Report struct {
 	Instance string
 	Apps     []AppReport
 	InFlight int64 // cluster-wide requests in flight on this instance now
+
+	// Seq numbers the instance's reports to the cluster, strictly increasing (at most 2^53);
+	// 0 is an unnumbered report, always applied. It makes reports idempotent: a Store applies
+	// the figures (Requests, Cost) of a Seq at most once. A report whose Seq is not above the
+	// last one the Store applied for the instance (per cluster for the usage window, per app
+	// for the statistics) still refreshes the heartbeat and the in-flight counts and returns
+	// L1's state, but adds nothing. A sender whose report failed does not know whether it was
+	// applied (a timeout may come after the Store ran it), so it sends the same figures with
+	// the same Seq again, and new figures with a later Seq. A Store remembers an instance's
+	// last Seq for ReportSeqTTL after the instance last sent one (per app: also no longer than
+	// the app's record lives, at least 60 s after the report).
+	Seq uint64
 }
+
+// ReportSeqTTL is how long a Store remembers an instance's last report Seq (see Report.Seq):
+// a report sent again after this long may be counted twice.
+const ReportSeqTTL = 10 * time.Minute
 
 // ClusterState is L1's state as the Store sees it, returned by Report.
 type ClusterState struct {

@@ -70,8 +70,17 @@ func (l *Limiter) tickForced(now time.Time, force bool) {
 	l.expireIsolated(now, cfg)
 }
 
-// report sends every app's statistics since its last successful report (tickMu held). On
-// failure nothing is marked sent: the figures go out with the next successful report.
+// reportBatch is the statistics of one report Seq: sent until a report carrying them succeeds,
+// always with the same Seq, because a failed report may still have been applied (a timeout
+// after the Store ran it) and the Store applies a Seq once (Report.Seq).
+type reportBatch struct {
+	seq  uint64
+	apps []AppReport // Requests and Cost; in-flight counts are added fresh at each attempt
+}
+
+// report sends the pending batch again if the last report failed, otherwise a new batch of
+// every app's statistics since the last batch, plus the in-flight counts (tickMu held). Figures
+// admitted while a batch is pending wait for the next one.
 func (l *Limiter) report(now time.Time) error {
 	s := l.snap()
 	var inflight map[string]int64
@@ -79,25 +88,19 @@ func (l *Limiter) report(now time.Time) error {
 	if src := s.cfg.Connections; src != nil {
 		inflight, rep.InFlight = src.InFlight()
 	}
-	type sent struct {
-		a         *App
-		req, cost int64
+	if l.pending == nil {
+		l.pending = l.newBatch()
 	}
-	var marks []sent
-	seen := make(map[string]bool, len(inflight))
-	for _, a := range l.apps() {
-		req := a.requests.Load() - a.sentReqs.Load()
-		cost := max(a.consumed.Load()-a.sentCost, 0) // refunds beyond the sent cost wait
-		in, hasIn := inflight[a.id]
-		if req == 0 && cost == 0 && !hasIn && !l.prevIn[a.id] {
-			continue
-		}
-		seen[a.id] = true
-		rep.Apps = append(rep.Apps, AppReport{App: a.id, Requests: req, Cost: cost, InFlight: in})
-		marks = append(marks, sent{a, req, cost})
+	rep.Seq = l.pending.seq
+	seen := make(map[string]bool, len(l.pending.apps)+len(inflight))
+	for _, a := range l.pending.apps {
+		a.InFlight = inflight[a.App]
+		seen[a.App] = true
+		rep.Apps = append(rep.Apps, a)
 	}
-	// In-flight counts of ids without a bucket of their own (shared unknown apps), and of ids
-	// that dropped to zero since the last report, so the Store forgets their old count.
+	// In-flight counts of the other ids (including ids without a bucket of their own: shared
+	// unknown apps), and of ids that dropped to zero since the last report, so the Store
+	// forgets their old count.
 	for id, n := range inflight {
 		if !seen[id] {
 			seen[id] = true
@@ -119,10 +122,7 @@ func (l *Limiter) report(now time.Time) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range marks {
-		m.a.sentReqs.Add(m.req)
-		m.a.sentCost += m.cost
-	}
+	l.pending = nil
 	prev := make(map[string]bool, len(inflight))
 	for id, n := range inflight {
 		if n != 0 {
@@ -136,6 +136,24 @@ func (l *Limiter) report(now time.Time) error {
 		src.SetRemote(st.RemoteInFlight, st.RemoteClusterInFlight)
 	}
 	return nil
+}
+
+// newBatch takes every app's statistics since the last batch under the next Seq (tickMu held).
+// Refund lowers the pending cost; a negative balance waits for later consumption.
+func (l *Limiter) newBatch() *reportBatch {
+	l.seq++
+	b := &reportBatch{seq: l.seq}
+	for _, a := range l.apps() {
+		req := a.requests.Load() - a.sentReqs.Load()
+		cost := max(a.consumed.Load()-a.sentCost, 0)
+		if req == 0 && cost == 0 {
+			continue
+		}
+		a.sentReqs.Add(req)
+		a.sentCost += cost
+		b.apps = append(b.apps, AppReport{App: a.id, Requests: req, Cost: cost})
+	}
+	return b
 }
 
 // rateTau is the time constant of the consumption-rate moving average.

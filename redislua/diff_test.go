@@ -13,7 +13,7 @@ import (
 )
 
 // TestDifferential drives the memory store and the Redis store with one random sequence of
-// leases, returns, reports, policy changes and clock steps, and requires identical answers and
+// leases, returns, reports (numbered or not, with resent Seqs), policy changes and clock steps, and requires identical answers and
 // identical stored buckets (bit for bit: both compute in IEEE doubles in the same order).
 func TestDifferential(t *testing.T) {
 	client := standaloneClient(t)
@@ -43,6 +43,7 @@ func TestDifferential(t *testing.T) {
 		for _, a := range apps {
 			policies[a] = genPolicy(a)
 		}
+		seqs := map[string]uint64{} // each instance's highest Seq so far
 		var elapsed time.Duration
 		const maxElapsed = 55 * time.Second // below the 60 s idle expiry: Redis expires in real time
 
@@ -73,6 +74,17 @@ func TestDifferential(t *testing.T) {
 			case 3: // report
 				inst := rapid.SampledFrom(instances).Draw(rt, "instance")
 				rep := limiter.Report{Cluster: cluster, Instance: inst, InFlight: rapid.Int64Range(0, 20).Draw(rt, "inflight")}
+				// Unnumbered, a resend, the next Seq, or any Seq up to the next.
+				switch rapid.IntRange(0, 3).Draw(rt, "seqkind") {
+				case 1:
+					rep.Seq = seqs[inst]
+				case 2:
+					seqs[inst]++
+					rep.Seq = seqs[inst]
+				case 3:
+					rep.Seq = rapid.Uint64Range(1, seqs[inst]+1).Draw(rt, "seq")
+					seqs[inst] = max(seqs[inst], rep.Seq)
+				}
 				for _, a := range apps {
 					if !rapid.Bool().Draw(rt, "include-"+a) {
 						continue

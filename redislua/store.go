@@ -2,6 +2,7 @@ package redislua
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -116,6 +117,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 	}
 	now := s.nowArg()
 	ttl := limiter.InstanceTTL.Microseconds()
+	seqTTL := limiter.ReportSeqTTL.Microseconds()
 	c := rep.Cluster
 	var cost int64
 	for _, a := range rep.Apps {
@@ -128,13 +130,13 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		keys:   []string{s.keys.l1(c.ID), s.keys.nodes(c.ID), s.keys.clusterConn(c.ID)},
 		args: []any{now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
 			fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
-			fmtFloat(c.EmergencyRatios[3]), cost},
+			fmtFloat(c.EmergencyRatios[3]), cost, rep.Seq, seqTTL},
 	})
 	for _, a := range rep.Apps {
 		calls = append(calls, scriptCall{
 			script: reportAppScript,
 			keys:   []string{s.keys.l2(c.ID, a.App), s.keys.appConn(c.ID, a.App)},
-			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl},
+			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl, rep.Seq, seqTTL},
 		})
 	}
 	cmds, err := s.runPipeline(ctx, calls)
@@ -159,6 +161,19 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		}
 	}
 	return st, nil
+}
+
+// AppRequests returns the requests reported for the app (statistics: the "requests" field of
+// its L2 record; 0 if it has none).
+func (s *Store) AppRequests(ctx context.Context, cluster, app string) (int64, error) {
+	n, err := s.client.HGet(ctx, s.keys.l2(cluster, app), "requests").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("redislua: requests of app %q: %w", app, err)
+	}
+	return n, nil
 }
 
 func parseClusterState(cmd *redis.Cmd) (limiter.ClusterState, error) {

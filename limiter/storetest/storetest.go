@@ -56,7 +56,7 @@ type testCase struct {
 }
 
 func cases() []testCase {
-	return append(l2Cases(), l1Cases()...)
+	return append(append(l2Cases(), l1Cases()...), seqCases()...)
 }
 
 // clock is a manual clock: time moves only through advance.

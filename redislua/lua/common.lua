@@ -60,3 +60,36 @@ local function store_l2(key, s, burst, guaranteed)
     'ttl', ttl)
   redis.call('PEXPIRE', key, ttl)
 end
+
+-- apply_seq makes reports idempotent (limiter.Report.Seq). The hash at key keeps, per instance,
+-- the last applied Seq as field "seq:<instance>" = "<seq>:<at_us>", at being the instance's last
+-- numbered report. Entries older than ttl are dropped first. It returns whether the report's
+-- figures are to be applied: always for seq 0 (unnumbered: nothing is kept), otherwise when seq
+-- is above the kept one, which it then replaces.
+local function apply_seq(key, instance, seq, ttl, now)
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 4) == 'seq:' then
+      local v = all[i + 1]
+      local at = tonumber(string.sub(v, string.find(v, ':', 1, true) + 1))
+      if now - at > ttl then
+        redis.call('HDEL', key, all[i])
+      end
+    end
+  end
+  if seq == 0 then
+    return true
+  end
+  local field = 'seq:' .. instance
+  local kept = redis.call('HGET', key, field)
+  local fresh = true
+  if kept then
+    local last = tonumber(string.sub(kept, 1, string.find(kept, ':', 1, true) - 1))
+    if seq <= last then
+      fresh = false
+      seq = last
+    end
+  end
+  redis.call('HSET', key, field, fmt(seq) .. ':' .. fmt(now))
+  return fresh
+end

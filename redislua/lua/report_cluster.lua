@@ -1,6 +1,6 @@
 -- Report, cluster part: heartbeat, cluster in-flight counts, L1 usage window, emergency, factors.
 -- KEYS[1] l1 hash, KEYS[2] nodes zset, KEYS[3] cluster conn hash
--- ARGV: now_us|'' instance inflight ttl_us capacity threshold ratio0 ratio1 ratio2 ratio3 cost
+-- ARGV: now_us|'' instance inflight ttl_us capacity threshold ratio0 ratio1 ratio2 ratio3 cost seq seq_ttl_us
 -- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight}, floats as strings.
 local now = now_us(ARGV[1])
 local instance = ARGV[2]
@@ -10,6 +10,8 @@ local capacity = tonumber(ARGV[5])
 local thr = tonumber(ARGV[6])
 local ratios = { tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]) }
 local cost = tonumber(ARGV[11])
+local seq = tonumber(ARGV[12])
+local seq_ttl = tonumber(ARGV[13])
 
 -- 1. heartbeat; instances silent for longer than the TTL are dead and removed.
 redis.call('ZADD', KEYS[2], fmt(now), instance)
@@ -29,6 +31,15 @@ for i = 1, #all, 2 do
   end
 end
 redis.call('PEXPIRE', KEYS[3], 60000)
+
+-- Idempotent reports: the cost of a Seq already applied counts as 0 (the instance's last Seq
+-- lives in the l1 hash, which is therefore written even without L1).
+if not apply_seq(KEYS[1], instance, seq, seq_ttl, now) then
+  cost = 0
+end
+if seq ~= 0 then
+  redis.call('PEXPIRE', KEYS[1], 3600000)
+end
 
 local u = 0
 local factors = { 1, 1, 1, 1 }
