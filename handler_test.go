@@ -379,3 +379,28 @@ func TestShadowEmitsEventAndLetsThrough(t *testing.T) {
 		t.Errorf("would-be rejections counted %d, want 2", rejected)
 	}
 }
+
+// TestRollbackOnDownstream429: a request rejected with 429 further down the chain (another
+// limiter, or the backend's throttling) gets everything it took back; other errors do not.
+func TestRollbackOnDownstream429(t *testing.T) {
+	h := unitHandler(t, "unit-rollback", map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 10}})
+	written := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		w.WriteHeader(http.StatusTooManyRequests)
+		return nil
+	})
+	returned := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return caddyhttp.Error(http.StatusTooManyRequests, errors.New("later limiter"))
+	})
+	unauthorized := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		return caddyhttp.Error(http.StatusUnauthorized, errors.New("no"))
+	})
+	_ = h.ServeHTTP(httptest.NewRecorder(), get("a"), written)
+	_ = h.ServeHTTP(httptest.NewRecorder(), get("a"), returned)
+	if got := remainingAfter(t, h, "a"); got != "9" { // both rolled back; this GET takes 1
+		t.Errorf("remaining %q after two downstream 429s, want 9", got)
+	}
+	_ = h.ServeHTTP(httptest.NewRecorder(), get("a"), unauthorized)
+	if got := remainingAfter(t, h, "a"); got != "7" { // the 401 stays charged
+		t.Errorf("remaining %q after a downstream 401, want 7", got)
+	}
+}

@@ -1,6 +1,7 @@
 package tierbucket
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
@@ -68,12 +69,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // The deferred part runs on panics too: the slot is released exactly once (or, for a hijacked
 // connection, when that connection is closed) and the cost is settled.
 //
-// If the next handler returns an error, the tokens stay consumed (only the unread part of a
-// declared body is refunded, as for every request): the request was admitted and usually
-// reached the backend, and refunding downstream rejections (a 401 from basic_auth, say) would
-// make brute force free.
+// Rollback (DESIGN §3): when the request is rejected later in the chain with 429 — by another
+// rate limiter after this one, or by the backend's own throttling, written as a response or
+// returned as a Caddy error — everything it took is given back. Any other outcome, errors
+// included, stays charged (only the unread part of a declared body is refunded, as for every
+// request): the request was admitted and usually reached the backend, and refunding downstream
+// rejections such as a 401 from basic_auth would make brute force free.
 func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
-	app *limiter.App, est cost.Estimate, ticket *connlimit.Ticket) error {
+	app *limiter.App, est cost.Estimate, ticket *connlimit.Ticket) (err error) {
 	tw := getTrackedWriter(w, ticket)
 	var body *touchingBody
 	orig := r.Body
@@ -85,24 +88,41 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 	}
 	defer func() {
 		r.Body = orig
-		var read int64
-		if body != nil {
-			read = body.N()
+		if tw.status == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests {
+			app.Refund(est.Cost) // rejected further down: roll back
+			app.Record(limiter.ReasonNone, 0)
+		} else {
+			var read int64
+			if body != nil {
+				read = body.N()
+			}
+			actual := h.model.Settle(est, read, tw.n)
+			switch delta := actual - est.Cost; {
+			case delta > 0:
+				app.Charge(delta)
+			case delta < 0:
+				app.Refund(-delta)
+			}
+			app.Record(limiter.ReasonNone, actual)
 		}
-		actual := h.model.Settle(est, read, tw.n)
-		switch delta := actual - est.Cost; {
-		case delta > 0:
-			app.Charge(delta)
-		case delta < 0:
-			app.Refund(-delta)
-		}
-		app.Record(limiter.ReasonNone, actual)
 		if !tw.hijacked {
 			ticket.Release()
 		}
 		putTrackedWriter(tw)
 	}()
 	return next.ServeHTTP(tw, r)
+}
+
+// errorStatus is the HTTP status of a Caddy handler error (0 for nil or other errors).
+func errorStatus(err error) int {
+	if err == nil {
+		return 0
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) {
+		return he.StatusCode
+	}
+	return 0
 }
 
 // touchingBody counts the request body's bytes (cost.CountingBody) and marks the in-flight

@@ -21,6 +21,7 @@ type trackedWriter struct {
 	caddyhttp.ResponseWriterWrapper
 	ticket   connlimit.Handle
 	n        int64 // response body bytes written
+	status   int   // the final status written (0 before WriteHeader)
 	hijacked bool
 }
 
@@ -36,6 +37,14 @@ func getTrackedWriter(w http.ResponseWriter, t *connlimit.Ticket) *trackedWriter
 func putTrackedWriter(tw *trackedWriter) {
 	*tw = trackedWriter{}
 	writerPool.Put(tw)
+}
+
+// WriteHeader records the final status (1xx responses are not final).
+func (tw *trackedWriter) WriteHeader(code int) {
+	if tw.status == 0 && code >= 200 {
+		tw.status = code
+	}
+	tw.ResponseWriter.WriteHeader(code)
 }
 
 // Write counts the bytes written.
