@@ -50,10 +50,12 @@ type App struct {
 	lastLease  atomic.Int64 // unix ns of the last grant (lease TTL)
 	l2Left     atomic.Int64 // L2's remaining tokens at the last lease
 
-	// Conservation (DESIGN §13 property 7): leased + minted = consumed + returned + balance.
-	// minted counts tokens admitted without a lease (rescue / fail-open modes).
-	leased, minted, consumed, returned atomic.Int64
-	requests                           atomic.Int64 // admitted requests (reported as statistics)
+	// Conservation (DESIGN §13 property 7):
+	// leased + minted = consumed + returned + dropped + balance.
+	// minted counts tokens admitted without a lease (rescue / fail-open modes); dropped counts
+	// tokens given up by a Return that failed (see returnTokens).
+	leased, minted, consumed, returned, dropped atomic.Int64
+	requests                                    atomic.Int64 // admitted requests (reported as statistics)
 
 	// Owned by the sync loop (tickMu): what has been reported, the consumption rate.
 	sentReqs  atomic.Int64 // read by the hot path for the early-sync check

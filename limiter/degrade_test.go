@@ -274,3 +274,48 @@ func TestReportAckLostCountsOnce(t *testing.T) {
 		t.Fatalf("figures per Seq sum to %d requests / %d cost, want %d / %d; %s", sumReq, sumCost, admitted, cost, st.mismatch)
 	}
 }
+
+// returnLostStore applies every Return, then fails it while lost is set: the reply was lost.
+type returnLostStore struct {
+	Store
+	lost atomic.Bool
+}
+
+func (s *returnLostStore) Return(ctx context.Context, r Return) error {
+	err := s.Store.Return(ctx, r)
+	if err == nil && s.lost.Load() {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// A Return whose outcome is unknown drops its tokens locally: when it was applied after all,
+// the tokens exist once (in L2), never twice.
+func TestReturnLostDropsTokens(t *testing.T) {
+	c := newClock()
+	ms := NewMemoryStore(c.Now)
+	st := &returnLostStore{Store: ms}
+	l := testLimiter(t, baseConfig(), st, c, false)
+	a := mustApp(t, l, "a")
+	if d := a.Take(context.Background(), 7, 0); !d.Allowed {
+		t.Fatalf("take: %+v", d)
+	}
+	held, _ := a.Tokens()
+	if held == 0 {
+		t.Fatal("no tokens leased")
+	}
+	st.lost.Store(true)
+	if err := l.Close(); err == nil {
+		t.Fatal("Close: no error from the failed Return")
+	}
+	if tok, _ := a.Tokens(); tok != 0 || a.dropped.Load() != held {
+		t.Fatalf("after a lost Return: %d tokens held, %d dropped; want 0 and %d", tok, a.dropped.Load(), held)
+	}
+	if lhs, rhs := conserved(a); lhs != rhs {
+		t.Fatalf("leased+minted %d != consumed+returned+dropped+held %d", lhs, rhs)
+	}
+	// The Store got them back: L2 misses only the 7 consumed tokens (no time has passed).
+	if s, _ := ms.AppState("c1", "a"); s.Tokens != 1000-7 {
+		t.Fatalf("L2 holds %v tokens, want %d", s.Tokens, 1000-7)
+	}
+}

@@ -27,7 +27,13 @@
 //     only a successful report (the probe, once a second) leaves. In fail-open, local tokens
 //     are still spent first; then the rescue bucket (FailLocal), admit (FailOpen) or 503
 //     (FailClosed). Tokens admitted without a lease are counted as minted, so conservation
-//     reads leased + minted = consumed + returned + held.
+//     reads leased + minted = consumed + returned + dropped + held (dropped: see below).
+//   - Store calls whose outcome is unknown (an error or timeout may come after the Store
+//     applied the call) err towards under-admission, never over-admission: a failed Return
+//     drops its tokens locally (counted as dropped) instead of keeping them, since they may
+//     already be back in L2; a lease whose reply is lost likewise loses its grant. L2 refills
+//     either way, so each failure costs at most one lease's worth of tokens per app, and no
+//     token is ever spendable twice. Reports are idempotent instead (see Statistics).
 //   - Background Store calls (leases, reports, returns) are bounded by max(StoreTimeout, 1 s)
 //     so that a slow Store can be measured; no request waits longer than StoreTimeout. With a
 //     StoreTimeout below 100 ms the significant level is therefore seen only between probes.

@@ -45,6 +45,7 @@ type probeStore struct {
 	lastReport            atomic.Pointer[Report]
 	state                 atomic.Pointer[ClusterState] // overrides the Report reply
 	returned, granted     atomic.Int64
+	lost                  atomic.Int64 // tokens of Returns that failed
 }
 
 func (p *probeStore) before() error {
@@ -83,6 +84,7 @@ func (p *probeStore) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
 func (p *probeStore) Return(ctx context.Context, r Return) error {
 	p.returns.Add(1)
 	if err := p.before(); err != nil {
+		p.lost.Add(max(r.Tokens, 0))
 		return err
 	}
 	err := p.Store.Return(ctx, r)
@@ -159,7 +161,9 @@ func mustApp(t tb, l *Limiter, id string) *App {
 	return a
 }
 
-// conserved checks property 7 on one app: leased + minted = consumed + returned + held.
+// conserved checks property 7 on one app: leased + minted = consumed + returned + dropped +
+// held.
 func conserved(a *App) (lhs, rhs int64) {
-	return a.leased.Load() + a.minted.Load(), a.consumed.Load() + a.returned.Load() + a.balance.Load()
+	return a.leased.Load() + a.minted.Load(),
+		a.consumed.Load() + a.returned.Load() + a.dropped.Load() + a.balance.Load()
 }

@@ -134,7 +134,10 @@ func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
 	}
 }
 
-// returnTokens gives all local tokens above keep back to L2. On failure they stay local.
+// returnTokens gives all local tokens above keep back to L2. On failure they are dropped, not
+// put back: the Return may have been applied all the same (a timeout after the Store ran it),
+// and tokens kept locally as well would exist twice (over-admission). Dropping them can only
+// under-admit, by at most what one failed Return carried, and L2 refills anyway.
 func (a *App) returnTokens(now time.Time, keep int64) error {
 	var n int64
 	for {
@@ -154,7 +157,7 @@ func (a *App) returnTokens(now time.Time, keep int64) error {
 	err := l.callStore(func(ctx context.Context) error { return l.store.Return(ctx, ret) })
 	l.observe(l.clock.Now().Sub(start), err, false)
 	if err != nil {
-		a.balance.Add(n) // not lost: returned on a later tick or at Close
+		a.dropped.Add(n)
 		return err
 	}
 	a.returned.Add(n)

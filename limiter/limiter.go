@@ -217,7 +217,7 @@ func (l *Limiter) Update(cfg Config) error {
 	now := l.clock.Now()
 	for _, a := range gone {
 		a.retiredAt = now
-		_ = a.returnTokens(now, 0) // on failure: retried by the sync loop
+		_ = a.returnTokens(now, 0) // on failure the tokens are dropped
 	}
 	l.retired = append(l.retired, gone...)
 	return nil

@@ -49,20 +49,21 @@ func TestPropLocalHit(t *testing.T) {
 	})
 }
 
-// Property 7: tokens leased = spent + returned + held, on the limiter's own counters and
-// against what the Store granted and got back, over random sequences including Store outages,
-// reloads and Close.
+// Property 7: tokens leased = spent + returned + dropped + held, on the limiter's own counters
+// and against what the Store granted, got back, and was sent by Returns that failed (whose
+// tokens are dropped), over random sequences including Store outages, reloads and Close.
 func TestPropConservation(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		l, ps, c := rapidLimiter(t)
 		a := mustApp(t, l, "r")
 		check := func(step string) {
 			if lhs, rhs := conserved(a); lhs != rhs {
-				t.Fatalf("%s: leased+minted %d != consumed+returned+held %d", step, lhs, rhs)
+				t.Fatalf("%s: leased+minted %d != consumed+returned+dropped+held %d", step, lhs, rhs)
 			}
-			if ps.granted.Load() != a.leased.Load() || ps.returned.Load() != a.returned.Load() {
-				t.Fatalf("%s: store granted %d / got back %d, limiter leased %d / returned %d",
-					step, ps.granted.Load(), ps.returned.Load(), a.leased.Load(), a.returned.Load())
+			if ps.granted.Load() != a.leased.Load() || ps.returned.Load() != a.returned.Load() ||
+				ps.lost.Load() != a.dropped.Load() {
+				t.Fatalf("%s: store granted %d / got back %d / failed returns of %d, limiter leased %d / returned %d / dropped %d",
+					step, ps.granted.Load(), ps.returned.Load(), ps.lost.Load(), a.leased.Load(), a.returned.Load(), a.dropped.Load())
 			}
 		}
 		for range rapid.IntRange(1, 80).Draw(t, "n") {
@@ -89,7 +90,7 @@ func TestPropConservation(t *testing.T) {
 			}
 			check("step")
 		}
-		ps.fail.Store(false)
+		ps.fail.Store(rapid.Bool().Draw(t, "fail at close")) // failed returns drop their tokens
 		_ = l.Close()
 		check("close")
 		if tok, _ := a.Tokens(); tok != 0 {

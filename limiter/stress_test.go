@@ -69,7 +69,7 @@ func TestConcurrentConservation(t *testing.T) {
 	var leased, returned int64
 	for _, a := range l.apps() {
 		if lhs, rhs := conserved(a); lhs != rhs {
-			t.Fatalf("app %s: leased+minted %d != consumed+returned+held %d", a.id, lhs, rhs)
+			t.Fatalf("app %s: leased+minted %d != consumed+returned+dropped+held %d", a.id, lhs, rhs)
 		}
 		if tok, _ := a.Tokens(); tok != 0 {
 			t.Fatalf("app %s holds %d tokens after Close", a.id, tok)
