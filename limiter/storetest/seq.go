@@ -23,6 +23,7 @@ func seqCases() []testCase {
 		{"HigherSeqApplies", higherSeqApplies},
 		{"SeqKeptPerApp", seqKeptPerApp},
 		{"SeqForgottenAfterTTL", seqForgottenAfterTTL},
+		{"LargeSeqsExact", largeSeqsExact},
 	}
 }
 
@@ -122,4 +123,20 @@ func seqForgottenAfterTTL(e *env) {
 	e.wantUsage(e.reportSeq("a", 9, 0, limiter.AppReport{App: "x", Cost: 300}), 0)
 	e.advance(limiter.ReportSeqTTL + time.Millisecond)
 	e.wantUsage(e.reportSeq("a", 9, 0, limiter.AppReport{App: "x", Cost: 300}), 0.3)
+}
+
+// largeSeqsExact: Seqs are compared exactly up to 2^53 (Lua numbers are doubles); above, a
+// report is refused.
+func largeSeqsExact(e *env) {
+	e.withL1()
+	const top = 1 << 53
+	e.wantUsage(e.reportSeq("a", top-1, 0, xApp(1, 100, 0)), 0.1)
+	e.wantUsage(e.reportSeq("a", top, 0, xApp(1, 100, 0)), 0.2)
+	e.wantUsage(e.reportSeq("a", top-1, 0, xApp(1, 100, 0)), 0.2)
+	e.wantUsage(e.reportSeq("a", top, 0, xApp(1, 100, 0)), 0.2)
+	e.wantRequests("x", 2)
+	_, err := e.s.Report(context.Background(), limiter.Report{Cluster: e.cluster, Instance: "a", Seq: top + 1})
+	if err == nil {
+		e.t.Fatalf("Report with Seq 2^53 + 1: no error")
+	}
 }
