@@ -199,12 +199,11 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	}
 	var hits0, dec0 float64
 	if v.tierbucket {
-		if hits0, err = c.metric("caddy_rate_limit_local_hits_total"); err != nil {
+		m, err := c.metrics()
+		if err != nil {
 			return smp, err
 		}
-		if dec0, err = c.metric("caddy_rate_limit_requests_total"); err != nil {
-			return smp, err
-		}
+		hits0, dec0 = sumMetric(m, "caddy_rate_limit_local_hits_total"), sumMetric(m, "caddy_rate_limit_requests_total")
 	}
 	if err := rs.resetStats(); err != nil {
 		return smp, err
@@ -239,15 +238,13 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 		return smp, fmt.Errorf("variant without Redis sent %d Redis commands", calls)
 	}
 	if v.tierbucket {
-		hits, err := c.metric("caddy_rate_limit_local_hits_total")
+		m, err := c.metrics()
 		if err != nil {
 			return smp, err
 		}
-		dec, err := c.metric("caddy_rate_limit_requests_total")
-		if err != nil {
-			return smp, err
-		}
-		smp.localHits, smp.decisions = hits-hits0, dec-dec0
+		fmt.Fprintf(logf, "metrics after the run:\n%s", rateLimitLines(m))
+		smp.localHits = sumMetric(m, "caddy_rate_limit_local_hits_total") - hits0
+		smp.decisions = sumMetric(m, "caddy_rate_limit_requests_total") - dec0
 	}
 	if c.proc.exited() {
 		return smp, fmt.Errorf("caddy exited during the run (see the log)")

@@ -227,18 +227,27 @@ func startCaddy(bin, dir, config string, httpPort, adminPort int, log io.Writer)
 	}
 }
 
-// metric sums every sample of a counter in the admin /metrics output (all label sets).
-func (c *caddyServer) metric(name string) (float64, error) {
+// metrics fetches the admin /metrics text.
+func (c *caddyServer) metrics() (string, error) {
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", c.adminPort))
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
+	return string(body), err
+}
+
+// rateLimitLines keeps the caddy_rate_limit_* samples (no histogram buckets), for the log.
+func rateLimitLines(text string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "caddy_rate_limit_") && !strings.Contains(line, "_bucket{") {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
 	}
-	return sumMetric(string(body), name), nil
+	return b.String()
 }
 
 // sumMetric parses Prometheus text format lines "name{labels} value" or "name value".
