@@ -14,33 +14,44 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
-// countingStore counts the Store calls a Limiter makes and the requests of its successful
-// reports.
+// countingStore counts the Store calls a Limiter makes, the failed ones, and the requests of
+// its successful reports.
 type countingStore struct {
 	limiter.Store
-	leases, returns, reports atomic.Int64
-	reported                 atomic.Int64 // Σ Requests of successful reports
+	leases, returns, reports, errs atomic.Int64
+	reported                       atomic.Int64 // Σ Requests of successful reports
 }
 
 func (c *countingStore) Lease(ctx context.Context, r limiter.LeaseRequest) (limiter.Lease, error) {
 	c.leases.Add(1)
-	return c.Store.Lease(ctx, r)
+	l, err := c.Store.Lease(ctx, r)
+	c.count(err)
+	return l, err
 }
 
 func (c *countingStore) Return(ctx context.Context, r limiter.Return) error {
 	c.returns.Add(1)
-	return c.Store.Return(ctx, r)
+	err := c.Store.Return(ctx, r)
+	c.count(err)
+	return err
 }
 
 func (c *countingStore) Report(ctx context.Context, r limiter.Report) (limiter.ClusterState, error) {
 	c.reports.Add(1)
 	st, err := c.Store.Report(ctx, r)
+	c.count(err)
 	if err == nil {
 		for _, a := range r.Apps {
 			c.reported.Add(a.Requests)
 		}
 	}
 	return st, err
+}
+
+func (c *countingStore) count(err error) {
+	if err != nil {
+		c.errs.Add(1)
+	}
 }
 
 func (c *countingStore) calls() int64 { return c.leases.Load() + c.returns.Load() + c.reports.Load() }
@@ -186,14 +197,17 @@ func TestFleetAccuracy(t *testing.T) {
 				hits += r.hits.Load()
 				per = append(per, r.admitted.Load())
 			}
-			var calls int64
-			for _, s := range stores {
+			var calls, errs int64
+			var levels []limiter.Level
+			for i, s := range stores {
 				calls += s.calls()
+				errs += s.errs.Load()
+				levels = append(levels, lims[i].Level())
 			}
 			expected := p.Burst + rate*elapsed.Seconds()
 			dev := (float64(total) - expected) / expected
-			t.Logf("quota %g/s, T %.3fs: admitted %d, expected %.0f (%+.2f%%), per instance %v; %d takes, %.1f%% local hits, %d Store calls",
-				rate, elapsed.Seconds(), total, expected, 100*dev, per, takes, 100*float64(hits)/float64(takes), calls)
+			t.Logf("quota %g/s, T %.3fs: admitted %d, expected %.0f (%+.2f%%), per instance %v; %d takes, %.1f%% local hits, %d Store calls, %d failed; levels now %v",
+				rate, elapsed.Seconds(), total, expected, 100*dev, per, takes, 100*float64(hits)/float64(takes), calls, errs, levels)
 			if math.Abs(dev) > 0.05 {
 				t.Errorf("admitted %d is %+.2f%% off burst + rate × T = %.0f (bound ±5%%)", total, 100*dev, expected)
 			}
