@@ -404,3 +404,46 @@ func TestRollbackOnDownstream429(t *testing.T) {
 		t.Errorf("remaining %q after a downstream 401, want 7", got)
 	}
 }
+
+// TestHeaderModes: legacy, draft and off write exactly their own headers.
+func TestHeaderModes(t *testing.T) {
+	legacy := []string{"X-Ratelimit-Cost", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
+	draft := []string{"Ratelimit-Policy", "Ratelimit"}
+	for _, tc := range []struct {
+		mode      string
+		has, lack []string
+	}{
+		{"legacy", legacy, draft},
+		{"draft", draft, legacy},
+		{"both", append(append([]string{}, legacy...), draft...), nil},
+		{"off", nil, append(append([]string{"Retry-After"}, legacy...), draft...)},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			h := newTestHandler(t, &Handler{
+				Cluster: "unit-hdr-" + tc.mode,
+				Key:     "{http.request.header.X-App-Id}",
+				Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 1}},
+				Headers: tc.mode,
+			})
+			_ = h.ServeHTTP(httptest.NewRecorder(), get("a"), nopNext)
+			w := httptest.NewRecorder()
+			_ = h.ServeHTTP(w, get("a"), nopNext) // a rejection: every header applies
+			if w.Code != 429 {
+				t.Fatalf("status %d", w.Code)
+			}
+			for _, k := range tc.has {
+				if w.Header().Get(k) == "" {
+					t.Errorf("%s missing", k)
+				}
+			}
+			for _, k := range tc.lack {
+				if w.Header().Get(k) != "" {
+					t.Errorf("%s present: %q", k, w.Header().Get(k))
+				}
+			}
+			if tc.mode != "off" && w.Header().Get("Retry-After") == "" {
+				t.Error("Retry-After missing on a rejection")
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package tierbucket
 import (
 	"context"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -66,4 +67,42 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// TestRedisDownClosedMode: with on_redis_failure closed, a request the local tokens cannot
+// cover while Redis is down gets 503 redis_unavailable.
+func TestRedisDownClosedMode(t *testing.T) {
+	addr, srv := redistest.Standalone(t)
+	h := newTestHandler(t, &Handler{
+		Cluster:        "unit-redis-closed",
+		Key:            "{http.request.header.X-App-Id}",
+		Apps:           map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 1}},
+		Redis:          &RedisConfig{Address: []string{addr}},
+		OnRedisFailure: "closed",
+	})
+	w := httptest.NewRecorder()
+	_ = h.ServeHTTP(w, get("a"), nopNext)
+	if w.Code != 200 {
+		t.Fatalf("first request %d", w.Code)
+	}
+	srv.Stop()
+	// the bucket is empty and the Store is gone: the next lease fails, closed mode answers 503
+	sawUnavailable := false
+	for i := 0; i < 20 && !sawUnavailable; i++ {
+		w = httptest.NewRecorder()
+		_ = h.ServeHTTP(w, get("a"), nopNext)
+		switch w.Code {
+		case 503:
+			sawUnavailable = strings.Contains(w.Body.String(), `"reason":"redis_unavailable"`)
+			if !sawUnavailable {
+				t.Fatalf("503 body %s", w.Body)
+			}
+		case 429:
+		default:
+			t.Fatalf("request with Redis down: %d %s", w.Code, w.Body)
+		}
+	}
+	if !sawUnavailable {
+		t.Fatal("no 503 redis_unavailable while Redis was down")
+	}
 }
