@@ -47,5 +47,6 @@
 //     pending cost (a negative balance waits for later consumption); the request count is not
 //     lowered.
 //   - Close sends the pending batch, then the statistics admitted since, and returns every
-//     local token; it does not close the Store. Takes after Close are rejected with ReasonRedisUnavailable.
+//     local token (dropping them if the Return fails); it does not close the Store. Takes
+//     after Close are rejected with ReasonRedisUnavailable.
 package limiter
