@@ -147,6 +147,15 @@ func TestHijackedConnectionReleasesOnClose(t *testing.T) {
 	if n := connCurrent(h, "a"); n != 1 {
 		t.Errorf("in flight while the hijacked connection is open: %d, want 1", n)
 	}
+	// traffic on the hijacked connection passes through the wrapper
+	if _, err := io.WriteString(conn, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(c, "pong")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "pong" {
+		t.Errorf("read on the hijacked connection: %q %v", buf, err)
+	}
 	_ = conn.Close()
 	if n := connCurrent(h, "a"); n != 0 {
 		t.Errorf("in flight after close: %d, want 0", n)
@@ -220,7 +229,11 @@ func TestResponseBytesCharged(t *testing.T) {
 	})
 	w := httptest.NewRecorder()
 	err := h.ServeHTTP(w, get("a"), caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-		_, err := io.Copy(w, strings.NewReader(strings.Repeat("y", 3*65536))) // ReadFrom path
+		// 2 quanta through ReadFrom (what the file server and the proxy use), 1 through Write
+		if _, err := w.(io.ReaderFrom).ReadFrom(io.LimitReader(strings.NewReader(strings.Repeat("y", 2*65536)), 1<<20)); err != nil {
+			return err
+		}
+		_, err := w.Write([]byte(strings.Repeat("z", 65536)))
 		return err
 	}))
 	if err != nil {
