@@ -96,7 +96,9 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 }
 
 // Provision validates the configuration, builds the cost model and joins (or creates) the
-// cluster's shared state, applying this config's policy to it.
+// cluster's shared state, applying this config's policy to it. Unlike most modules it does the
+// validation itself, before touching the shared state, so that an invalid config can never be
+// applied to the live buckets of a running config.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.setup(ctx); err != nil {
 		return err
@@ -155,7 +157,8 @@ func (h *Handler) setup(ctx caddy.Context) error {
 	return nil
 }
 
-// Validate reports configuration errors that Provision does not already reject.
+// Validate checks that Provision completed; every field was already validated there (see
+// Provision for why).
 func (h *Handler) Validate() error {
 	if h.state == nil || h.model == nil {
 		return fmt.Errorf("rate_limit: not provisioned")
