@@ -460,3 +460,22 @@ func TestHeaderModes(t *testing.T) {
 		})
 	}
 }
+
+// TestOutcomeValueOverflow: values beyond the record's room are allocated, never lost.
+func TestOutcomeValueOverflow(t *testing.T) {
+	o := new(outcome)
+	long := strings.Repeat("v", 100)
+	var got []string
+	for i := 0; i < len(o.vals)+3; i++ {
+		v := o.value(func(b []byte) []byte { return append(b, long...) })
+		if len(v) != 1 {
+			t.Fatalf("value %d: %q", i, v)
+		}
+		got = append(got, v[0])
+	}
+	for i, v := range got {
+		if v != long {
+			t.Fatalf("value %d corrupted: %q", i, v)
+		}
+	}
+}

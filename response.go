@@ -88,6 +88,9 @@ func (o *outcome) value(build func(b []byte) []byte) []string {
 		s = string(b) // did not fit: append moved it elsewhere
 	}
 	i := o.nval
+	if i == len(o.vals) {
+		return []string{s} // more values than planned for: allocate rather than fail
+	}
 	o.vals[i] = s
 	o.nval++
 	return o.vals[i : i+1 : i+1]
