@@ -166,7 +166,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // unmarshalApp parses `app <id>|* { ... }`.
 func (h *Handler) unmarshalApp(d *caddyfile.Dispenser) error {
-	id, err := oneArgOpenBlock(d)
+	id, err := oneArg(d)
 	if err != nil {
 		return err
 	}
@@ -416,16 +416,7 @@ func openBlock(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// oneArgOpenBlock reads the single argument of a block subdirective (`app <id> {`).
-func oneArgOpenBlock(d *caddyfile.Dispenser) (string, error) {
-	name := d.Val()
-	args := d.RemainingArgs()
-	if len(args) != 1 {
-		return "", d.Errf("%s needs exactly one argument, got %d", name, len(args))
-	}
-	return args[0], nil
-}
-
+// oneArg reads the single argument of a subdirective (on a block line, the one before `{`).
 func oneArg(d *caddyfile.Dispenser) (string, error) {
 	name := d.Val()
 	args := d.RemainingArgs()
@@ -435,6 +426,7 @@ func oneArg(d *caddyfile.Dispenser) (string, error) {
 	return args[0], nil
 }
 
+// noArgs checks that a flag subdirective has no arguments.
 func noArgs(d *caddyfile.Dispenser) error {
 	name := d.Val()
 	if args := d.RemainingArgs(); len(args) > 0 {
