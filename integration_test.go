@@ -450,17 +450,17 @@ func TestIntegrationMaxWait(t *testing.T) {
 		cluster it-wait
 		key {http.request.header.X-App-Id}
 		app alpha {
-			guaranteed 2
+			guaranteed 4
 			burst 2
 		}
 		app beta {
 			guaranteed 0.01
 			burst 1
 		}
-		max_wait 3s
+		max_wait 1500ms
 	}
 	respond "ok"`)
-	// alpha refills one token every 500 ms: the third request waits instead of failing
+	// alpha refills one token every 250 ms: the third request waits instead of failing
 	for i := 0; i < 3; i++ {
 		if resp, body := s.do("GET", "/b/k", "alpha", ""); resp.StatusCode != 200 {
 			t.Fatalf("alpha request %d: %d %q", i+1, resp.StatusCode, body)
