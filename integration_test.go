@@ -451,7 +451,7 @@ func TestIntegrationMaxWait(t *testing.T) {
 		key {http.request.header.X-App-Id}
 		app alpha {
 			guaranteed 4
-			burst 2
+			burst 4
 		}
 		app beta {
 			guaranteed 0.01
@@ -460,8 +460,8 @@ func TestIntegrationMaxWait(t *testing.T) {
 		max_wait 1500ms
 	}
 	respond "ok"`)
-	// alpha refills one token every 250 ms: the third request waits instead of failing
-	for i := 0; i < 3; i++ {
+	// alpha refills one token every 250 ms: the fifth request waits instead of failing
+	for i := 0; i < 5; i++ {
 		if resp, body := s.do("GET", "/b/k", "alpha", ""); resp.StatusCode != 200 {
 			t.Fatalf("alpha request %d: %d %q", i+1, resp.StatusCode, body)
 		}
