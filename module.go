@@ -149,7 +149,7 @@ func (h *Handler) setup(ctx caddy.Context) error {
 		return err
 	}
 
-	h.state, h.release, err = acquireCluster(ctx, def)
+	h.state, h.release, err = acquireCluster(ctx, def, h.logger)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
@@ -222,7 +223,7 @@ func (s *clusterState) leave(gen any) {
 
 // acquireCluster joins the shared state that def describes for the generation of ctx, creating
 // it if needed. The returned func gives the reference back (exactly once).
-func acquireCluster(ctx caddy.Context, def definition) (*clusterState, func(), error) {
+func acquireCluster(ctx caddy.Context, def definition, logger *zap.Logger) (*clusterState, func(), error) {
 	gen := any(ctx.GetMetricsRegistry())
 	dk := defKey{gen: gen, cluster: def.key.cluster}
 
@@ -265,7 +266,10 @@ func acquireCluster(ctx caddy.Context, def definition) (*clusterState, func(), e
 	release := func() {
 		once.Do(func() {
 			s.leave(gen)
-			_, _ = clusters.Delete(def.key)
+			if _, err := clusters.Delete(def.key); err != nil {
+				// the last reference: closing could not return every token or statistic
+				logger.Error("closing rate_limit cluster state", zap.String("cluster", def.key.cluster), zap.Error(err))
+			}
 			dropDef()
 		})
 	}
