@@ -32,8 +32,9 @@ func newAppPolicy(p AppPolicy) *appPolicy {
 // isolated unknown app. All methods are safe for concurrent use.
 //
 // The local balance is one signed counter: positive = tokens leased from L2 and not yet spent,
-// negative = local debt (settlement of an underestimate, or a request costing more than the burst),
-// which the next lease pays first because grants are simply added to it.
+// negative = local debt (settlement of an underestimate, a request costing more than the burst,
+// or one admitted on credit while a lease was slow), which the next lease pays first because
+// grants are simply added to it.
 type App struct {
 	l        *Limiter
 	id       string // the id the Store knows the bucket by
@@ -208,14 +209,21 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			if parent.Err() == nil {
-				l.markFailed() // the Store is slower than StoreTimeout
+			if parent.Err() != nil {
+				return a.reject(p, st, ReasonAppExhausted, a.oneToken(p, st))
+			}
+			// The Store is slower than StoreTimeout but has not failed: the lease is still in
+			// flight and will be applied. Only a failed call switches to fail-open.
+			if l.Level() == LevelFailOpen {
 				return a.failTake(cost, need, p, st)
 			}
-			return a.reject(p, st, ReasonAppExhausted, a.oneToken(p, st))
+			return a.creditTake(cost, need, p, st)
 		}
 		if c.err != nil {
-			return a.failTake(cost, need, p, st)
+			if l.Level() == LevelFailOpen {
+				return a.failTake(cost, need, p, st)
+			}
+			continue // a probe succeeded since the lease failed: lease again
 		}
 		if a.tryTake(cost, need) {
 			a.admitted(cost, l)

@@ -22,12 +22,24 @@
 //   - Unknown apps: shared (one "*" bucket), isolated (one bucket per id up to MaxIsolated,
 //     idle ones expire after IsolatedTTL and return their tokens; beyond the bound new ids use
 //     the shared bucket), or reject. All unknown apps report metrics under the label "*".
-//   - Degradation: the Store's latency moving average sets normal / mild / significant;
-//     errors and timeouts (a waiter giving up after StoreTimeout included) set fail-open, which
+//   - Degradation: the Store's latency moving average sets normal / mild / significant; a
+//     Store call that failed (an error, or its own background timeout) sets fail-open, which
 //     only a successful report (the probe, once a second) leaves. In fail-open, local tokens
 //     are still spent first; then the rescue bucket (FailLocal), admit (FailOpen) or 503
-//     (FailClosed). Tokens admitted without a lease are counted as minted, so conservation
-//     reads leased + minted = consumed + returned + dropped + held (dropped: see below).
+//     (FailClosed). Tokens admitted without a lease in fail-open are counted as minted, so
+//     conservation reads leased + minted = consumed + returned + dropped + held (dropped: see
+//     below).
+//   - A request that gives up waiting (StoreTimeout) for a lease still in flight does not set
+//     fail-open: the Store is slow, not known to have failed, and the lease will be applied.
+//     It is admitted on credit if the rescue bucket allows it (in every failure mode): its cost
+//     becomes local debt, which the lease in flight (or the next one) pays, so nothing is
+//     minted and L2 stays the one source of tokens; otherwise it is rejected (app_exhausted,
+//     retry after StoreTimeout). Minting on a slow lease used to admit the rescue tokens on top
+//     of the grant that arrived later.
+//   - The rescue bucket (rate guaranteed × RescueRatio / live instances, burst the same share
+//     of the app's burst) is persistent: it refills lazily with elapsed time and starts full
+//     once, so fail-open episodes in quick succession share one burst instead of each
+//     starting with a full one.
 //   - Store calls whose outcome is unknown (an error or timeout may come after the Store
 //     applied the call) err towards under-admission, never over-admission: a failed Return
 //     drops its tokens locally (counted as dropped) instead of keeping them, since they may

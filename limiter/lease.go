@@ -183,51 +183,74 @@ func (l *Limiter) bgTimeout() time.Duration {
 	return max(l.snap().cfg.StoreTimeout, time.Second)
 }
 
-// rescueBucket is the local bucket enforced while the Store is unavailable (FailLocal).
+// rescueBucket is the local bucket that bounds admissions without a lease: in fail-open
+// (FailLocal) and on credit (creditTake). It is persistent: it refills lazily with the time
+// elapsed since it was last used, so a new fail-open episode starts with what is left of the
+// last one plus the refill, never with a fresh burst. It starts full (ts 0).
 type rescueBucket struct {
-	epoch  uint64
 	tokens float64
-	ts     int64
+	ts     int64 // unix ns of the last refill; 0 = never used
 }
 
-// failTake decides a take the local tokens cannot cover while the Store is unavailable.
-// Tokens admitted this way are counted as minted (they were never leased).
-func (a *App) failTake(cost, need int64, p *appPolicy, st *ClusterState) Decision {
+// rescueTake takes cost from the rescue bucket (rate guaranteed × RescueRatio / live
+// instances, burst the same share of the app's burst) if it holds need (capped at its burst).
+// It returns what is left, or when it will hold need.
+func (a *App) rescueTake(cost, need int64, p *appPolicy, st *ClusterState) (ok bool, left int64, retry time.Duration) {
 	l := a.l
-	switch l.snap().cfg.OnStoreFailure {
+	share := l.snap().cfg.RescueRatio / float64(max(st.LiveInstances, 1))
+	rate, burst := p.Guaranteed*share, max(p.Burst*share, 1)
+	now := l.clock.Now().UnixNano()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := &a.rescue
+	switch {
+	case r.ts == 0:
+		r.tokens, r.ts = burst, now
+	case now > r.ts:
+		r.tokens = min(burst, r.tokens+float64(now-r.ts)/1e9*rate)
+		r.ts = now
+	default:
+		r.tokens = min(burst, r.tokens) // the burst may have shrunk (more live instances)
+	}
+	fneed := float64(min(need, int64(burst)))
+	if r.tokens < fneed {
+		return false, 0, time.Duration(math.Ceil((fneed - r.tokens) / rate * 1e9))
+	}
+	r.tokens -= float64(cost)
+	return true, int64(max(r.tokens, 0)), 0
+}
+
+// failTake decides a take the local tokens cannot cover while the Store is unavailable
+// (LevelFailOpen). Tokens admitted this way are counted as minted (they were never leased).
+func (a *App) failTake(cost, need int64, p *appPolicy, st *ClusterState) Decision {
+	switch a.l.snap().cfg.OnStoreFailure {
 	case FailOpen:
 		a.mint(cost)
 		return Decision{Allowed: true, Limit: p.burst}
 	case FailClosed:
 		return a.reject(p, st, ReasonRedisUnavailable, probeInterval)
 	}
-	share := l.snap().cfg.RescueRatio / float64(max(st.LiveInstances, 1))
-	rate, burst := p.Guaranteed*share, max(p.Burst*share, 1)
-	now := l.clock.Now().UnixNano()
-	epoch := l.failEpoch.Load()
-	a.mu.Lock()
-	r := &a.rescue
-	if r.epoch != epoch {
-		*r = rescueBucket{epoch: epoch, tokens: burst, ts: now}
-	}
-	if now > r.ts {
-		r.tokens = min(burst, r.tokens+float64(now-r.ts)/1e9*rate)
-		r.ts = now
-	}
-	fneed := float64(min(need, int64(burst)))
-	ok := r.tokens >= fneed
-	var retry time.Duration
-	if ok {
-		r.tokens -= float64(cost)
-	} else {
-		retry = time.Duration((fneed - r.tokens) / rate * 1e9)
-	}
-	left := int64(max(r.tokens, 0))
-	a.mu.Unlock()
+	ok, left, retry := a.rescueTake(cost, need, p, st)
 	if !ok {
 		return a.reject(p, st, ReasonAppExhausted, retry)
 	}
 	a.mint(cost)
+	return Decision{Allowed: true, Remaining: left, Limit: p.burst}
+}
+
+// creditTake decides a take whose request gave up waiting (StoreTimeout) for a lease that is
+// still in flight: the Store is slow, not known to have failed. It is admitted on credit if
+// the rescue bucket allows it (in every failure mode: the same bound as fail-open) and its
+// cost becomes local debt, which the lease in flight (or the next one) pays. Nothing is
+// minted, so L2 stays the one source of tokens. Otherwise it is rejected with a retry-after of
+// StoreTimeout, about when the lease should have answered.
+func (a *App) creditTake(cost, need int64, p *appPolicy, st *ClusterState) Decision {
+	ok, left, _ := a.rescueTake(cost, need, p, st)
+	if !ok {
+		return a.reject(p, st, ReasonAppExhausted, a.l.snap().cfg.StoreTimeout)
+	}
+	a.balance.Add(-cost)
+	a.admitted(cost, a.l)
 	return Decision{Allowed: true, Remaining: left, Limit: p.burst}
 }
 

@@ -96,19 +96,10 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	l.level.Store(uint32(levelFor(l.latency)))
 }
 
-// setFailed switches to fail-open (levelMu held). A new failure epoch refills the rescue buckets.
+// setFailed switches to fail-open (levelMu held). Only a Store call that failed gets here: a
+// request that stops waiting for a lease still in flight does not (see App.creditTake).
 func (l *Limiter) setFailed() {
-	if Level(l.level.Load()) != LevelFailOpen {
-		l.failEpoch.Add(1)
-		l.level.Store(uint32(LevelFailOpen))
-	}
-}
-
-// markFailed is setFailed for callers that do not hold levelMu (a waiter that timed out).
-func (l *Limiter) markFailed() {
-	l.levelMu.Lock()
-	l.setFailed()
-	l.levelMu.Unlock()
+	l.level.Store(uint32(LevelFailOpen))
 }
 
 // Level returns the current degradation level.

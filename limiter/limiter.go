@@ -21,10 +21,9 @@ type Limiter struct {
 	state atomic.Pointer[ClusterState] // L1's state from the last report
 	batch atomic.Int64                 // SyncBatch, for the hot path
 
-	level     atomic.Uint32
-	failEpoch atomic.Uint64
-	levelMu   sync.Mutex
-	latency   time.Duration // moving average of Store call latency (levelMu)
+	level   atomic.Uint32
+	levelMu sync.Mutex
+	latency time.Duration // moving average of Store call latency (levelMu)
 
 	mu       sync.Mutex // serialises Update; guards retired
 	retired  []*App     // removed apps whose statistics or tokens are not yet settled

@@ -51,7 +51,8 @@ func TestPropLocalHit(t *testing.T) {
 
 // Property 7: tokens leased = spent + returned + dropped + held, on the limiter's own counters
 // and against what the Store granted, got back, and was sent by Returns that failed (whose
-// tokens are dropped), over random sequences including Store outages, reloads and Close.
+// tokens are dropped), over random sequences including Store outages, admissions on credit,
+// reloads and Close.
 func TestPropConservation(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		l, ps, c := rapidLimiter(t)
@@ -67,7 +68,7 @@ func TestPropConservation(t *testing.T) {
 			}
 		}
 		for range rapid.IntRange(1, 80).Draw(t, "n") {
-			switch op := rapid.IntRange(0, 6).Draw(t, "op"); op {
+			switch op := rapid.IntRange(0, 7).Draw(t, "op"); op {
 			case 0, 1:
 				a.Take(context.Background(), rapid.Int64Range(0, 300).Draw(t, "cost"), 0)
 			case 2:
@@ -86,6 +87,14 @@ func TestPropConservation(t *testing.T) {
 				cfg.Apps = map[string]AppPolicy{"r": p, "a": cfg.Apps["a"]}
 				if err := l.Update(cfg); err != nil {
 					t.Fatal(err)
+				}
+			case 7: // a request that gave up waiting for a lease in flight: credit, not minted
+				cost := rapid.Int64Range(0, 300).Draw(t, "credit")
+				p := a.pol.Load()
+				minted := a.minted.Load()
+				a.creditTake(cost, min(cost, p.burst), p, l.state.Load())
+				if a.minted.Load() != minted {
+					t.Fatalf("credit minted %d tokens", a.minted.Load()-minted)
 				}
 			}
 			check("step")
