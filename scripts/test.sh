@@ -22,8 +22,14 @@ fi
 echo "== go vet"
 go vet ./...
 
+echo "== build the tests (in parallel)"
+go test -short -run '^$' ./... >/dev/null
+
+# One package at a time: several suites run real Caddy and redis-server processes under load
+# (end-to-end, fleet accuracy, fault injection) and would otherwise compete for the CPUs.
 echo "== go test (all packages, includes the end-to-end tests that build the caddy binary)"
-go test -timeout 12m ./...
+# -count=1: the end-to-end tests run a binary built at test time, which the test cache cannot see.
+go test -count=1 -p 1 -timeout 12m ./...
 
 # The concurrent packages once more under the race detector.
 echo "== go test -race (concurrent packages)"
