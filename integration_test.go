@@ -627,3 +627,69 @@ http://127.0.0.1:%d {
 		t.Errorf("previous config no longer serves: %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestIntegrationFailedReloadKeepsPolicy: a reload that fails after this cluster's handler was
+// provisioned (a later handler is invalid) leaves the running policy in force.
+func TestIntegrationFailedReloadKeepsPolicy(t *testing.T) {
+	site := func(burst int) string {
+		return fmt.Sprintf(`
+	rate_limit {
+		cluster it-failed-reload
+		key {http.request.header.X-App-Id}
+		app alpha {
+			%s
+			burst %d
+		}
+	}
+	respond "ok"`, slowApp, burst)
+	}
+	s := loadSite(t, site(10))
+	if resp, _ := s.do("GET", "/b/k", "alpha", ""); resp.Header.Get("RateLimit-Policy") != `"app";q=10;w=1000` {
+		t.Fatalf("initial policy %q", resp.Header.Get("RateLimit-Policy"))
+	}
+	// the same site with burst 20, then (provisioned after it, in the same route list) a second
+	// rate_limit that fails (a shorter path matcher sorts after the longer one): Caddy keeps the
+	// running config, and so must the shared buckets
+	port := strings.TrimPrefix(s.base, "http://127.0.0.1:")
+	cfg := fmt.Sprintf(`{
+	admin localhost:%d
+	skip_install_trust
+	auto_https off
+	persist_config off
+}
+http://127.0.0.1:%s {
+	rate_limit /b/* {
+		cluster it-failed-reload
+		key {http.request.header.X-App-Id}
+		app alpha {
+			%s
+			burst 20
+		}
+	}
+	rate_limit /* {
+		cluster it-failed-reload-other
+		app beta {
+			guaranteed 10
+			burst 5
+		}
+	}
+	respond "ok"
+}
+`, adminPort, port, slowApp)
+	req, _ := http.NewRequest("POST", fmt.Sprintf("http://localhost:%d/load", adminPort), strings.NewReader(cfg))
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := s.tc.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == 200 || !strings.Contains(string(b), `apps[\"beta\"].burst must be`) {
+		t.Fatalf("the broken reload loaded: %d %s", resp.StatusCode, b)
+	}
+	resp2, body := s.do("GET", "/b/k", "alpha", "")
+	if resp2.StatusCode != 200 || resp2.Header.Get("RateLimit-Policy") != `"app";q=10;w=1000` {
+		t.Errorf("after the failed reload: %d %q, policy %q (want burst 10 still)", resp2.StatusCode, body,
+			resp2.Header.Get("RateLimit-Policy"))
+	}
+}
