@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 (cd tools && go tool xcaddy build v2.11.9 \
 	--with github.com/tierbucket/caddy-tierbucket@v0.0.0-00010101000000-000000000000=.. \
 	--output ../caddy)
-./caddy list-modules | grep -q '^http.handlers.rate_limit$'
+mods=$(./caddy list-modules)
+grep -qx 'http.handlers.rate_limit' <<<"$mods" || { echo "rate_limit module missing from ./caddy" >&2; exit 1; }
 echo "built ./caddy ($(./caddy version))"
 
 if [ "${1:-}" = build ]; then
