@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -691,5 +693,54 @@ http://127.0.0.1:%s {
 	if resp2.StatusCode != 200 || resp2.Header.Get("RateLimit-Policy") != `"app";q=10;w=1000` {
 		t.Errorf("after the failed reload: %d %q, policy %q (want burst 10 still)", resp2.StatusCode, body,
 			resp2.Header.Get("RateLimit-Policy"))
+	}
+}
+
+// TestIntegrationAccessLogPlaceholders: the placeholders reach the access log (log_append),
+// which is written after the handler chain has returned.
+func TestIntegrationAccessLogPlaceholders(t *testing.T) {
+	logFile := filepath.Join(t.TempDir(), "access.log")
+	s := loadSite(t, `
+	log {
+		output file `+logFile+`
+		format json
+	}
+	log_append rl_app {http.rate_limit.app}
+	log_append rl_decision {http.rate_limit.decision}
+	log_append rl_reason {http.rate_limit.reason}
+	log_append rl_cost {http.rate_limit.cost}
+	log_append rl_remaining {http.rate_limit.remaining}
+	rate_limit {
+		cluster it-log
+		key {http.request.header.X-App-Id}
+		app alpha {
+			`+slowApp+`
+			burst 1
+		}
+	}
+	respond "ok"`)
+	s.do("GET", "/b/k", "alpha", "")
+	s.do("GET", "/b/k", "alpha", "")
+	var b []byte
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b, _ = os.ReadFile(logFile)
+		if strings.Count(string(b), "\n") >= 2 {
+			break
+		}
+	}
+	log := string(b)
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("access log:\n%s", log)
+	}
+	for i, want := range [][]string{
+		{`"rl_app":"alpha"`, `"rl_decision":"allowed"`, `"rl_reason":""`, `"rl_cost":"1"`, `"rl_remaining":"0"`},
+		{`"rl_app":"alpha"`, `"rl_decision":"rejected"`, `"rl_reason":"app_exhausted"`, `"rl_cost":"1"`, `"rl_remaining":"0"`},
+	} {
+		for _, field := range want {
+			if !strings.Contains(lines[i], field) {
+				t.Errorf("access log line %d lacks %s:\n%s", i+1, field, lines[i])
+			}
+		}
 	}
 }
