@@ -209,7 +209,14 @@ func TestFleetAccuracy(t *testing.T) {
 			t.Logf("quota %g/s, T %.3fs: admitted %d, expected %.0f (%+.2f%%), per instance %v; %d takes, %.1f%% local hits, %d Store calls, %d failed; levels now %v",
 				rate, elapsed.Seconds(), total, expected, 100*dev, per, takes, 100*float64(hits)/float64(takes), calls, errs, levels)
 			if math.Abs(dev) > 0.05 {
-				t.Errorf("admitted %d is %+.2f%% off burst + rate × T = %.0f (bound ±5%%)", total, 100*dev, expected)
+				// A request that gives up on a slow lease is admitted on credit (paid by the
+				// lease), but a failed Store call is fail-open: the rescue bucket then admits on
+				// top of L2's quota (DESIGN §8), which no accuracy bound covers.
+				why := ""
+				if errs > 0 {
+					why = fmt.Sprintf("; %d Store calls failed, so rescue mode admitted on top of the quota", errs)
+				}
+				t.Errorf("admitted %d is %+.2f%% off burst + rate × T = %.0f (bound ±5%%)%s", total, 100*dev, expected, why)
 			}
 			for i, got := range per {
 				if fair := total / n; got < fair/2 {
