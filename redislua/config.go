@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultTimeout bounds every Redis call (DESIGN §8: a request never waits longer on the Store).
+// DefaultTimeout bounds what a request waits on Redis (DESIGN §8); background calls get longer.
 const DefaultTimeout = 50 * time.Millisecond
 
 // Config is the `redis` block of the Caddyfile (DESIGN §9).
@@ -30,7 +30,7 @@ type Config struct {
 	TLS                bool          `json:"tls,omitempty"`
 	InsecureSkipVerify bool          `json:"insecure_skip_verify,omitempty"`
 	KeyPrefix          string        `json:"key_prefix,omitempty"` // default DefaultPrefix
-	Timeout            time.Duration `json:"timeout,omitempty"`    // read/write timeout, default DefaultTimeout
+	Timeout            time.Duration `json:"timeout,omitempty"`    // what a request waits on Redis at most, default DefaultTimeout
 	PoolSize           int           `json:"pool_size,omitempty"`  // 0 = go-redis default (10 per CPU)
 }
 
@@ -114,7 +114,12 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 	// Retries are off: a script that reached the server but whose reply was lost must not run a
 	// second time (a lease would be debited twice), and a dial that failed is not repeated within
 	// one call (that only spends the call's timeout). The limiter retries on its own schedule.
-	dialTimeout := max(c.Timeout, time.Second)
+	//
+	// Timeout bounds what a request waits for (the limiter's StoreTimeout, through the call's
+	// context); the socket timeouts are only a backstop and must be longer, so that a call past
+	// Timeout is measured as slow (degradation levels) instead of failing, and its reply is not
+	// lost (the limiter admits the waiting requests on credit meanwhile).
+	callTimeout := max(c.Timeout, time.Second)
 	var tlsConfig *tls.Config
 	if c.TLS {
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify}
@@ -140,7 +145,7 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 			o.TLSConfig.InsecureSkipVerify = true
 		}
 		o.MaxRetries, o.DialerRetries = -1, 1
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = dialTimeout, c.Timeout, c.Timeout
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = callTimeout, callTimeout, callTimeout
 		o.ContextTimeoutEnabled = true
 		if c.PoolSize > 0 {
 			o.PoolSize = c.PoolSize
@@ -156,9 +161,9 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 		TLSConfig:             tlsConfig,
 		MaxRetries:            -1,
 		DialerRetries:         1,
-		DialTimeout:           dialTimeout,
-		ReadTimeout:           c.Timeout,
-		WriteTimeout:          c.Timeout,
+		DialTimeout:           callTimeout,
+		ReadTimeout:           callTimeout,
+		WriteTimeout:          callTimeout,
 		ContextTimeoutEnabled: true,
 		PoolSize:              c.PoolSize,
 	}), nil
