@@ -35,11 +35,17 @@ var variants = []variant{
 	},
 	{
 		name: "tierbucket-memory", title: "tierbucket, memory store", bin: "tierbucket", tierbucket: true,
-		block: func(q int, _ string) string { return tierbucketBlock(q, "") },
+		block: func(q int, _ string) string { return tierbucketBlock(q, "", "") },
 	},
 	{
 		name: "tierbucket-redis", title: "tierbucket, Redis store", bin: "tierbucket", tierbucket: true, redis: true,
-		block: func(q int, addr string) string { return tierbucketBlock(q, addr) },
+		block: func(q int, addr string) string { return tierbucketBlock(q, addr, "") },
+	},
+	{
+		// Not in run.sh's default list: shows what the rate-limit response headers cost.
+		name: "tierbucket-memory-headers-off", title: "tierbucket, memory store, `headers off`", bin: "tierbucket",
+		tierbucket: true,
+		block:      func(q int, _ string) string { return tierbucketBlock(q, "", "headers off") },
 	},
 	{
 		name: "mholt", title: "mholt/caddy-ratelimit v0.1.0 (in memory)", bin: "mholt",
@@ -68,8 +74,9 @@ var variants = []variant{
 }
 
 // tierbucketBlock is the rate_limit block: one app with guaranteed = burst = quota; cost 1 per
-// request (operations http, GET base 1) so that cost tokens equal requests in every variant.
-func tierbucketBlock(quota int, redisAddr string) string {
+// request (operations http, GET base 1) so that cost tokens equal requests in every variant;
+// extra is one more subdirective line, if any.
+func tierbucketBlock(quota int, redisAddr, extra string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `rate_limit {
 		key {http.request.host}
@@ -80,6 +87,9 @@ func tierbucketBlock(quota int, redisAddr string) string {
 		cost {
 			operations http
 		}`, appHost, quota, quota)
+	if extra != "" {
+		fmt.Fprintf(&b, "\n\t\t%s", extra)
+	}
 	if redisAddr != "" {
 		fmt.Fprintf(&b, `
 		redis {
