@@ -126,7 +126,6 @@ func (o *result) windowSeconds() int64 {
 // Canonical header names, set straight into the header map (no canonicalisation per request).
 const (
 	hdrCost        = "X-Ratelimit-Cost"
-	hdrLimit       = "X-Ratelimit-Limit"
 	hdrRemaining   = "X-Ratelimit-Remaining"
 	hdrReset       = "X-Ratelimit-Reset"
 	hdrRetryAfter  = "Retry-After"
@@ -154,7 +153,6 @@ func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
 	remaining := max(o.remaining, 0)
 	if h.headers == headersLegacy || h.headers == headersBoth {
 		hdr[hdrCost] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, o.cost, 10) })
-		hdr[hdrLimit] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, o.limit, 10) })
 		hdr[hdrRemaining] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, remaining, 10) })
 		hdr[hdrReset] = o.value(func(b []byte) []byte {
 			return strconv.AppendInt(b, time.Now().Unix()+reset, 10)
