@@ -105,7 +105,7 @@ func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
 		a.lastLease.Store(now.UnixNano())
 	}
 	a.l2Left.Store(max(res.Remaining, 0))
-	a.refillAt.Store(int64(a.l.snap().cfg.RefillThreshold * float64(req.Want)))
+	a.refillAt.Store(a.refillPoint(req.Want, a.l.snap().cfg))
 	// A refused or short lease means L2 is (nearly) empty. Ask again when the Store expects
 	// the need, but not before a lease-sized batch has refilled (capped at the refill horizon):
 	// an app far over its quota then costs the Store no more calls than one within it.
@@ -258,4 +258,15 @@ func (a *App) creditTake(cost, need int64, p *appPolicy, st *ClusterState) Decis
 func (a *App) mint(cost int64) {
 	a.minted.Add(cost)
 	a.admitted(cost, a.l)
+}
+
+// refillPoint is the balance below which a take starts a background refill: the configured share
+// of the lease target, raised so that at the app's current rate the local tokens outlast two
+// measured Store round trips (the refill then lands before the balance runs dry and requests do
+// not wait on it), but never above half the target.
+func (a *App) refillPoint(want int64, cfg Config) int64 {
+	at := cfg.RefillThreshold * float64(want)
+	rate := float64(a.rateTgt.Load()) / (3 * cfg.SyncInterval.Seconds()) // tokens per second
+	inFlight := rate * 2 * a.l.Latency().Seconds()
+	return int64(max(at, min(inFlight, float64(want)/2)))
 }

@@ -178,7 +178,7 @@ func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
 		a.rate = max(alpha*inst+(1-alpha)*a.rate, 0)
 		a.rateTgt.Store(int64(math.Ceil(a.rate * horizon)))
 		t := a.want(0, 0, a.pol.Load(), st, s)
-		a.refillAt.Store(int64(cfg.RefillThreshold * float64(t)))
+		a.refillAt.Store(a.refillPoint(t, cfg))
 	}
 }
 
