@@ -41,7 +41,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	ticket, reason := s.conns.Acquire(app.Label(), pol.MaxConnections)
 	if reason != limiter.ReasonNone {
 		app.Record(reason, est.Cost)
-		o.connLimit, o.connCurrent = s.conns.Limits(app.Label(), pol.MaxConnections)
+		if reason == limiter.ReasonClusterLimitExceeded {
+			o.connLimit, o.connCurrent = s.conns.Limits("", 0) // the cluster's figures
+		} else {
+			o.connLimit, o.connCurrent = s.conns.Limits(app.Label(), pol.MaxConnections)
+		}
 		return h.refuse(w, r, repl, next, &o, reason, app) // shadow: let through, nothing taken
 	}
 
