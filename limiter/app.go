@@ -185,9 +185,8 @@ func (a *App) admitted(cost int64, l *Limiter) {
 // slow handles a take the local tokens cannot cover.
 func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *ClusterState) Decision {
 	l := a.l
-	now := l.clock.Now().UnixNano()
-	if ru := a.retryUntil.Load(); now < ru {
-		return a.reject(p, st, Reason(a.refusal.Load()), time.Duration(ru-now))
+	if retry, ok := a.refused(l.clock.Now().UnixNano(), need); ok {
+		return a.reject(p, st, Reason(a.refusal.Load()), retry)
 	}
 	if l.closed.Load() {
 		return a.reject(p, st, ReasonRedisUnavailable, probeInterval)
@@ -229,19 +228,31 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 			a.admitted(cost, l)
 			return Decision{Allowed: true, Remaining: max(a.balance.Load(), 0) + a.l2Left.Load(), Limit: p.burst}
 		}
-		now = l.clock.Now().UnixNano()
-		if ru := a.retryUntil.Load(); now < ru {
-			return a.reject(p, st, Reason(a.refusal.Load()), time.Duration(ru-now))
+		if retry, ok := a.refused(l.clock.Now().UnixNano(), need); ok {
+			return a.reject(p, st, Reason(a.refusal.Load()), retry)
 		}
 	}
 	return a.reject(p, st, ReasonAppExhausted, a.oneToken(p, st))
+}
+
+// refused reports whether a take of need must be rejected without a Store call, and for how
+// long: a refused or short lease set retryUntil, and the local balance plus what L2 held at the
+// last lease cannot cover need. The refusal was about the need of the request that asked then;
+// a cheaper request that L2 can still cover may lease (each lease updates l2Left, so this
+// cannot loop).
+func (a *App) refused(now, need int64) (time.Duration, bool) {
+	ru := a.retryUntil.Load()
+	if now >= ru || a.balance.Load()+a.l2Left.Load() >= need {
+		return 0, false
+	}
+	return time.Duration(ru - now), true
 }
 
 // reject builds a rejection, mapping the Store's reason through L1's state (DESIGN §5, §10).
 func (a *App) reject(p *appPolicy, st *ClusterState, r Reason, retry time.Duration) Decision {
 	return Decision{
 		Reason:     mapReason(st, p.Priority, r),
-		Remaining:  max(a.balance.Load(), 0),
+		Remaining:  max(a.balance.Load(), 0) + a.l2Left.Load(),
 		RetryAfter: max(retry, time.Millisecond),
 		Limit:      p.burst,
 	}

@@ -10,7 +10,10 @@
 //     balance below RefillThreshold × the lease target.
 //   - Refusal caching: a refused or short lease records when to ask again (the Store's
 //     retry-after, but at least the time a lease-sized batch needs to refill, at most the refill
-//     horizon); until then shortfalls are rejected locally with no Store call.
+//     horizon); until then shortfalls are rejected locally with no Store call, unless the local
+//     tokens plus what L2 held at the last lease cover them: the refusal was about the refused
+//     request's need, and a cheaper request L2 can still cover may lease (a short lease made
+//     so keeps the refusal's later retry time and reason).
 //   - Lease target: the app's consumption rate (moving average) × 3 sync intervals (before a
 //     rate is measured: the guaranteed rate), × 2 / × 5 when the Store is slow, at most Reserve
 //     and at most burst / (2 × live instances), at least 1 and the need.

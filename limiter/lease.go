@@ -118,16 +118,20 @@ func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
 			batch = min(batch, 3*a.l.snap().cfg.SyncInterval)
 		}
 		retry = max(res.RetryAfter, batch)
+	}
+	switch until := now.Add(retry).UnixNano(); {
+	case retry <= 0:
+		a.retryUntil.Store(0)
+	case until > a.retryUntil.Load():
 		r := ReasonAppExhausted
 		if res.Granted < req.Need && res.Reason != ReasonNone {
 			r = res.Reason
 		}
 		a.refusal.Store(uint32(r))
-	}
-	if retry > 0 {
-		a.retryUntil.Store(now.Add(retry).UnixNano())
-	} else {
-		a.retryUntil.Store(0)
+		a.retryUntil.Store(until)
+	default:
+		// A short lease for a cheaper request made during a refusal (see refused) keeps the
+		// refusal and its reason: L2 holds even less now than when it was refused.
 	}
 	if a.l.closed.Load() {
 		a.returnTokens(now, 0) // a grant that arrived after Close
