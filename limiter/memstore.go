@@ -81,7 +81,7 @@ func (m *MemoryStore) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 	if err := ctx.Err(); err != nil {
 		return Lease{}, err
 	}
-	if err := memCheckLease(req); err != nil {
+	if err := req.Validate(); err != nil {
 		return Lease{}, err
 	}
 	m.mu.Lock()
@@ -102,7 +102,7 @@ func (m *MemoryStore) Return(ctx context.Context, ret Return) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := memCheckReturn(ret); err != nil {
+	if err := ret.Validate(); err != nil {
 		return err
 	}
 	if ret.Tokens <= 0 {
@@ -124,7 +124,7 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 	if err := ctx.Err(); err != nil {
 		return ClusterState{}, err
 	}
-	if err := memCheckReport(rep); err != nil {
+	if err := rep.Validate(); err != nil {
 		return ClusterState{}, err
 	}
 	m.mu.Lock()

@@ -63,7 +63,7 @@ func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Lease implements limiter.Store.
 func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Lease, error) {
-	if err := checkLease(req); err != nil {
+	if err := req.Validate(); err != nil {
 		return limiter.Lease{}, fmt.Errorf("redislua: %w", err)
 	}
 	vals, err := leaseScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
@@ -95,7 +95,7 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 
 // Return implements limiter.Store.
 func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
-	if err := checkApp(ret.Cluster, ret.App, ret.Policy); err != nil {
+	if err := ret.Validate(); err != nil {
 		return fmt.Errorf("redislua: %w", err)
 	}
 	if ret.Tokens <= 0 {
@@ -112,7 +112,7 @@ func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
 // Report implements limiter.Store. The cluster part and one script per app (each in its own
 // hash slot) go out in one pipeline: one round trip per report.
 func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.ClusterState, error) {
-	if err := checkReport(rep); err != nil {
+	if err := rep.Validate(); err != nil {
 		return limiter.ClusterState{}, fmt.Errorf("redislua: %w", err)
 	}
 	now := s.nowArg()

@@ -5,18 +5,19 @@ import (
 	"math"
 )
 
-// The MemoryStore rejects malformed calls with a precise error instead of storing NaN or
-// negative amounts; valid configurations never trigger these.
+// Every Store rejects malformed calls with these checks, so that no store keeps NaN or negative
+// amounts and both stores refuse exactly the same inputs; valid configurations never trigger them.
 
-// memMaxAmount bounds burst: floats represent every whole token up to 2^53 exactly.
-const memMaxAmount = 1 << 53
+// maxAmount bounds burst and Seq: doubles represent every whole number up to 2^53 exactly.
+const maxAmount = 1 << 53
 
-func memCheckLease(r LeaseRequest) error {
-	if err := memCheckApp(r.Cluster, r.App, r.Policy); err != nil {
+// Validate reports a malformed lease request.
+func (r LeaseRequest) Validate() error {
+	if err := checkApp(r.Cluster, r.App, r.Policy); err != nil {
 		return err
 	}
 	switch {
-	case !memFinite(r.Factor) || r.Factor < 0:
+	case !finite(r.Factor) || r.Factor < 0:
 		return fmt.Errorf("lease for app %q: factor %v: must be a finite number >= 0", r.App, r.Factor)
 	case r.Need < 0:
 		return fmt.Errorf("lease for app %q: need %d: must be >= 0", r.App, r.Need)
@@ -26,12 +27,14 @@ func memCheckLease(r LeaseRequest) error {
 	return nil
 }
 
-func memCheckReturn(r Return) error {
-	return memCheckApp(r.Cluster, r.App, r.Policy)
+// Validate reports a malformed return.
+func (r Return) Validate() error {
+	return checkApp(r.Cluster, r.App, r.Policy)
 }
 
-func memCheckReport(r Report) error {
-	if err := memCheckCluster(r.Cluster); err != nil {
+// Validate reports a malformed report.
+func (r Report) Validate() error {
+	if err := checkCluster(r.Cluster); err != nil {
 		return err
 	}
 	if r.Instance == "" {
@@ -40,7 +43,7 @@ func memCheckReport(r Report) error {
 	if r.InFlight < 0 {
 		return fmt.Errorf("report from instance %q: in-flight %d: must be >= 0", r.Instance, r.InFlight)
 	}
-	if r.Seq > memMaxAmount {
+	if r.Seq > maxAmount {
 		return fmt.Errorf("report from instance %q: seq %d: must be <= 2^53", r.Instance, r.Seq)
 	}
 	for _, a := range r.Apps {
@@ -55,29 +58,34 @@ func memCheckReport(r Report) error {
 	return nil
 }
 
-func memCheckApp(c ClusterPolicy, app string, p AppPolicy) error {
-	if err := memCheckCluster(c); err != nil {
+func checkApp(c ClusterPolicy, app string, p AppPolicy) error {
+	if err := checkCluster(c); err != nil {
 		return err
 	}
 	switch {
 	case app == "":
 		return fmt.Errorf("cluster %q: empty app id", c.ID)
-	case !memFinite(p.Guaranteed) || p.Guaranteed <= 0:
+	case !finite(p.Guaranteed) || p.Guaranteed <= 0:
 		return fmt.Errorf("app %q: guaranteed %v: must be a finite number > 0", app, p.Guaranteed)
-	case !memFinite(p.Burst) || p.Burst < p.Guaranteed || p.Burst > memMaxAmount:
+	case !finite(p.Burst) || p.Burst < p.Guaranteed || p.Burst > maxAmount:
 		return fmt.Errorf("app %q: burst %v: must be a number >= guaranteed (%v) and <= 2^53", app, p.Burst, p.Guaranteed)
 	}
 	return nil
 }
 
-func memCheckCluster(c ClusterPolicy) error {
-	if !memFinite(c.Capacity) || c.Capacity < 0 {
+func checkCluster(c ClusterPolicy) error {
+	if !finite(c.Capacity) || c.Capacity < 0 {
 		return fmt.Errorf("cluster %q: capacity %v: must be a finite number >= 0", c.ID, c.Capacity)
 	}
-	if c.Capacity > 0 && !memFinite(c.EmergencyThreshold) {
+	if c.Capacity > 0 && !finite(c.EmergencyThreshold) {
 		return fmt.Errorf("cluster %q: emergency_threshold %v: must be a finite number", c.ID, c.EmergencyThreshold)
+	}
+	for p, r := range c.EmergencyRatios {
+		if !finite(r) {
+			return fmt.Errorf("cluster %q: emergency_ratios[%d] %v: must be a finite number", c.ID, p, r)
+		}
 	}
 	return nil
 }
 
-func memFinite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
