@@ -34,3 +34,7 @@ go test -count=1 -p 1 -timeout 12m ./...
 # The concurrent packages once more under the race detector.
 echo "== go test -race (concurrent packages)"
 go test -race -timeout 8m ./limiter/... ./connlimit/...
+
+# The load harness (its own module: the peers it builds never reach the plugin's go.mod).
+echo "== bench harness (vet and unit tests)"
+(cd bench && go vet ./... && go test -count=1 ./...)
