@@ -235,11 +235,15 @@ func unmarshalCost(d *caddyfile.Dispenser) (*cost.Config, error) {
 		case "quantum":
 			c.Quantum, err = sizeArg(d)
 		case "bandwidth":
-			c.Bandwidth, err = intArg(d)
+			var n int64
+			n, err = intArg(d)
+			c.Bandwidth = cost.Int(n)
 		case "max":
 			c.Max, err = intArg(d)
 		case "default":
-			c.Default, err = intArg(d)
+			var n int64
+			n, err = intArg(d)
+			c.Default = cost.Int(n)
 		case "base":
 			args := d.RemainingArgs()
 			if len(args) != 2 {

@@ -145,7 +145,7 @@ func TestCaddyfileFullRoundTrip(t *testing.T) {
 		t.Errorf("app beta.team:prod: %+v", a)
 	}
 	if c := h.Cost; c == nil || c.Quantum != 65536 || c.StreamEstimate != 8<<20 || c.Base["PUT"] != 7 ||
-		c.Base["MULTIPART_COMPLETE"] != 10 || !c.ResponseBytes || c.Bandwidth != 2 || c.Max != 500000 || c.Default != 2 {
+		c.Base["MULTIPART_COMPLETE"] != 10 || !c.ResponseBytes || *c.Bandwidth != 2 || c.Max != 500000 || *c.Default != 2 {
 		t.Errorf("cost: %+v", c)
 	}
 	if c := h.Connections; c == nil || c.App != 500 || c.Cluster != 4000 || c.IdleTimeout.Minutes() != 10 || c.SweepInterval.Seconds() != 15 {

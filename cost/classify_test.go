@@ -109,11 +109,11 @@ func TestBaseTable(t *testing.T) {
 			t.Errorf("base %v = %d, want %d", op, got, b)
 		}
 	}
-	m = mustNew(t, Config{Default: 7, Base: map[string]int64{"get": 0, "Multipart_Upload": 40}})
+	m = mustNew(t, Config{Default: Int(7), Base: map[string]int64{"get": 0, "Multipart_Upload": 40}})
 	if m.Cost(OpGet, 0) != 0 || m.Cost(OpMultipartUpload, 0) != 40 || m.Cost(OpOther, 0) != 7 || m.Cost(OpPut, 0) != 5 {
 		t.Errorf("overrides: GET %d MPU %d OTHER %d PUT %d", m.Cost(OpGet, 0), m.Cost(OpMultipartUpload, 0), m.Cost(OpOther, 0), m.Cost(OpPut, 0))
 	}
-	if m := mustNew(t, Config{Default: 7, Base: map[string]int64{"OTHER": 9}}); m.Cost(OpOther, 0) != 9 {
+	if m := mustNew(t, Config{Default: Int(7), Base: map[string]int64{"OTHER": 9}}); m.Cost(OpOther, 0) != 9 {
 		t.Errorf("base OTHER should win over default, got %d", m.Cost(OpOther, 0))
 	}
 }

@@ -15,13 +15,14 @@ const (
 )
 
 // Config is the `cost` block of the Caddyfile; JSON names are the Caddyfile's. A zero value
-// means "use the default", so Bandwidth and Default cannot be set to 0.
+// means "use the default"; Bandwidth and Default are pointers because 0 is a meaningful setting
+// for them (no bandwidth charge; free unknown methods), so nil is their "unset".
 type Config struct {
 	Operations     string           `json:"operations,omitempty"`      // "s3" (default) | "http"
 	Quantum        int64            `json:"quantum,omitempty"`         // bytes per bandwidth unit, default 65536
-	Bandwidth      int64            `json:"bandwidth,omitempty"`       // tokens per quantum, default 1
+	Bandwidth      *int64           `json:"bandwidth,omitempty"`       // tokens per quantum, default 1
 	Max            int64            `json:"max,omitempty"`             // cap on one request's cost, default 1,000,000
-	Default        int64            `json:"default,omitempty"`         // base of unknown methods (OTHER), default 1
+	Default        *int64           `json:"default,omitempty"`         // base of unknown methods (OTHER), default 1
 	Base           map[string]int64 `json:"base,omitempty"`            // operation name -> base override
 	StreamEstimate int64            `json:"stream_estimate,omitempty"` // bytes assumed for bodies without Content-Length, default 1 MiB
 	ResponseBytes  bool             `json:"response_bytes,omitempty"`  // also charge response body bytes at settlement
@@ -35,14 +36,14 @@ func (c Config) withDefaults() Config {
 	if c.Quantum == 0 {
 		c.Quantum = DefaultQuantum
 	}
-	if c.Bandwidth == 0 {
-		c.Bandwidth = DefaultBandwidth
+	if c.Bandwidth == nil {
+		c.Bandwidth = Int(DefaultBandwidth)
 	}
 	if c.Max == 0 {
 		c.Max = DefaultMax
 	}
-	if c.Default == 0 {
-		c.Default = DefaultDefault
+	if c.Default == nil {
+		c.Default = Int(DefaultDefault)
 	}
 	if c.StreamEstimate == 0 {
 		c.StreamEstimate = DefaultStreamEstimate
@@ -59,12 +60,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cost.operations must be s3 or http, got %q", c.Operations)
 	case c.Quantum <= 0:
 		return fmt.Errorf("cost.quantum must be > 0, got %d", c.Quantum)
-	case c.Bandwidth < 0:
-		return fmt.Errorf("cost.bandwidth must be >= 0, got %d", c.Bandwidth)
+	case *c.Bandwidth < 0:
+		return fmt.Errorf("cost.bandwidth must be >= 0, got %d", *c.Bandwidth)
 	case c.Max <= 0:
 		return fmt.Errorf("cost.max must be > 0, got %d", c.Max)
-	case c.Default < 0:
-		return fmt.Errorf("cost.default must be >= 0, got %d", c.Default)
+	case *c.Default < 0:
+		return fmt.Errorf("cost.default must be >= 0, got %d", *c.Default)
 	case c.StreamEstimate < 0:
 		return fmt.Errorf("cost.stream_estimate must be >= 0, got %d", c.StreamEstimate)
 	}
@@ -78,3 +79,6 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// Int returns a pointer to n, for the optional fields of Config.
+func Int(n int64) *int64 { return &n }

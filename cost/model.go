@@ -8,9 +8,10 @@ import (
 // Model computes request costs for one configuration. It is immutable and safe for
 // concurrent use; Classify, Cost, Estimate and Settle do not allocate.
 type Model struct {
-	cfg  Config
-	s3   bool
-	base [NumOperations]int64
+	cfg       Config
+	bandwidth int64 // *cfg.Bandwidth
+	s3        bool
+	base      [NumOperations]int64
 }
 
 // New returns the model for c, after applying defaults and validating.
@@ -20,8 +21,8 @@ func New(c Config) (*Model, error) {
 		return nil, err
 	}
 	c = c.withDefaults()
-	m := &Model{cfg: c, s3: strings.EqualFold(c.Operations, "s3"), base: defaultBase}
-	m.base[OpOther] = c.Default
+	m := &Model{cfg: c, bandwidth: *c.Bandwidth, s3: strings.EqualFold(c.Operations, "s3"), base: defaultBase}
+	m.base[OpOther] = *c.Default
 	for name, v := range c.Base {
 		op, _ := ParseOperation(name) // validated above
 		m.base[op] = v
@@ -55,7 +56,7 @@ func (m *Model) addBytes(c, bytes int64) int64 {
 	if c >= limit {
 		return limit
 	}
-	if bytes <= 0 || m.cfg.Bandwidth == 0 {
+	if bytes <= 0 || m.bandwidth == 0 {
 		return c
 	}
 	units := bytes / m.cfg.Quantum
@@ -63,10 +64,10 @@ func (m *Model) addBytes(c, bytes int64) int64 {
 		units++
 	}
 	// units × bandwidth might overflow: compare against the room left below max by division.
-	if units > (limit-c)/m.cfg.Bandwidth {
+	if units > (limit-c)/m.bandwidth {
 		return limit
 	}
-	return c + units*m.cfg.Bandwidth
+	return c + units*m.bandwidth
 }
 
 // Classify returns the operation of r: the method alone with `operations http`; with

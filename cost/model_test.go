@@ -16,7 +16,7 @@ import (
 func genModel(t *rapid.T) *Model {
 	c := Config{
 		Quantum:        rapid.Int64Range(1, 1<<20).Draw(t, "quantum"),
-		Bandwidth:      rapid.Int64Range(0, 1000).Draw(t, "bandwidth"),
+		Bandwidth:      Int(rapid.Int64Range(0, 1000).Draw(t, "bandwidth")),
 		Max:            rapid.Int64Range(1, 1<<40).Draw(t, "max"),
 		StreamEstimate: rapid.Int64Range(0, 1<<30).Draw(t, "stream_estimate"),
 		ResponseBytes:  rapid.Bool().Draw(t, "response_bytes"),
@@ -55,7 +55,7 @@ func TestPropertyCost(t *testing.T) {
 			t.Fatalf("not monotone: cost(%d)=%d > cost(%d)=%d", b1, c1, b2, c2)
 		}
 		if b1 >= 0 && b1 <= 1<<24 { // exact formula where it cannot overflow
-			want := min(m.Base(op)+ceilUnits(b1, c.Quantum)*c.Bandwidth, c.Max)
+			want := min(m.Base(op)+ceilUnits(b1, c.Quantum)*(*c.Bandwidth), c.Max)
 			if c1 != want {
 				t.Fatalf("cost(%v, %d) = %d, want %d", op, b1, c1, want)
 			}
@@ -97,7 +97,7 @@ func TestPropertySettle(t *testing.T) {
 			body = m.Cost(op, read)
 			// The refund is exactly the unread quanta (until the cap interferes).
 			if e.Cost < c.Max {
-				refund := (ceilUnits(declared, c.Quantum) - ceilUnits(read, c.Quantum)) * c.Bandwidth
+				refund := (ceilUnits(declared, c.Quantum) - ceilUnits(read, c.Quantum)) * *c.Bandwidth
 				if e.Cost-body != refund {
 					t.Fatalf("refund %d, want %d unread quanta", e.Cost-body, refund)
 				}
@@ -109,7 +109,7 @@ func TestPropertySettle(t *testing.T) {
 		if c.ResponseBytes {
 			want = m.addBytes(body, resp)
 			if resp >= 0 && resp <= 1<<24 {
-				if w := min(body+ceilUnits(resp, c.Quantum)*c.Bandwidth, c.Max); want != w {
+				if w := min(body+ceilUnits(resp, c.Quantum)*(*c.Bandwidth), c.Max); want != w {
 					t.Fatalf("response bytes: %d, want %d", want, w)
 				}
 			}
@@ -149,7 +149,7 @@ func TestEstimate(t *testing.T) {
 
 func TestAbsurdContentLength(t *testing.T) {
 	for _, bw := range []int64{1, 1000, math.MaxInt64} {
-		m := mustNew(t, Config{Quantum: 1, Bandwidth: bw})
+		m := mustNew(t, Config{Quantum: 1, Bandwidth: Int(bw)})
 		r := httptest.NewRequest("PUT", "/b/k", nil)
 		for _, n := range []int64{1 << 62, math.MaxInt64} {
 			r.ContentLength = n
