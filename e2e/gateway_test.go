@@ -30,6 +30,43 @@ type gateway struct {
 	admin   string // http://127.0.0.1:port of the admin endpoint
 	base    string // http://127.0.0.1:port of the site
 	logPath string
+
+	dir                 string // the test's directory (configs, logs, Caddy's data)
+	adminPort, sitePort int
+	reloads             int
+}
+
+// gatewayConfig is the whole Caddyfile of a gateway: global options and one site.
+func gatewayConfig(adminPort, sitePort int, site string) string {
+	return fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	auto_https off
+	persist_config off
+	skip_install_trust
+	http_port %d
+	grace_period 2s
+}
+
+http://127.0.0.1:%d {
+%s
+}
+`, adminPort, sitePort, sitePort, site)
+}
+
+// reload replaces the gateway's site with `caddy reload`, as an operator would.
+func (g *gateway) reload(site string) {
+	g.t.Helper()
+	g.reloads++
+	path := filepath.Join(g.dir, fmt.Sprintf("Caddyfile.reload%d", g.reloads))
+	if err := os.WriteFile(path, []byte(gatewayConfig(g.adminPort, g.sitePort, site)), 0o644); err != nil {
+		g.t.Fatal(err)
+	}
+	cmd := exec.Command(caddyBin, "reload", "--config", path, "--adapter", "caddyfile",
+		"--address", fmt.Sprintf("127.0.0.1:%d", g.adminPort))
+	cmd.Env = append(os.Environ(), "HOME="+g.dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		g.t.Fatalf("caddy reload: %v\n%s", err, out)
+	}
 }
 
 // startGateway runs Caddy with one site whose body is site (routes and handlers) and waits until
@@ -56,19 +93,7 @@ func startGateway(t *testing.T, name, site string) *gateway {
 
 func tryStartGateway(t *testing.T, name, site, dir string, attempt int) (*gateway, error) {
 	adminPort, sitePort := freePort(t), freePort(t)
-	conf := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	auto_https off
-	persist_config off
-	skip_install_trust
-	http_port %d
-	grace_period 2s
-}
-
-http://127.0.0.1:%d {
-%s
-}
-`, adminPort, sitePort, sitePort, site)
+	conf := gatewayConfig(adminPort, sitePort, site)
 	confPath := filepath.Join(dir, fmt.Sprintf("Caddyfile.%d", attempt))
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -93,6 +118,7 @@ http://127.0.0.1:%d {
 		admin:   fmt.Sprintf("http://127.0.0.1:%d", adminPort),
 		base:    fmt.Sprintf("http://127.0.0.1:%d", sitePort),
 		logPath: logPath,
+		dir:     dir, adminPort: adminPort, sitePort: sitePort,
 	}
 	go func() {
 		cmd.Wait()
