@@ -97,21 +97,12 @@ func (h *Handler) definition() (definition, error) {
 	def.lim = lc
 
 	// The fingerprint is the configuration as written (not the resolved secrets), so it is
-	// stable and never carries a resolved password.
-	fp, err := json.Marshal(struct {
-		Cluster            string                `json:"cluster"`
-		UnknownApp         string                `json:"unknown_app"`
-		Capacity           float64               `json:"capacity"`
-		ReservedRatio      *float64              `json:"reserved_ratio"`
-		EmergencyThreshold *float64              `json:"emergency_threshold"`
-		EmergencyRatios    []float64             `json:"emergency_ratios"`
-		Apps               map[string]*AppConfig `json:"apps"`
-		Connections        *connlimit.Config     `json:"connections"`
-		Local              *LocalConfig          `json:"local"`
-		Redis              *RedisConfig          `json:"redis"`
-		OnRedisFailure     string                `json:"on_redis_failure"`
-	}{lc.Cluster.ID, h.UnknownApp, h.Capacity, h.ReservedRatio, h.EmergencyThreshold,
-		h.EmergencyRatios, h.Apps, h.Connections, h.Local, h.Redis, h.OnRedisFailure})
+	// stable and never carries a resolved password: the handler's fields less the per-handler
+	// ones (json skips the unexported runtime fields).
+	shared := *h
+	shared.Cluster = lc.Cluster.ID
+	shared.Key, shared.Cost, shared.MaxWait, shared.Headers, shared.Shadow, shared.Errors = "", nil, 0, "", false, false
+	fp, err := json.Marshal(shared)
 	if err != nil {
 		return def, fmt.Errorf("cluster %q: %v", lc.Cluster.ID, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tierbucket/caddy-tierbucket/redislua"
 )
 
 func newCtx(t *testing.T) caddy.Context {
@@ -49,7 +51,7 @@ func TestClusterConflictsInOneConfig(t *testing.T) {
 	}
 	// same generation, another store for the same id: also a conflict
 	withRedis := policy("pool-conflict", 10)
-	withRedis.Redis = &RedisConfig{Address: []string{"127.0.0.1:1"}}
+	withRedis.Redis = &RedisConfig{Config: redislua.Config{Address: []string{"127.0.0.1:1"}}}
 	if err := setupOn(t, gen1, withRedis); err == nil || !strings.Contains(err.Error(), "conflicting") {
 		t.Fatalf("store conflict not detected: %v", err)
 	}
@@ -113,7 +115,7 @@ func TestStoreChangeMakesNewState(t *testing.T) {
 	}
 	g2 := newCtx(t)
 	h2 := policy("pool-store", 10)
-	h2.Redis = &RedisConfig{Address: []string{"127.0.0.1:1"}} // never dialled in this test
+	h2.Redis = &RedisConfig{Config: redislua.Config{Address: []string{"127.0.0.1:1"}}} // never dialled in this test
 	if err := setupOn(t, g2, h2); err != nil {
 		t.Fatal(err)
 	}

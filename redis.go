@@ -14,41 +14,23 @@ import (
 // syntax ("50ms") for timeout, and placeholders ({env.REDIS_PASSWORD}, {file./run/secret})
 // allowed in address, url, sentinel, username and password; they are replaced at provisioning.
 type RedisConfig struct {
-	Address            []string       `json:"address,omitempty"`
-	URL                string         `json:"url,omitempty"`
-	Sentinel           string         `json:"sentinel,omitempty"`
-	Username           string         `json:"username,omitempty"`
-	Password           string         `json:"password,omitempty"`
-	DB                 int            `json:"db,omitempty"`
-	TLS                bool           `json:"tls,omitempty"`
-	InsecureSkipVerify bool           `json:"insecure_skip_verify,omitempty"`
-	KeyPrefix          string         `json:"key_prefix,omitempty"`
-	Timeout            caddy.Duration `json:"timeout,omitempty"`
-	PoolSize           int            `json:"pool_size,omitempty"`
+	redislua.Config
+	Timeout caddy.Duration `json:"timeout,omitempty"` // shadows Config.Timeout
 }
 
 // resolve replaces the placeholders and returns the redislua config, validated.
 func (c *RedisConfig) resolve() (redislua.Config, error) {
 	repl := caddy.NewReplacer()
-	rc := redislua.Config{
-		URL:                repl.ReplaceKnown(c.URL, ""),
-		Sentinel:           repl.ReplaceKnown(c.Sentinel, ""),
-		Username:           repl.ReplaceKnown(c.Username, ""),
-		Password:           repl.ReplaceKnown(c.Password, ""),
-		DB:                 c.DB,
-		TLS:                c.TLS,
-		InsecureSkipVerify: c.InsecureSkipVerify,
-		KeyPrefix:          c.KeyPrefix,
-		Timeout:            time.Duration(c.Timeout),
-		PoolSize:           c.PoolSize,
-	}
+	rc := c.Config
+	rc.Timeout = time.Duration(c.Timeout)
+	rc.Address = nil // a copy: the handler's config keeps its placeholders
 	for _, a := range c.Address {
 		rc.Address = append(rc.Address, repl.ReplaceKnown(a, ""))
 	}
-	if err := rc.Validate(); err != nil {
-		return rc, err
+	for _, f := range []*string{&rc.URL, &rc.Sentinel, &rc.Username, &rc.Password} {
+		*f = repl.ReplaceKnown(*f, "")
 	}
-	return rc, nil
+	return rc, rc.Validate()
 }
 
 // identity names the Store a redis config points at (everything but the credentials and the

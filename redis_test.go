@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
+	"github.com/tierbucket/caddy-tierbucket/redislua"
 )
 
 // TestRedisStoreWired: with a redis block the handler leases from Redis (the app's L2 key
@@ -21,10 +22,10 @@ func TestRedisStoreWired(t *testing.T) {
 		Cluster: "unit-redis",
 		Key:     "{http.request.header.X-App-Id}",
 		Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 4}},
-		Redis: &RedisConfig{
+		Redis: &RedisConfig{Config: redislua.Config{
 			Address:   []string{"{env.TIERBUCKET_TEST_REDIS_ADDR}"},
 			KeyPrefix: "rltest",
-		},
+		}},
 	})
 	if h.state.key.store == "memory" {
 		t.Fatal("the memory store is used despite the redis block")
@@ -77,7 +78,7 @@ func TestRedisDownClosedMode(t *testing.T) {
 		Cluster:        "unit-redis-closed",
 		Key:            "{http.request.header.X-App-Id}",
 		Apps:           map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 1}},
-		Redis:          &RedisConfig{Address: []string{addr}},
+		Redis:          &RedisConfig{Config: redislua.Config{Address: []string{addr}}},
 		OnRedisFailure: "closed",
 	})
 	w := httptest.NewRecorder()
