@@ -152,7 +152,7 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 		}
 		return redis.NewClient(o), nil
 	}
-	return redis.NewUniversalClient(&redis.UniversalOptions{
+	u := &redis.UniversalOptions{
 		Addrs:                 c.Address,
 		MasterName:            c.Sentinel,
 		Username:              c.Username,
@@ -166,5 +166,16 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 		WriteTimeout:          callTimeout,
 		ContextTimeoutEnabled: true,
 		PoolSize:              c.PoolSize,
-	}), nil
+	}
+	if len(c.Address) > 1 && c.Sentinel == "" {
+		o := u.Cluster()
+		// The slot map is also reloaded after every failed call (see Store.failed); this
+		// backstop bounds how long a map that went stale without an error can live.
+		o.ClusterStateReloadInterval = clusterReloadInterval
+		return redis.NewClusterClient(o), nil
+	}
+	return redis.NewUniversalClient(u), nil
 }
+
+// clusterReloadInterval is how often a Redis Cluster client reloads the slot map unprompted.
+const clusterReloadInterval = 5 * time.Second

@@ -70,6 +70,7 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), fmtFloat(req.Factor),
 		req.Want, req.Need).Slice()
 	if err != nil {
+		s.failed()
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
 	}
 	if len(vals) != 4 {
@@ -104,6 +105,7 @@ func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
 	err := returnScript.Run(ctx, s.client, []string{s.keys.l2(ret.Cluster.ID, ret.App)},
 		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens).Err()
 	if err != nil {
+		s.failed()
 		return fmt.Errorf("redislua: return: %w", err)
 	}
 	return nil
@@ -141,6 +143,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 	}
 	cmds, err := s.runPipeline(ctx, calls)
 	if err != nil {
+		s.failed()
 		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", err)
 	}
 
@@ -161,6 +164,18 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		}
 	}
 	return st, nil
+}
+
+// failed is called after a call that failed. On a Redis Cluster the client's slot map may be
+// what failed: loaded while the cluster was still forming, or naming a master that died and
+// whose replica took over. go-redis reloads it on MOVED, but not on CLUSTERDOWN, a refused
+// connection or a timeout, so a stale map could keep every call failing (the limiter stuck in
+// fail_open while the cluster is healthy). A reload is asynchronous and go-redis coalesces
+// them (at most one per 200 ms), so calling it after every failure is cheap.
+func (s *Store) failed() {
+	if c, ok := s.client.(*redis.ClusterClient); ok {
+		c.ReloadState(context.Background())
+	}
 }
 
 // AppRequests returns the requests reported for the app (statistics: the "requests" field of

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,10 +43,11 @@ func Require(t testing.TB) {
 
 // Server is one redis-server process.
 type Server struct {
-	Port    int
-	dir     string
-	cluster bool
-	monitor string // sentinel: "<master name> <host> <port>"
+	Port        int
+	dir         string
+	cluster     bool
+	nodeTimeout time.Duration // cluster-node-timeout of a cluster node
+	monitor     string        // sentinel: "<master name> <host> <port>"
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -71,13 +73,121 @@ func Standalone(t testing.TB) (addr string, r *Server) {
 // cluster_state:ok, and stops it at t.Cleanup. It returns the nodes' addresses.
 func Cluster(t testing.TB) []string {
 	t.Helper()
+	return StartCluster(t, ClusterOptions{}).Addrs()
+}
+
+// ClusterOptions shape a cluster started by StartCluster.
+type ClusterOptions struct {
+	Replicas    int           // replicas per master (0: masters only)
+	NodeTimeout time.Duration // cluster-node-timeout; default 5 s
+	// Forming returns as soon as the first node reports cluster_state:ok, while the others
+	// may still be converging: the moment a gateway started right after the cluster sees.
+	Forming bool
+}
+
+// ClusterNodes is a running Redis Cluster: three masters and their replicas.
+type ClusterNodes struct {
+	Nodes []*Server // masters first (in slot order: Nodes[0] serves slots 0–5460), then replicas
+}
+
+// Addrs returns every node's address.
+func (c *ClusterNodes) Addrs() []string { return addrs(c.Nodes) }
+
+// StartCluster starts a Redis Cluster of three masters for this test and stops it at
+// t.Cleanup. Unless opts.Forming, it returns once every node reports cluster_state:ok.
+func StartCluster(t testing.TB, opts ClusterOptions) *ClusterNodes {
+	t.Helper()
 	Require(t)
-	nodes, err := newCluster(t.TempDir())
+	nodes, err := newClusterWith(t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopAll(nodes) })
-	return addrs(nodes)
+	return &ClusterNodes{Nodes: nodes}
+}
+
+// Master returns the server that currently serves slot as a master, asking node 0..n until one
+// answers CLUSTER SLOTS.
+func (c *ClusterNodes) Master(slot int) (*Server, error) {
+	for _, n := range c.Nodes {
+		reply, err := n.Do("CLUSTER", "SLOTS")
+		if err != nil {
+			continue
+		}
+		for _, r := range reply.([]any) {
+			rng := r.([]any)
+			lo, hi := rng[0].(int64), rng[1].(int64)
+			if int64(slot) < lo || int64(slot) > hi {
+				continue
+			}
+			port := rng[2].([]any)[1].(int64)
+			for _, s := range c.Nodes {
+				if int64(s.Port) == port {
+					return s, nil
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("redistest: no node knows the master of slot %d", slot)
+}
+
+// WaitOK waits until every running node reports cluster_state:ok and agrees on one slot map
+// (timeout bounds the wait).
+func (c *ClusterNodes) WaitOK(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, why := c.converged()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redistest: cluster not converged within %v: %s", timeout, why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *ClusterNodes) converged() (bool, string) {
+	var first string
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		info, err := n.do("CLUSTER INFO")
+		if err != nil || !strings.Contains(info, "cluster_state:ok") {
+			return false, fmt.Sprintf("%s: %v %q", n.Addr(), err, lastLines(info, 1))
+		}
+		slots, err := n.Do("CLUSTER", "SLOTS")
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", n.Addr(), err)
+		}
+		m := masterMap(slots)
+		if first == "" {
+			first = m
+		} else if m != first {
+			return false, fmt.Sprintf("%s sees %s, another node %s", n.Addr(), m, first)
+		}
+	}
+	return true, ""
+}
+
+// masterMap renders a CLUSTER SLOTS reply as "lo-hi:port ..." (masters only), sorted.
+func masterMap(reply any) string {
+	var parts []string
+	rs, _ := reply.([]any)
+	for _, r := range rs {
+		rng, _ := r.([]any)
+		if len(rng) < 3 {
+			continue
+		}
+		m, _ := rng[2].([]any)
+		if len(m) < 2 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%v-%v:%v", rng[0], rng[1], m[1]))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }
 
 // Sentinel starts a new standalone master and one Sentinel monitoring it as master name
@@ -195,6 +305,10 @@ func sharedDir() (string, error) {
 // newServer starts a server in its own subdirectory of parent, retrying with another port if
 // the chosen one was taken between picking and binding it.
 func newServer(parent string, cluster bool) (*Server, error) {
+	return newServerWith(parent, cluster, 5*time.Second)
+}
+
+func newServerWith(parent string, cluster bool, nodeTimeout time.Duration) (*Server, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort(cluster)
@@ -205,7 +319,7 @@ func newServer(parent string, cluster bool) (*Server, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		s := &Server{Port: port, dir: dir, cluster: cluster}
+		s := &Server{Port: port, dir: dir, cluster: cluster, nodeTimeout: nodeTimeout}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -256,7 +370,7 @@ func (s *Server) start() error {
 	}
 	if s.cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000")
+			"--cluster-node-timeout", strconv.FormatInt(s.nodeTimeout.Milliseconds(), 10))
 	}
 	if s.monitor != "" {
 		// A sentinel reads (and rewrites) a config file naming the master it monitors.
@@ -357,9 +471,16 @@ func (s *Server) do(cmd string) (string, error) {
 }
 
 func newCluster(parent string) ([]*Server, error) {
+	return newClusterWith(parent, ClusterOptions{})
+}
+
+func newClusterWith(parent string, opts ClusterOptions) ([]*Server, error) {
+	if opts.NodeTimeout == 0 {
+		opts.NodeTimeout = 5 * time.Second
+	}
 	var nodes []*Server
-	for i := 0; i < 3; i++ {
-		s, err := newServer(parent, true)
+	for i := 0; i < 3*(1+opts.Replicas); i++ {
+		s, err := newServerWith(parent, true, opts.NodeTimeout)
 		if err != nil {
 			stopAll(nodes)
 			return nil, err
@@ -367,11 +488,23 @@ func newCluster(parent string) ([]*Server, error) {
 		nodes = append(nodes, s)
 	}
 	args := append([]string{"--cluster", "create"}, addrs(nodes)...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+	args = append(args, "--cluster-replicas", strconv.Itoa(opts.Replicas), "--cluster-yes")
+	create := exec.Command("redis-cli", args...)
+	var out strings.Builder
+	create.Stdout, create.Stderr = &out, &out
+	if err := create.Start(); err != nil {
 		stopAll(nodes)
-		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v: %s", err, lastLines(string(out), 5))
+		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v", err)
 	}
+	created := make(chan error, 1)
+	go func() { created <- create.Wait() }()
+	if !opts.Forming {
+		if err := <-created; err != nil {
+			stopAll(nodes)
+			return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v: %s", err, lastLines(out.String(), 5))
+		}
+	}
+	// redis-cli makes the first three nodes the masters, in slot order.
 	deadline := time.Now().Add(startTimeout)
 	for _, s := range nodes {
 		for {
@@ -383,7 +516,31 @@ func newCluster(parent string) ([]*Server, error) {
 				stopAll(nodes)
 				return nil, fmt.Errorf("redistest: cluster node %s not ok within %v: %v %s", s.Addr(), startTimeout, err, info)
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
+		}
+		if opts.Forming {
+			return nodes, nil // the first node is ok; the others may still be converging
+		}
+	}
+	if opts.Replicas > 0 {
+		c := &ClusterNodes{Nodes: nodes}
+		if err := c.WaitOK(startTimeout); err != nil {
+			stopAll(nodes)
+			return nil, err
+		}
+		// A replica that never synced with its master is not promoted when the master dies.
+		for _, r := range nodes[3:] {
+			for {
+				info, err := r.do("INFO replication")
+				if err == nil && strings.Contains(info, "master_link_status:up") {
+					break
+				}
+				if time.Now().After(deadline) {
+					stopAll(nodes)
+					return nil, fmt.Errorf("redistest: replica %s not synced within %v", r.Addr(), startTimeout)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 		}
 	}
 	return nodes, nil
