@@ -134,17 +134,19 @@ type genConfig struct {
 
 func newClusterState(def definition) (*clusterState, error) {
 	s := &clusterState{key: def.key}
+	lc := def.lim
 	if def.redis != nil {
+		redislua.SetLogger(caddy.Log().Named("rate_limit.redis"))
 		st, err := redislua.Open(*def.redis)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q: redis: %v", def.key.cluster, err)
 		}
 		s.store = st
+		lc.KnownInstances, lc.OnLiveInstances = liveInstancesFile(def.key, lc.Logger)
 	} else {
 		s.store = limiter.NewMemoryStore(nil)
 	}
 	s.conns = connlimit.New(def.conns, nil)
-	lc := def.lim
 	lc.Connections = s.conns
 	lim, err := limiter.New(lc, newTimedStore(s.store, def.key.cluster), limiter.SystemClock{})
 	if err != nil {
@@ -217,6 +219,7 @@ func (s *clusterState) leave(gen any) {
 func acquireCluster(ctx caddy.Context, def definition, logger *zap.Logger) (*clusterState, func(), error) {
 	gen := any(ctx.GetMetricsRegistry())
 	dk := defKey{gen: gen, cluster: def.key.cluster}
+	def.lim.Logger = logger
 
 	definitions.Lock()
 	e := definitions.m[dk]

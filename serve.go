@@ -66,7 +66,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	o.decision = decisionAllowed
 	h.publish(w, repl, &o)
-	return h.serveAdmitted(w, r, next, app, est, ticket)
+	return h.serveAdmitted(w, r, next, app, d, est, ticket)
 }
 
 // serveAdmitted runs the rest of the chain for an admitted request and settles afterwards.
@@ -80,7 +80,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // request): the request was admitted and usually reached the backend, and refunding downstream
 // rejections such as a 401 from basic_auth would make brute force free.
 func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
-	app *limiter.App, est cost.Estimate, ticket *connlimit.Ticket) (err error) {
+	app *limiter.App, d limiter.Decision, est cost.Estimate, ticket *connlimit.Ticket) (err error) {
 	tw := getTrackedWriter(w, ticket)
 	var body *touchingBody
 	orig := r.Body
@@ -93,7 +93,7 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 	defer func() {
 		r.Body = orig
 		if tw.status == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests {
-			app.Refund(est.Cost) // rejected further down: roll back
+			app.Settle(d, -est.Cost) // rejected further down: roll back
 			app.Record(limiter.ReasonNone, 0)
 		} else {
 			var read int64
@@ -101,12 +101,7 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 				read = body.N()
 			}
 			actual := h.model.Settle(est, read, tw.n)
-			switch delta := actual - est.Cost; {
-			case delta > 0:
-				app.Charge(delta)
-			case delta < 0:
-				app.Refund(-delta)
-			}
+			app.Settle(d, actual-est.Cost)
 			app.Record(limiter.ReasonNone, actual)
 		}
 		if !tw.hijacked {

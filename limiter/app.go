@@ -16,6 +16,7 @@ type Decision struct {
 	RetryAfter time.Duration // when rejected: when tokens are expected again
 	LocalHit   bool          // admitted from local tokens without waiting on the Store
 	Limit      int64         // the app's burst (for headers)
+	Minted     bool          // admitted without leased tokens (Store unavailable): see Settle
 }
 
 // appPolicy is an AppPolicy with the figures the hot path needs precomputed.
@@ -65,6 +66,8 @@ type App struct {
 	rate      float64      // moving average of consumed cost per second
 	rateTgt   atomic.Int64 // rate × refill horizon
 	retiredAt time.Time
+
+	waiting atomic.Int64 // Σ need of the requests waiting on a lease (sizes that lease)
 
 	mu     sync.Mutex
 	call   *leaseCall // the lease in flight (single-flight)
@@ -200,6 +203,8 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 	parent := ctx
 	ctx, cancel := context.WithTimeout(parent, l.snap().cfg.StoreTimeout)
 	defer cancel()
+	a.waiting.Add(need)
+	defer a.waiting.Add(-need)
 	for range 3 {
 		c := a.startLease(need)
 		if c == nil {
@@ -231,6 +236,11 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 		if retry, ok := a.refused(l.clock.Now().UnixNano(), need); ok {
 			return a.reject(p, st, Reason(a.refusal.Load()), retry)
 		}
+	}
+	// Leases answered, but other waiters took what they brought. L2 said it had tokens for
+	// this request: being outrun is not a refusal, so it is admitted on credit (a lease pays).
+	if a.l2Left.Load() >= need {
+		return a.creditTake(cost, need, p, st)
 	}
 	return a.reject(p, st, ReasonAppExhausted, a.oneToken(p, st))
 }
@@ -288,8 +298,24 @@ func (a *App) oneToken(p *appPolicy, st *ClusterState) time.Duration {
 	return time.Duration(math.Ceil(1e9 / rate))
 }
 
-// Refund gives n tokens back to the local bucket: the rollback of a request rejected later in
-// the chain, or the settlement of an overestimate. It restores the balance exactly.
+// Settle adjusts an admitted request's cost by delta once its actual cost is known: delta > 0
+// is an underestimate (Charge), delta < 0 an overestimate or a rollback (Refund). A request
+// admitted without leased tokens (d.Minted) gives its refund back to where it came from (the
+// rescue allowance), never to the local balance: that would turn tokens nobody leased into
+// real ones.
+func (a *App) Settle(d Decision, delta int64) {
+	switch {
+	case delta > 0:
+		a.Charge(delta)
+	case delta < 0 && d.Minted:
+		a.unmint(-delta)
+	case delta < 0:
+		a.Refund(-delta)
+	}
+}
+
+// Refund gives n leased tokens back to the local bucket: the rollback of a request rejected
+// later in the chain, or the settlement of an overestimate. It restores the balance exactly.
 func (a *App) Refund(n int64) {
 	if n <= 0 {
 		return

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // UnknownAppMode says what happens to app ids that have no configured policy (DESIGN §5).
@@ -95,6 +97,18 @@ type Config struct {
 	RescueRatio     float64        // share of guaranteed allowed in rescue mode (default 1.0)
 	Instance        string         // unique per process (default: random); fixed at New
 	Connections     InFlightSource // optional: connlimit's counts carried in reports
+
+	// KnownInstances is the live-instance count this cluster had when the process last reached
+	// the Store (persisted by the caller); 0 = unknown. It sizes the rescue buckets until the
+	// first report succeeds, so that an instance that starts while the Store is down does not
+	// assume it is alone (see docs/operations.md, "Faults"). Fixed at New.
+	KnownInstances int
+	// OnLiveInstances, if set, is called from the sync loop when a report brings a new
+	// live-instance count, so the caller can persist it for KnownInstances.
+	OnLiveInstances func(n int)
+	// Logger receives the state changes an operator must know about: fail_open entered and
+	// left, degradation levels. Nil logs nothing.
+	Logger *zap.Logger
 }
 
 // InFlightSource is the connection counter whose counts travel with the reports (connlimit).

@@ -64,6 +64,9 @@ func (a *App) runLease(c *leaseCall, need int64) {
 		Need:     short,
 		Instance: s.cfg.Instance,
 	}
+	// Every request waiting on this lease shares it: after an idle period the rate-based
+	// target is a single token, and 32 waiters sharing one token would each lease in turn.
+	req.Want = max(req.Want, min(a.waiting.Load()-b, p.burst))
 	start := l.clock.Now()
 	err := l.callStore(func(ctx context.Context) (err error) {
 		c.res, err = l.store.Lease(ctx, req)
@@ -230,16 +233,18 @@ func (a *App) failTake(cost, need int64, p *appPolicy, st *ClusterState) Decisio
 	switch a.l.snap().cfg.OnStoreFailure {
 	case FailOpen:
 		a.mint(cost)
-		return Decision{Allowed: true, Limit: p.burst}
+		return Decision{Allowed: true, Limit: p.burst, Minted: true}
 	case FailClosed:
+		a.l.rescueRejects.Add(1)
 		return a.reject(p, st, ReasonRedisUnavailable, probeInterval)
 	}
 	ok, left, retry := a.rescueTake(cost, need, p, st)
 	if !ok {
+		a.l.rescueRejects.Add(1)
 		return a.reject(p, st, ReasonAppExhausted, retry)
 	}
 	a.mint(cost)
-	return Decision{Allowed: true, Remaining: left, Limit: p.burst}
+	return Decision{Allowed: true, Remaining: left, Limit: p.burst, Minted: true}
 }
 
 // creditTake decides a take whose request gave up waiting (StoreTimeout) for a lease that is
@@ -261,7 +266,22 @@ func (a *App) creditTake(cost, need int64, p *appPolicy, st *ClusterState) Decis
 // mint admits cost tokens that were never leased (rescue or fail-open).
 func (a *App) mint(cost int64) {
 	a.minted.Add(cost)
+	a.l.rescuedReqs.Add(1)
+	a.l.rescuedCost.Add(cost)
 	a.admitted(cost, a.l)
+}
+
+// unmint gives back n tokens of a minted admission: the settlement of an overestimate. They
+// return to the rescue bucket they came from (which caps them at its burst on its next use).
+func (a *App) unmint(n int64) {
+	a.minted.Add(-n)
+	a.consumed.Add(-n)
+	a.l.rescuedCost.Add(-n)
+	a.mu.Lock()
+	if a.rescue.ts != 0 {
+		a.rescue.tokens += float64(n)
+	}
+	a.mu.Unlock()
 }
 
 // refillPoint is the balance below which a take starts a background refill: the configured share

@@ -1,6 +1,10 @@
 package limiter
 
-import "time"
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
 
 // Level is the degradation level set by the Store's latency and errors (DESIGN §8).
 type Level uint8
@@ -76,31 +80,120 @@ func syncInterval(v Level, base time.Duration) time.Duration {
 
 // observe records one Store call: its latency feeds the moving average, an error (or timeout)
 // switches to fail-open. Only a successful report (the probe) leaves fail-open, so that an
-// in-flight lease answering late cannot flap the level.
+// in-flight lease answering late cannot flap the level. Level changes are logged once each.
 func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	l.levelMu.Lock()
 	defer l.levelMu.Unlock()
+	cur := Level(l.level.Load())
 	if err != nil {
-		l.setFailed()
+		if cur == LevelFailOpen {
+			l.episode.errs++ // counted, not logged one by one
+			return
+		}
+		l.enterFailOpen(err)
 		return
 	}
-	cur := Level(l.level.Load())
 	if cur == LevelFailOpen {
 		if !probe {
 			return
 		}
 		l.latency = latency // a fresh start: the old average described a Store that then failed
-	} else {
-		l.latency = time.Duration(latencyAlpha*float64(latency) + (1-latencyAlpha)*float64(l.latency))
+		next := levelFor(l.latency)
+		l.level.Store(uint32(next))
+		l.leftFailOpen(next)
+		return
 	}
-	l.level.Store(uint32(levelFor(l.latency)))
+	l.latency = time.Duration(latencyAlpha*float64(latency) + (1-latencyAlpha)*float64(l.latency))
+	next := levelFor(l.latency)
+	l.level.Store(uint32(next))
+	if next != cur {
+		l.logLevel(cur, next)
+	}
 }
 
-// setFailed switches to fail-open (levelMu held). Only a Store call that failed gets here: a
-// request that stops waiting for a lease still in flight does not (see App.creditTake).
-func (l *Limiter) setFailed() {
-	l.level.Store(uint32(LevelFailOpen))
+// failEpisode is one stretch of fail_open, for the log line that ends it.
+type failEpisode struct {
+	start            time.Time
+	errs             int64 // failed Store calls, the first included
+	reqs, cost       int64 // l.rescuedReqs / l.rescuedCost when it began
+	rejected         int64 // l.rescueRejects when it began
+	assumedAlone     bool  // the rescue buckets assumed this instance is alone
+	assumedInstances int
 }
+
+// enterFailOpen switches to fail-open after a failed Store call (levelMu held) and logs it once.
+func (l *Limiter) enterFailOpen(err error) {
+	l.level.Store(uint32(LevelFailOpen))
+	st := l.state.Load()
+	l.episode = failEpisode{
+		start:            l.clock.Now(),
+		errs:             1,
+		reqs:             l.rescuedReqs.Load(),
+		cost:             l.rescuedCost.Load(),
+		rejected:         l.rescueRejects.Load(),
+		assumedAlone:     !l.reached.Load() && l.snap().cfg.KnownInstances == 0,
+		assumedInstances: st.LiveInstances,
+	}
+	log := l.logger()
+	if log == nil {
+		return
+	}
+	cfg := l.snap().cfg
+	fields := []zap.Field{
+		zap.String("cluster", cfg.Cluster.ID),
+		zap.Error(err),
+		zap.String("on_redis_failure", cfg.OnStoreFailure.String()),
+	}
+	if cfg.OnStoreFailure == FailLocal {
+		fields = append(fields, zap.Int("rescue_live_instances", st.LiveInstances))
+	}
+	log.Warn("rate_limit: Store unavailable, entering fail_open", fields...)
+	if l.episode.assumedAlone && cfg.OnStoreFailure == FailLocal {
+		log.Warn("rate_limit: this instance never reached the Store and knows no live-instance "+
+			"count: its rescue buckets allow each app's full guaranteed rate, so a fleet of N such "+
+			"instances may admit up to N times an app's quota until the Store answers",
+			zap.String("cluster", cfg.Cluster.ID))
+	}
+}
+
+// leftFailOpen logs the end of a fail_open episode (levelMu held).
+func (l *Limiter) leftFailOpen(next Level) {
+	log := l.logger()
+	if log == nil {
+		return
+	}
+	ep := l.episode
+	log.Info("rate_limit: Store recovered, leaving fail_open",
+		zap.String("cluster", l.snap().cfg.Cluster.ID),
+		zap.Duration("duration", l.clock.Now().Sub(ep.start)),
+		zap.Int64("failed_store_calls", ep.errs),
+		zap.Int64("admitted_without_store", l.rescuedReqs.Load()-ep.reqs),
+		zap.Int64("admitted_cost_without_store", l.rescuedCost.Load()-ep.cost),
+		zap.Int64("rejected_by_rescue", l.rescueRejects.Load()-ep.rejected),
+		zap.String("level", next.String()))
+}
+
+// logLevel logs a change between the latency levels (levelMu held).
+func (l *Limiter) logLevel(from, to Level) {
+	log := l.logger()
+	if log == nil {
+		return
+	}
+	fields := []zap.Field{
+		zap.String("cluster", l.snap().cfg.Cluster.ID),
+		zap.String("from", from.String()),
+		zap.String("level", to.String()),
+		zap.Duration("store_latency", l.latency),
+		zap.Int64("lease_multiplier", leaseMultiplier(to)),
+	}
+	if to > from {
+		log.Warn("rate_limit: Store slow, leasing in larger batches", fields...)
+	} else {
+		log.Info("rate_limit: Store latency improved", fields...)
+	}
+}
+
+func (l *Limiter) logger() *zap.Logger { return l.snap().cfg.Logger }
 
 // Level returns the current degradation level.
 func (l *Limiter) Level() Level { return Level(l.level.Load()) }

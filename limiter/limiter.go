@@ -24,6 +24,11 @@ type Limiter struct {
 	level   atomic.Uint32
 	levelMu sync.Mutex
 	latency time.Duration // moving average of Store call latency (levelMu)
+	episode failEpisode   // the current or last fail_open episode (levelMu)
+	reached atomic.Bool   // a report has succeeded since New
+
+	// Requests admitted (and their cost) and rejected without the Store: rescue and fail-open.
+	rescuedReqs, rescuedCost, rescueRejects atomic.Int64
 
 	mu       sync.Mutex // serialises Update; guards retired
 	retired  []*App     // removed apps whose statistics or tokens are not yet settled
@@ -90,7 +95,7 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 		spawn:    func(f func()) { go f() },
 		sleep:    sleepCtx,
 	}
-	st := &ClusterState{Factors: [MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: 1}
+	st := &ClusterState{Factors: [MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: max(cfg.KnownInstances, 1)}
 	l.state.Store(st)
 	now := clock.Now()
 	l.lastReport, l.lastRate = now, now
@@ -162,13 +167,14 @@ func (l *Limiter) isolatedApp(id string, s *snapshot) *App {
 }
 
 // Update applies a new configuration (a reload): buckets, their tokens and statistics are kept,
-// policies change in place. Apps no longer configured give their unspent tokens back to L2.
-// The instance id cannot change.
+// policies change in place. Apps no longer configured give their unspent tokens back to L2 at
+// the next tick. Update makes no Store call. The instance id, KnownInstances and
+// OnLiveInstances cannot change.
 func (l *Limiter) Update(cfg Config) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.cur.Load()
-	cfg.Instance = old.cfg.Instance
+	cfg.Instance, cfg.KnownInstances, cfg.OnLiveInstances = old.cfg.Instance, old.cfg.KnownInstances, old.cfg.OnLiveInstances
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
@@ -213,10 +219,11 @@ func (l *Limiter) Update(cfg Config) error {
 	l.isoMu.Unlock()
 	l.batch.Store(cfg.SyncBatch)
 	l.cur.Store(s)
+	// Their tokens go back to L2 at the next tick (settleRetired), not here: a reload must not
+	// wait on the Store, least of all while it is down.
 	now := l.clock.Now()
 	for _, a := range gone {
 		a.retiredAt = now
-		_ = a.returnTokens(now, 0) // on failure the tokens are dropped
 	}
 	l.retired = append(l.retired, gone...)
 	return nil
@@ -258,15 +265,31 @@ func (l *Limiter) Close() error {
 	l.tickMu.Lock()
 	defer l.tickMu.Unlock()
 	now := l.clock.Now()
-	// A pending batch is sent first (with its Seq); then what was admitted since.
-	resend := l.pending != nil
-	err := l.report(now)
-	if err == nil && resend {
-		err = l.report(now)
+	// A pending batch is sent first (with its Seq); then what was admitted since. A Limiter
+	// with nothing to send makes no Store call (`caddy validate` provisions and closes one).
+	var errs []error
+	if l.pending != nil {
+		resend := l.unsent()
+		err := l.report(now)
+		if err == nil && resend {
+			err = l.report(now)
+		}
+		errs = append(errs, err)
+	} else if l.unsent() {
+		errs = append(errs, l.report(now))
 	}
-	errs := []error{err}
 	for _, a := range l.apps() {
 		errs = append(errs, a.returnTokens(now, 0))
 	}
 	return errors.Join(errs...)
+}
+
+// unsent reports whether some app has statistics not yet in a report batch (tickMu held).
+func (l *Limiter) unsent() bool {
+	for _, a := range l.apps() {
+		if a.requests.Load() != a.sentReqs.Load() || a.consumed.Load() > a.sentCost {
+			return true
+		}
+	}
+	return false
 }

@@ -162,6 +162,11 @@ func TestReloadKeepsBucketsAndReturnsRemoved(t *testing.T) {
 	if st := l.Stats(); st[0].Label != "a" || st[0].Requests[ReasonNone] != 1 || st[0].Cost != 5 {
 		t.Fatalf("stats lost on reload: %+v", st)
 	}
+	// Update makes no Store call: the removed app's tokens go back at the next tick.
+	if n := ps.returns.Load(); n != 0 {
+		t.Fatalf("Update made %d Store returns, want none", n)
+	}
+	l.tick(c.Now())
 	if tok, _ := p3.Tokens(); tok != 0 || ps.returned.Load() != 25 {
 		t.Fatalf("removed app kept %d tokens, returned %d, want 0 and 25", tok, ps.returned.Load())
 	}
@@ -527,6 +532,7 @@ func TestUpdateUnknownModeSettlesBuckets(t *testing.T) {
 	if _, r := l.App("someone"); r != ReasonUnknownApp {
 		t.Fatalf("after switching to reject: %v", r)
 	}
+	l.tick(c.Now())
 	if tok, _ := u.Tokens(); tok != 0 || ps.returned.Load() != held {
 		t.Fatalf("old shared bucket kept %d, returned %d of %d", tok, ps.returned.Load(), held)
 	}

@@ -65,6 +65,7 @@ func (l *Limiter) tickForced(now time.Time, force bool) {
 	l.updateRates(now, apps, cfg)
 	if l.Level() != LevelFailOpen {
 		l.expireLeases(now, apps, cfg)
+		l.returnExcess(now, apps)
 		l.settleRetired(now)
 	}
 	l.expireIsolated(now, cfg)
@@ -131,7 +132,11 @@ func (l *Limiter) report(now time.Time) error {
 	}
 	l.prevIn = prev
 	st.LiveInstances = max(st.LiveInstances, 1)
+	prevLive := l.state.Load().LiveInstances
 	l.state.Store(&st)
+	if first := !l.reached.Swap(true); (first || st.LiveInstances != prevLive) && s.cfg.OnLiveInstances != nil {
+		s.cfg.OnLiveInstances(st.LiveInstances)
+	}
 	if src := s.cfg.Connections; src != nil {
 		src.SetRemote(st.RemoteInFlight, st.RemoteClusterInFlight)
 	}
@@ -192,6 +197,21 @@ func (l *Limiter) expireLeases(now time.Time, apps []*App, cfg Config) {
 			continue
 		}
 		_ = a.returnTokens(now, a.rateTgt.Load())
+	}
+}
+
+// returnExcess gives L2 back the local tokens above an app's fairness cap (burst / (2 × live
+// instances)): tokens a settlement refunded (a declared body that was never read), or a lease
+// from when fewer instances were live. Local tokens are outside L2's burst bound; keeping no
+// more than the cap locally keeps an app's tokens, local and L2 together, close to its burst.
+func (l *Limiter) returnExcess(now time.Time, apps []*App) {
+	live := int64(max(l.state.Load().LiveInstances, 1))
+	for _, a := range apps {
+		p := a.pol.Load()
+		limit := max(int64(p.Burst/float64(2*live)), 1)
+		if a.balance.Load() > limit {
+			_ = a.returnTokens(now, limit)
+		}
 	}
 }
 

@@ -1,0 +1,214 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// Issue: an app far under its quota got 429 app_exhausted right after an idle period. Its
+// rate-based lease target had decayed to one token, so the first lease (slow, as the first one
+// after idle often is) brought one token for 32 waiting requests, which then leased one by one
+// and gave up after three rounds. Now the lease is sized for every waiter, and a waiter that is
+// outrun while L2 still has tokens is admitted on credit, never refused.
+func TestSlowLeaseAfterIdleRefusesNobody(t *testing.T) {
+	c := newClock()
+	g := newGate(c)
+	cfg := baseConfig()
+	cfg.Apps = map[string]AppPolicy{"big": pol(1e8, 1e8, 0)}
+	cfg.StoreTimeout = time.Hour // the waiters wait: only the lease sizing is under test
+	l := testLimiter(t, cfg, g, c, true)
+	a := mustApp(t, l, "big")
+	for range 3 { // idle: the consumption rate decays to 0
+		c.Advance(time.Minute)
+		l.tick(c.Now())
+	}
+	if a.rateTgt.Load() > 1 {
+		t.Fatalf("rate target after idle = %d, want <= 1", a.rateTgt.Load())
+	}
+
+	const waiters = 32
+	var wg sync.WaitGroup
+	decisions := make(chan Decision, waiters)
+	for range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			decisions <- a.Take(context.Background(), 1, 0)
+		}()
+	}
+	<-g.entered // the first lease is at the Store; let every request queue behind it
+	for a.waiting.Load() < waiters {
+		time.Sleep(time.Millisecond)
+	}
+	stop := make(chan struct{})
+	go func() { // the Store answers every lease from now on
+		for {
+			select {
+			case g.release <- nil:
+			case <-stop:
+				return
+			}
+			select {
+			case <-g.entered:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	close(decisions)
+	for d := range decisions {
+		if !d.Allowed {
+			t.Fatalf("a request of an app at 0%% of its quota was rejected: %+v", d)
+		}
+	}
+}
+
+// Issue: a refund of an admission that was never leased (the Store down, the rescue bucket
+// paying) put real tokens in the local balance: tokens created from nothing.
+func TestMintedRefundCreatesNoTokens(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	l := testLimiter(t, baseConfig(), ps, c, false)
+	a := mustApp(t, l, "a")
+	ps.fail.Store(true)
+	l.tick(c.Now().Add(time.Second))
+	if l.Level() != LevelFailOpen {
+		t.Fatalf("level %v, want fail_open", l.Level())
+	}
+	d := a.Take(context.Background(), 21, 0)
+	if !d.Allowed || !d.Minted {
+		t.Fatalf("rescue admission: %+v", d)
+	}
+	a.Settle(d, -16) // the declared body was never read
+	if tok, debt := a.Tokens(); tok != 0 || debt != 0 {
+		t.Fatalf("after the refund of a minted admission: tokens %d debt %d, want 0 and 0", tok, debt)
+	}
+	if lhs, rhs := conserved(a); lhs != rhs {
+		t.Fatalf("conservation: leased+minted %d != consumed+returned+dropped+held %d", lhs, rhs)
+	}
+}
+
+// A refund that leaves more local tokens than the fairness cap (burst / 2 per live instance)
+// gives the excess back to L2 at the next tick: local tokens sit outside L2's burst bound.
+func TestRefundAboveFairnessCapReturned(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Apps = map[string]AppPolicy{"a": pol(20, 20, 0)}
+	l := testLimiter(t, cfg, ps, c, false)
+	a := mustApp(t, l, "a")
+	d := a.Take(context.Background(), 21, 0) // a PUT above the burst: all 20, 1 of debt
+	if !d.Allowed {
+		t.Fatalf("PUT: %+v", d)
+	}
+	a.Settle(d, -16) // its body was never read
+	if tok, _ := a.Tokens(); tok != 15 {
+		t.Fatalf("tokens after the refund = %d, want 15", tok)
+	}
+	l.tick(c.Now())
+	if tok, _ := a.Tokens(); tok != 10 || ps.returned.Load() != 5 {
+		t.Fatalf("after a tick: tokens %d, returned %d; want 10 and 5", tok, ps.returned.Load())
+	}
+	if lhs, rhs := conserved(a); lhs != rhs {
+		t.Fatalf("conservation: %d != %d", lhs, rhs)
+	}
+}
+
+// The log of a fault: one WARN when fail_open begins (with the Store's error and the failure
+// mode), repeated errors counted, one INFO when it ends (duration, what was admitted
+// meanwhile), a WARN that the rescue buckets assumed this instance alone.
+func TestFailOpenLoggedOnce(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	c := newClock()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Logger = zap.New(core)
+	l := testLimiter(t, cfg, ps, c, false)
+	a := mustApp(t, l, "a")
+	ps.fail.Store(true)
+	for range 5 {
+		c.Advance(time.Second)
+		l.tick(c.Now())
+		a.Take(context.Background(), 1, 0)
+	}
+	ps.fail.Store(false)
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	if l.Level() != LevelNormal {
+		t.Fatalf("level %v after recovery", l.Level())
+	}
+	warn := logs.FilterMessageSnippet("entering fail_open").All()
+	if len(warn) != 1 || warn[0].Level != zapcore.WarnLevel {
+		t.Fatalf("fail_open WARN lines: %+v", logs.All())
+	}
+	f := warn[0].ContextMap()
+	if f["error"] != errDown.Error() || f["on_redis_failure"] != "local" || f["cluster"] != "c1" {
+		t.Fatalf("fail_open WARN fields: %v", f)
+	}
+	if n := logs.FilterMessageSnippet("never reached the Store").Len(); n != 1 {
+		t.Fatalf("%d lines about the unknown live-instance count, want 1", n)
+	}
+	info := logs.FilterMessageSnippet("leaving fail_open").All()
+	if len(info) != 1 || info[0].Level != zapcore.InfoLevel {
+		t.Fatalf("recovery INFO lines: %+v", logs.All())
+	}
+	f = info[0].ContextMap()
+	if f["failed_store_calls"] != int64(5) || f["admitted_without_store"] != int64(5) ||
+		f["duration"] != 5*time.Second {
+		t.Fatalf("recovery INFO fields: %v", f)
+	}
+	if logs.Len() != 3 {
+		t.Fatalf("%d log lines, want 3: %+v", logs.Len(), logs.All())
+	}
+}
+
+// Rescue sizing: a process that starts while the Store is down sizes its rescue buckets with
+// the live-instance count persisted from its last run, and reports each new count.
+func TestKnownInstancesSizeRescue(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	cfg := baseConfig() // app a: guaranteed 100, burst 1000
+	cfg.KnownInstances = 4
+	var seen []int
+	cfg.OnLiveInstances = func(n int) { seen = append(seen, n) }
+	l := testLimiter(t, cfg, ps, c, false)
+	a := mustApp(t, l, "a")
+	ps.fail.Store(true)
+	l.tick(c.Now().Add(time.Second))
+	admitted := int64(0)
+	for a.Take(context.Background(), 1, 0).Allowed {
+		admitted++
+	}
+	if admitted != 250 { // a quarter of the burst
+		t.Fatalf("rescue burst with 4 known instances = %d, want 250", admitted)
+	}
+	ps.fail.Store(false)
+	ps.state.Store(&ClusterState{LiveInstances: 3, Factors: [4]float64{1, 1, 1, 1}})
+	l.tick(c.Now().Add(3 * time.Second))
+	l.tick(c.Now().Add(4 * time.Second))
+	if len(seen) != 1 || seen[0] != 3 {
+		t.Fatalf("OnLiveInstances calls %v, want [3]", seen)
+	}
+}
+
+// A Limiter that admitted nothing makes no Store call when closed (`caddy validate`
+// provisions and closes one, and must not dial Redis).
+func TestCloseUnusedMakesNoStoreCall(t *testing.T) {
+	c := newClock()
+	ps := newProbe(c)
+	l := testLimiter(t, baseConfig(), ps, c, false)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := ps.leases.Load() + ps.returns.Load() + ps.reps.Load(); n != 0 {
+		t.Fatalf("Close of an unused Limiter made %d Store calls", n)
+	}
+}
