@@ -2,6 +2,7 @@ package cost
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -69,11 +70,24 @@ func (c Config) Validate() error {
 	case c.StreamEstimate < 0:
 		return fmt.Errorf("cost.stream_estimate must be >= 0, got %d", c.StreamEstimate)
 	}
-	for name, v := range c.Base {
-		if _, ok := ParseOperation(name); !ok {
+	// Sorted, so that the same config always gets the same error.
+	names := make([]string, 0, len(c.Base))
+	for name := range c.Base {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	seen := make(map[Operation]string, len(names))
+	for _, name := range names {
+		op, ok := ParseOperation(name)
+		if !ok {
 			return fmt.Errorf("cost.base: unknown operation %q (want one of %s)", name, strings.Join(opNames[:], ", "))
 		}
-		if v < 0 {
+		if prev, dup := seen[op]; dup {
+			// Names are case-insensitive: which of the two applied would depend on map order.
+			return fmt.Errorf("cost.base: %q and %q name the same operation %s", prev, name, op)
+		}
+		seen[op] = name
+		if v := c.Base[name]; v < 0 {
 			return fmt.Errorf("cost.base %s must be >= 0, got %d", name, v)
 		}
 	}

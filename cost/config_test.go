@@ -22,6 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative stream_estimate", Config{StreamEstimate: -1}, "cost.stream_estimate must be >= 0, got -1"},
 		{"unknown base", Config{Base: map[string]int64{"FOO": 1}}, `cost.base: unknown operation "FOO"`},
 		{"negative base", Config{Base: map[string]int64{"put": -1}}, "cost.base put must be >= 0, got -1"},
+		{"base named twice", Config{Base: map[string]int64{"put": 3, "PUT": 4}}, `cost.base: "PUT" and "put" name the same operation PUT`},
 		{"base zero ok", Config{Base: map[string]int64{"HEAD": 0, "copy": 100}}, ""},
 		{"all set", Config{Operations: "s3", Quantum: 1, Bandwidth: Int(2), Max: 3, Default: Int(4), StreamEstimate: 5, ResponseBytes: true}, ""},
 	}

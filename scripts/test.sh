@@ -35,6 +35,16 @@ go test -count=1 -p 1 -timeout 12m ./...
 echo "== go test -race (concurrent packages)"
 go test -race -timeout 8m ./limiter/... ./connlimit/...
 
+# The config parsers and the cost model under Go's fuzzer, 35 s in all (their seed corpora
+# already ran with the plain tests above); FuzzClassify gets 5 s, as FuzzEstimate checks the
+# classification of every input too. -fuzz takes one target of one package per run. A failing
+# input is written to <package>/testdata/fuzz/<target>/; commit it as a regression seed.
+echo "== fuzz (bounded)"
+go test -run '^$' -fuzz '^FuzzCaddyfile$' -fuzztime 10s .
+go test -run '^$' -fuzz '^FuzzJSONConfig$' -fuzztime 10s .
+go test -run '^$' -fuzz '^FuzzEstimate$' -fuzztime 10s ./cost/
+go test -run '^$' -fuzz '^FuzzClassify$' -fuzztime 5s ./cost/
+
 # The load harness (its own module: the peers it builds never reach the plugin's go.mod).
 echo "== bench harness (vet and unit tests)"
 (cd bench && go vet ./... && go test -count=1 ./...)
