@@ -67,7 +67,10 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		IdleTimeout   json.RawMessage `json:"idle_timeout"`
 		SweepInterval json.RawMessage `json:"sweep_interval"`
 	}
-	if err := json.Unmarshal(b, &raw); err != nil {
+	// Strict like Caddy's own decoding of module config: a misspelt field is an error.
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
 		return fmt.Errorf("connections: %w", err)
 	}
 	idle, err := parseDuration("idle_timeout", raw.IdleTimeout)

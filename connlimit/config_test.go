@@ -66,7 +66,7 @@ func TestConfigJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back != want {
 		t.Fatalf("round trip: %+v, %v; want %+v", back, err, want)
 	}
-	for _, bad := range []string{`{"idle_timeout":"soon"}`, `{"sweep_interval":true}`, `{"app":"x"}`} {
+	for _, bad := range []string{`{"idle_timeout":"soon"}`, `{"sweep_interval":true}`, `{"app":"x"}`, `{"app":5,"total":10}`} {
 		if err := json.Unmarshal([]byte(bad), &c); err == nil || !strings.Contains(err.Error(), "connections") {
 			t.Errorf("Unmarshal(%s) = %v, want an error naming connections", bad, err)
 		}
