@@ -48,6 +48,7 @@ type Server struct {
 	cluster     bool
 	nodeTimeout time.Duration // cluster-node-timeout of a cluster node
 	monitor     string        // sentinel: "<master name> <host> <port>"
+	replicaOf   string        // replica: "<host> <port>" of its master
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -370,7 +371,11 @@ func (s *Server) start() error {
 	}
 	if s.cluster {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--repl-diskless-sync-delay", "0",
 			"--cluster-node-timeout", strconv.FormatInt(s.nodeTimeout.Milliseconds(), 10))
+	}
+	if s.replicaOf != "" {
+		args = append(append(args, "--replicaof"), strings.Fields(s.replicaOf)...)
 	}
 	if s.monitor != "" {
 		// A sentinel reads (and rewrites) a config file naming the master it monitors.
