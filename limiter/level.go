@@ -25,6 +25,10 @@ const (
 	significantSync    = time.Second
 	probeInterval      = time.Second
 	latencyAlpha       = 0.2 // weight of one observation in the latency moving average
+	// latencyAlphaDown is the weight of an observation below the average: the level follows a
+	// Store that got faster within a few calls (at the significant level a report is made
+	// once a second), and one that got slower only when it stays slow.
+	latencyAlphaDown = 0.5
 )
 
 // String returns the level's name as used in metrics and the admin API.
@@ -97,13 +101,20 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 		if !probe {
 			return
 		}
-		l.latency = latency // a fresh start: the old average described a Store that then failed
+		// A fresh start: the old average described a Store that then failed, and the probe's
+		// own latency often measures the fault (a probe sent to a frozen server is answered
+		// when it thaws). A Store that is still slow raises the average within a call or two.
+		l.latency = min(latency, mildLatency/2)
 		next := levelFor(l.latency)
 		l.level.Store(uint32(next))
 		l.leftFailOpen(next)
 		return
 	}
-	l.latency = time.Duration(latencyAlpha*float64(latency) + (1-latencyAlpha)*float64(l.latency))
+	alpha := latencyAlpha
+	if latency < l.latency {
+		alpha = latencyAlphaDown
+	}
+	l.latency = time.Duration(alpha*float64(latency) + (1-alpha)*float64(l.latency))
 	next := levelFor(l.latency)
 	l.level.Store(uint32(next))
 	if next != cur {
