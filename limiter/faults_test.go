@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,5 +211,74 @@ func TestCloseUnusedMakesNoStoreCall(t *testing.T) {
 	}
 	if n := ps.leases.Load() + ps.returns.Load() + ps.reps.Load(); n != 0 {
 		t.Fatalf("Close of an unused Limiter made %d Store calls", n)
+	}
+}
+
+// forgetfulStore answers one report as a Store that lost everything it had acknowledged (a
+// failover to a replica that had not received it): PrevSeq 0 for every app.
+type forgetfulStore struct {
+	*probeStore
+	forget   atomic.Bool
+	reported atomic.Int64 // Σ Requests of successful reports
+}
+
+func (f *forgetfulStore) Report(ctx context.Context, r Report) (ClusterState, error) {
+	st, err := f.probeStore.Report(ctx, r)
+	if err == nil {
+		for _, a := range r.Apps {
+			f.reported.Add(a.Requests)
+		}
+		if f.forget.CompareAndSwap(true, false) {
+			for id := range st.PrevSeq {
+				st.PrevSeq[id] = 0
+			}
+		}
+	}
+	return st, err
+}
+
+// Statistics the Store acknowledged and then lost are sent again, once, and logged.
+func TestLostStatisticsSentAgain(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	c := newClock()
+	fs := &forgetfulStore{probeStore: newProbe(c)}
+	cfg := baseConfig()
+	cfg.Logger = zap.New(core)
+	l := testLimiter(t, cfg, fs, c, false)
+	a := mustApp(t, l, "a")
+	take := func(n int) {
+		for range n {
+			if !a.Take(context.Background(), 1, 0).Allowed {
+				t.Fatal("rejected")
+			}
+		}
+	}
+	take(5)
+	c.Advance(time.Second)
+	l.tick(c.Now()) // acknowledged: 5
+	take(3)
+	fs.forget.Store(true)
+	c.Advance(time.Second)
+	l.tick(c.Now()) // acknowledged: 3; the answer shows the 5 were lost
+	c.Advance(time.Second)
+	l.tick(c.Now()) // the 5 again
+	c.Advance(time.Second)
+	l.tick(c.Now()) // nothing more
+	if got := fs.reported.Load(); got != 13 || l.ResentRequests() != 5 {
+		t.Fatalf("reports carried %d requests, %d sent again; want 13 and 5", got, l.ResentRequests())
+	}
+	if n := logs.FilterMessageSnippet("lost statistics").Len(); n != 1 {
+		t.Fatalf("%d WARN lines about lost statistics, want 1", n)
+	}
+	// Past the window nothing is kept: a Store that forgets then sends nothing again.
+	c.Advance(2 * ackWindow)
+	l.tick(c.Now())
+	fs.forget.Store(true)
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	if l.ResentRequests() != 5 {
+		t.Fatalf("sent again after the window: %d", l.ResentRequests())
 	}
 }

@@ -42,6 +42,8 @@ type Limiter struct {
 	prevIn     map[string]bool // apps with in-flight requests in the last report
 	seq        uint64          // the last report Seq used
 	pending    *reportBatch    // statistics whose report has not succeeded yet
+	acked      []ackedBatch    // statistics the Store acknowledged in the last ackWindow
+	resent     atomic.Int64    // requests whose statistics were sent again (the Store lost them)
 
 	kick    chan struct{} // early report (SyncBatch reached)
 	stop    chan struct{}
@@ -250,6 +252,10 @@ func (l *Limiter) apps() []*App {
 	sort.Slice(all, func(i, j int) bool { return all[i].id < all[j].id })
 	return all
 }
+
+// ResentRequests is how many admitted requests' statistics were sent a second time because the
+// Store had lost them after acknowledging them (a failover to a lagging replica, a restart).
+func (l *Limiter) ResentRequests() int64 { return l.resent.Load() }
 
 // Close stops the sync loop, sends the pending statistics and returns every unspent token to
 // L2. After Close, takes are served from local tokens only (there are none left), so they are

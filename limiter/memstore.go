@@ -139,7 +139,7 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 	st.LiveInstances = l.heartbeat(rep.Instance, now)
 	st.RemoteClusterInFlight, st.RemoteInFlight = l.recordInFlight(rep, now)
 	// 3. usage window; the cost of a Seq already applied counts as 0.
-	fresh := l.seqs.apply(rep.Instance, rep.Seq, now)
+	fresh, _ := l.seqs.apply(rep.Instance, rep.Seq, now)
 	if l1 {
 		var cost int64
 		if fresh {
@@ -153,8 +153,15 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 	// slot per script), so a report half applied before a failure is completed by its resend.
 	for _, a := range rep.Apps {
 		r := m.statsRecord(memAppKey{rep.Cluster.ID, a.App}, now)
-		if r.seqs.apply(rep.Instance, rep.Seq, now) {
+		fresh, prev := r.seqs.apply(rep.Instance, rep.Seq, now)
+		if fresh {
 			r.requests += a.Requests
+		}
+		if rep.Seq != 0 {
+			if st.PrevSeq == nil {
+				st.PrevSeq = make(map[string]uint64, len(rep.Apps))
+			}
+			st.PrevSeq[a.App] = prev
 		}
 	}
 	// 5. automatic emergency.

@@ -204,8 +204,9 @@ type memSeqs map[string]memSeq
 // apply drops the Seqs of instances whose last numbered report is more than ReportSeqTTL old,
 // then reports whether the figures of the instance's report seq are to be applied: always for
 // seq 0 (unnumbered: nothing is kept), otherwise when seq is above the one kept, which it
-// then replaces. A numbered report renews the instance's entry.
-func (s *memSeqs) apply(instance string, seq uint64, now int64) bool {
+// then replaces; and the Seq kept before (0: none). A numbered report renews the instance's
+// entry.
+func (s *memSeqs) apply(instance string, seq uint64, now int64) (fresh bool, prev uint64) {
 	ttl := ReportSeqTTL.Microseconds()
 	for i, r := range *s {
 		if now-r.at > ttl {
@@ -213,17 +214,18 @@ func (s *memSeqs) apply(instance string, seq uint64, now int64) bool {
 		}
 	}
 	if seq == 0 {
-		return true
+		return true, 0
 	}
 	if *s == nil {
 		*s = make(memSeqs)
 	}
 	r, ok := (*s)[instance]
-	fresh := !ok || seq > r.seq
+	prev = r.seq
+	fresh = !ok || seq > r.seq
 	if fresh {
 		r.seq = seq
 	}
 	r.at = now
 	(*s)[instance] = r
-	return fresh
+	return fresh, prev
 }

@@ -131,4 +131,10 @@ type ClusterState struct {
 	// In-flight counts last reported by the other live instances (not this one).
 	RemoteInFlight        map[string]int64 // per app
 	RemoteClusterInFlight int64
+
+	// PrevSeq is, per app of a numbered report, the last Seq the Store had applied for this
+	// instance before this report (0: none). A Store that lost writes it had acknowledged (a
+	// failover to a replica that had not received them) answers with a Seq below batches the
+	// sender saw acknowledged: the sender then sends those figures again.
+	PrevSeq map[string]uint64
 }

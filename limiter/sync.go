@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // loop is the sync loop: one per Limiter, ticking every SyncInterval, or early when an app's
@@ -110,7 +112,18 @@ func (l *Limiter) report(now time.Time) error {
 	}
 	for id := range l.prevIn {
 		if !seen[id] {
+			seen[id] = true
 			rep.Apps = append(rep.Apps, AppReport{App: id})
+		}
+	}
+	// Apps of recently acknowledged batches, so that the Store's answer (PrevSeq) shows
+	// whether it still has them.
+	for _, b := range l.acked {
+		for _, a := range b.apps {
+			if !seen[a.App] {
+				seen[a.App] = true
+				rep.Apps = append(rep.Apps, AppReport{App: a.App})
+			}
 		}
 	}
 	start := l.clock.Now()
@@ -123,6 +136,8 @@ func (l *Limiter) report(now time.Time) error {
 	if err != nil {
 		return err
 	}
+	l.resendLost(now, st.PrevSeq)
+	l.acked = append(l.acked, ackedBatch{seq: l.pending.seq, at: now, apps: l.pending.apps})
 	l.pending = nil
 	prev := make(map[string]bool, len(inflight))
 	for id, n := range inflight {
@@ -141,6 +156,73 @@ func (l *Limiter) report(now time.Time) error {
 		src.SetRemote(st.RemoteInFlight, st.RemoteClusterInFlight)
 	}
 	return nil
+}
+
+// ackWindow is how long the statistics of an acknowledged report are kept in case the Store
+// loses them: longer than a failover takes to be noticed (Sentinel, Redis Cluster), while
+// replication lag is milliseconds.
+const ackWindow = 10 * time.Second
+
+// ackedBatch is a report batch the Store acknowledged, kept for ackWindow.
+type ackedBatch struct {
+	seq  uint64
+	at   time.Time
+	apps []AppReport
+}
+
+// resendLost compares the Seqs the Store had applied (prev, per app) with the batches it
+// acknowledged: figures of a batch above an app's prev were lost (a failover to a replica that
+// had not received them) and go into the next batch again. Batches older than ackWindow are
+// forgotten (tickMu held).
+func (l *Limiter) resendLost(now time.Time, prev map[string]uint64) {
+	keep := l.acked[:0]
+	for _, b := range l.acked {
+		if now.Sub(b.at) < ackWindow {
+			keep = append(keep, b)
+		}
+	}
+	l.acked = keep
+	if len(prev) == 0 || len(l.acked) == 0 {
+		return
+	}
+	var byID map[string]*App
+	var lost, batches int64
+	for i := range l.acked {
+		b := &l.acked[i]
+		hit := false
+		for j := range b.apps {
+			a := &b.apps[j]
+			p, ok := prev[a.App]
+			if !ok || p >= b.seq || (a.Requests == 0 && a.Cost == 0) {
+				continue
+			}
+			if byID == nil {
+				byID = make(map[string]*App)
+				for _, app := range l.apps() {
+					byID[app.id] = app
+				}
+			}
+			if app := byID[a.App]; app != nil {
+				app.sentReqs.Add(-a.Requests) // the next batch carries them again
+				app.sentCost -= a.Cost
+				lost += a.Requests
+				hit = true
+			}
+			a.Requests, a.Cost = 0, 0
+		}
+		if hit {
+			batches++
+		}
+	}
+	if lost > 0 {
+		l.resent.Add(lost)
+		if log := l.logger(); log != nil {
+			log.Warn("rate_limit: the Store lost statistics it had acknowledged (a failover to a "+
+				"replica that had not received them); sending them again",
+				zap.String("cluster", l.snap().cfg.Cluster.ID),
+				zap.Int64("requests", lost), zap.Int64("batches", batches))
+		}
+	}
 }
 
 // newBatch takes every app's statistics since the last batch under the next Seq (tickMu held).

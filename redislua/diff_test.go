@@ -114,7 +114,8 @@ func TestDifferential(t *testing.T) {
 	})
 }
 
-// sameState compares two ClusterStates; an app whose remote in-flight sum is 0 may be absent.
+// sameState compares two ClusterStates; an app whose remote in-flight sum is 0 may be absent
+// from RemoteInFlight; PrevSeq must match exactly.
 func sameState(a, b limiter.ClusterState) bool {
 	ra, rb := a.RemoteInFlight, b.RemoteInFlight
 	if a.Usage != b.Usage || a.Factors != b.Factors || a.Emergency != b.Emergency ||
@@ -129,6 +130,14 @@ func sameState(a, b limiter.ClusterState) bool {
 	}
 	for k, v := range rb {
 		if ra[k] != v {
+			return false
+		}
+	}
+	if len(a.PrevSeq) != len(b.PrevSeq) {
+		return false
+	}
+	for k, v := range a.PrevSeq {
+		if w, ok := b.PrevSeq[k]; !ok || w != v {
 			return false
 		}
 	}

@@ -152,9 +152,25 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", err)
 	}
 	for i, a := range rep.Apps {
-		remote, err := parseFloat(cmds[i+1].Val())
+		vals, err := cmds[i+1].Slice()
+		if err == nil && len(vals) != 2 {
+			err = fmt.Errorf("unexpected reply %v", vals)
+		}
+		var remote, prev float64
+		if err == nil {
+			remote, err = parseFloat(vals[0])
+		}
+		if err == nil {
+			prev, err = parseFloat(vals[1])
+		}
 		if err != nil {
 			return limiter.ClusterState{}, fmt.Errorf("redislua: report: app %q: %w", a.App, err)
+		}
+		if rep.Seq != 0 {
+			if st.PrevSeq == nil {
+				st.PrevSeq = make(map[string]uint64, len(rep.Apps))
+			}
+			st.PrevSeq[a.App] = uint64(prev)
 		}
 		if remote != 0 {
 			if st.RemoteInFlight == nil {

@@ -22,6 +22,7 @@ func seqCases() []testCase {
 		{"DuplicateSeqAddsNothing", duplicateSeqAddsNothing},
 		{"HigherSeqApplies", higherSeqApplies},
 		{"SeqKeptPerApp", seqKeptPerApp},
+		{"PrevSeqPerApp", prevSeqPerApp},
 		{"SeqForgottenAfterTTL", seqForgottenAfterTTL},
 		{"LargeSeqsExact", largeSeqsExact},
 	}
@@ -112,6 +113,31 @@ func seqKeptPerApp(e *env) {
 	e.wantRequests("y", 4)
 	e.wantUsage(e.reportSeq("a", 3, 0, xApp(3, 300, 0), y), 0.3)
 	e.wantRequests("y", 4)
+}
+
+// prevSeqPerApp: a numbered report's answer carries, per app, the Seq the Store had applied for
+// the instance before it (0 for none), the limiter's evidence that acknowledged statistics
+// were lost; an unnumbered report carries none.
+func prevSeqPerApp(e *env) {
+	want := func(st limiter.ClusterState, app string, seq uint64) {
+		e.t.Helper()
+		if got, ok := st.PrevSeq[app]; !ok || got != seq {
+			e.t.Fatalf("PrevSeq[%s] = %d (present %v); want %d (all: %v)", app, got, ok, seq, st.PrevSeq)
+		}
+	}
+	y := limiter.AppReport{App: "y", Requests: 1}
+	st := e.reportSeq("a", 5, 0, xApp(1, 1, 0))
+	want(st, "x", 0)
+	st = e.reportSeq("a", 7, 0, xApp(1, 1, 0), y)
+	want(st, "x", 5)
+	want(st, "y", 0)
+	st = e.reportSeq("a", 7, 0, xApp(1, 1, 0), y) // a resend
+	want(st, "x", 7)
+	st = e.reportSeq("b", 2, 0, xApp(1, 1, 0)) // Seqs are per instance
+	want(st, "x", 0)
+	if st = e.reportSeq("a", 0, 0, xApp(1, 1, 0)); len(st.PrevSeq) != 0 {
+		e.t.Fatalf("an unnumbered report's PrevSeq: %v", st.PrevSeq)
+	}
 }
 
 // seqForgottenAfterTTL: an instance's last Seq is kept while it sends numbered reports at

@@ -65,7 +65,8 @@ end
 -- the last applied Seq as field "seq:<instance>" = "<seq>:<at_us>", at being the instance's last
 -- numbered report. Entries older than ttl are dropped first. It returns whether the report's
 -- figures are to be applied: always for seq 0 (unnumbered: nothing is kept), otherwise when seq
--- is above the kept one, which it then replaces.
+-- is above the kept one, which it then replaces; and the Seq kept before (0: none), which tells
+-- the sender whether batches it saw acknowledged were lost (a failover to a lagging replica).
 local function apply_seq(key, instance, seq, ttl, now)
   local all = redis.call('HGETALL', key)
   for i = 1, #all, 2 do
@@ -78,18 +79,19 @@ local function apply_seq(key, instance, seq, ttl, now)
     end
   end
   if seq == 0 then
-    return true
+    return true, 0
   end
   local field = 'seq:' .. instance
   local kept = redis.call('HGET', key, field)
   local fresh = true
+  local prev = 0
   if kept then
-    local last = tonumber(string.sub(kept, 1, string.find(kept, ':', 1, true) - 1))
-    if seq <= last then
+    prev = tonumber(string.sub(kept, 1, string.find(kept, ':', 1, true) - 1))
+    if seq <= prev then
       fresh = false
-      seq = last
+      seq = prev
     end
   end
   redis.call('HSET', key, field, fmt(seq) .. ':' .. fmt(now))
-  return fresh
+  return fresh, prev
 end

@@ -7,7 +7,8 @@
 -- The entry of an instance lives ttl_us after the last report that carried the app (the limiter
 -- carries every app with a non-zero count in every report, so this matches the instance's own
 -- heartbeat).
--- Returns the in-flight total of the other live instances, as a string.
+-- Returns {the in-flight total of the other live instances, the Seq kept before this report},
+-- as strings.
 local now = now_us(ARGV[1])
 local instance = ARGV[2]
 local inflight = ARGV[4]
@@ -20,7 +21,8 @@ local seq_ttl = tonumber(ARGV[7])
 -- write renews the record's idle lifetime (the one its last lease stored, 60 s for a record
 -- without a bucket yet).
 local requests = 0
-if apply_seq(KEYS[1], instance, seq, seq_ttl, now) then
+local fresh, prev = apply_seq(KEYS[1], instance, seq, seq_ttl, now)
+if fresh then
   requests = ARGV[3]
 end
 redis.call('HINCRBY', KEYS[1], 'requests', requests)
@@ -40,4 +42,4 @@ for i = 1, #all, 2 do
   end
 end
 redis.call('PEXPIRE', KEYS[2], 60000)
-return fmt(remote)
+return { fmt(remote), fmt(prev) }
