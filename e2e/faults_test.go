@@ -45,7 +45,7 @@ const (
 // statistics, and whether Redis keeps its data through the fault (a restart without
 // persistence loses the statistics by design).
 type faultTopology struct {
-	block     string                                     // lines inside `redis { }`
+	block     string                                   // lines inside `redis { }`
 	reader    func(t *testing.T) redis.UniversalClient // a client for the statistics after the run
 	keepsData bool
 }
