@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,6 +219,9 @@ func runFault(t *testing.T, top faultTopology, row faultRow, gws []*gateway) fau
 		t.Errorf("%s: the fleet admitted %.0f of the hot app, quota allows %.0f (+5%%, the rescue bursts and a lost bucket: %.0f)",
 			row.name, res.hotAdmitted, res.hotBound, limit)
 	}
+	for _, g := range gws {
+		plainLines(t, g)
+	}
 	t.Log(res)
 	if path := os.Getenv("FAULT_TABLE"); path != "" {
 		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -227,6 +231,21 @@ func runFault(t *testing.T, top faultTopology, row faultRow, gws []*gateway) fau
 		}
 	}
 	return res
+}
+
+// plainLines fails the test if the gateway's log has lines that did not go through Caddy's
+// logger (go-redis prints plain text on stderr unless its logger is routed into Caddy's).
+func plainLines(t *testing.T, g *gateway) {
+	b, err := os.ReadFile(g.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line != "" && !strings.HasPrefix(line, "{") {
+			t.Errorf("gateway %s logged a plain-text line: %q", g.name, line)
+			return
+		}
+	}
 }
 
 // appRequests reads the requests Redis counts for an app (the statistics of its L2 record).
@@ -481,5 +500,29 @@ func TestClusterFormingAtStart(t *testing.T) {
 	res := runFault(t, top, faultRow{name: "cluster forming at start", inject: noop, heal: noop}, gws)
 	if math.IsNaN(res.hotAdmitted) {
 		t.Fatal("no result")
+	}
+}
+
+// TestValidateDoesNotDialRedis runs `caddy validate` on a config whose Redis does not answer:
+// it succeeds at once and prints nothing about Redis (it used to dial it from the sync loop
+// and the final report of the handler's cleanup, and print go-redis' dial errors).
+func TestValidateDoesNotDialRedis(t *testing.T) {
+	requireCaddy(t)
+	dir := t.TempDir()
+	site := faultSite(faultTopology{block: fmt.Sprintf("address 127.0.0.1:%d", freePort(t))})
+	path := dir + "/Caddyfile"
+	if err := os.WriteFile(path, []byte(gatewayConfig(freePort(t), freePort(t), site)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(caddyBin, "validate", "--config", path, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Valid configuration") {
+		t.Fatalf("caddy validate: %v\n%s", err, out)
+	}
+	for _, bad := range []string{"redis:", "dial tcp", "fail_open"} {
+		if strings.Contains(string(out), bad) {
+			t.Fatalf("caddy validate mentions %q:\n%s", bad, out)
+		}
 	}
 }
