@@ -526,3 +526,59 @@ func TestValidateDoesNotDialRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestNoRefusalAfterIdle is the spurious 429 of an app at a tiny share of its quota: idle past
+// lease_ttl (its tokens went back to Redis, its rate estimate decayed), then 32 concurrent
+// clients at once while Redis answers slower than the 50 ms timeout. Every request is 200.
+func TestNoRefusalAfterIdle(t *testing.T) {
+	requireCaddy(t)
+	addr, _ := redistest.Standalone(t)
+	p, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	site := fmt.Sprintf(`	rate_limit {
+		key {http.request.header.X-App-Id}
+		app big {
+			guaranteed 100000000
+			burst 100000000
+		}
+		local {
+			lease_ttl 1s
+		}
+		redis {
+			address %s
+			key_prefix idle
+		}
+	}
+	respond "ok" 200`, p.Addr())
+	g := startGateway(t, "g", site)
+	client := newClient(t, 5*time.Second, 32)
+	if resp, body, err := get(client, g.base, "/b/o", "big"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("first request: %v %v %q", err, resp, body)
+	}
+	// Idle until the lease expired: its tokens go back to Redis.
+	g.waitMetric(20*time.Second, func(v float64) bool { return v <= 1 }, "caddy_rate_limit_local_tokens", `app="big"`)
+	p.SetLatency(80 * time.Millisecond)
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	var first atomic.Value
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				resp, body, err := get(client, g.base, "/b/o", "big")
+				if err != nil || resp.StatusCode != http.StatusOK {
+					refused.Add(1)
+					first.CompareAndSwap(nil, fmt.Sprintf("%v %v %q", err, resp, body))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := refused.Load(); n != 0 {
+		t.Fatalf("%d of 640 requests of an app at a tiny share of its quota were refused; first: %v", n, first.Load())
+	}
+}

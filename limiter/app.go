@@ -92,9 +92,12 @@ func (l *Limiter) newApp(id, label string, p AppPolicy, st *appStats, isolated b
 	a := &App{l: l, id: id, label: label, stats: st, isolated: isolated}
 	a.pol.Store(newAppPolicy(p))
 	// Until a rate is measured, assume the app runs at its guaranteed rate: the first lease is
-	// then one refill horizon's worth (capped like every lease), not a single token.
-	a.rate = p.Guaranteed
-	a.rateTgt.Store(int64(math.Ceil(p.Guaranteed * 3 * cfg.SyncInterval.Seconds())))
+	// then one refill horizon's worth (capped like every lease), not a single token. No more
+	// than the rate a Reserve-sized lease covers: a larger guess buys no larger lease, and an
+	// app that never comes would keep its first lease for as long as the guess takes to decay.
+	horizon := 3 * cfg.SyncInterval.Seconds()
+	a.rate = min(p.Guaranteed, float64(cfg.Reserve)/horizon)
+	a.rateTgt.Store(min(int64(math.Ceil(p.Guaranteed*3*cfg.SyncInterval.Seconds())), cfg.Reserve))
 	a.refillAt.Store(-1 << 62)
 	return a
 }
