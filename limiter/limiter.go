@@ -39,11 +39,12 @@ type Limiter struct {
 	tickMu     sync.Mutex // serialises tick and Close
 	lastReport time.Time
 	lastRate   time.Time
-	prevIn     map[string]bool // apps with in-flight requests in the last report
-	seq        uint64          // the last report Seq used
-	pending    *reportBatch    // statistics whose report has not succeeded yet
-	acked      []ackedBatch    // statistics the Store acknowledged in the last ackWindow
-	resent     atomic.Int64    // requests whose statistics were sent again (the Store lost them)
+	prevIn     map[string]bool    // apps with in-flight requests in the last report
+	seq        uint64             // the last report Seq used
+	pending    *reportBatch       // statistics whose report has not succeeded yet
+	acked      []ackedBatch       // statistics the Store acknowledged in the last ackWindow, oldest first
+	ackedApps  map[string]ackMark // the apps of acked
+	resent     atomic.Int64       // requests whose statistics were sent again (the Store lost them)
 
 	kick    chan struct{} // early report (SyncBatch reached)
 	stop    chan struct{}
