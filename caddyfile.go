@@ -148,6 +148,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.MaxWait, err = durationArg(d)
 		case "headers":
 			h.Headers, err = enumArg(d, "legacy", "draft", "both", "off")
+		case "format":
+			h.Format, err = enumArg(d, "json", "s3")
 		case "shadow":
 			err = noArgs(d)
 			h.Shadow = true

@@ -60,6 +60,8 @@ type Handler struct {
 	MaxWait caddy.Duration `json:"max_wait,omitempty"`
 	// Which rate-limit headers to write: legacy, draft, both (default) or off.
 	Headers string `json:"headers,omitempty"`
+	// The rejection body: json (default) or s3 (S3 XML errors, 503 SlowDown, for S3 SDKs).
+	Format string `json:"format,omitempty"`
 	// Count and report decisions, never reject.
 	Shadow bool `json:"shadow,omitempty"`
 	// Return a Caddy error (for handle_errors) instead of writing the rejection body.
@@ -129,6 +131,11 @@ func (h *Handler) setup(ctx caddy.Context) error {
 		return fmt.Errorf("headers must be legacy, draft, both or off, got %q", h.Headers)
 	}
 	h.headers = mode
+	switch h.Format {
+	case "", formatJSON, formatS3:
+	default:
+		return fmt.Errorf("format must be json or s3, got %q", h.Format)
+	}
 	if h.MaxWait < 0 {
 		return fmt.Errorf("max_wait must be >= 0, got %v", time.Duration(h.MaxWait))
 	}

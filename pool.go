@@ -102,6 +102,7 @@ func (h *Handler) definition() (definition, error) {
 	shared := *h
 	shared.Cluster = lc.Cluster.ID
 	shared.Key, shared.Cost, shared.MaxWait, shared.Headers, shared.Shadow, shared.Errors = "", nil, 0, "", false, false
+	shared.Format = ""
 	fp, err := json.Marshal(shared)
 	if err != nil {
 		return def, fmt.Errorf("cluster %q: %v", lc.Cluster.ID, err)

@@ -186,7 +186,7 @@ func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
 
 // writeRejection writes the JSON body of a rejection:
 // {"error":"rate_limit_exceeded","reason":"app_exhausted","retry_after":1,"remaining":0,"cost":17}
-func writeRejection(w http.ResponseWriter, status int, o *outcome) error {
+func writeRejection(w http.ResponseWriter, r *http.Request, status int, o *outcome) error {
 	var retry int64
 	if o.rejected() {
 		retry = retrySeconds(o.retryAfter)
@@ -209,6 +209,11 @@ func writeRejection(w http.ResponseWriter, status int, o *outcome) error {
 	hdr["X-Content-Type-Options"] = o.value(func(b []byte) []byte { return append(b, "nosniff"...) })
 	// No Content-Length: net/http sets it for a body written in one piece by a handler.
 	w.WriteHeader(status)
+	if r.Method == http.MethodHead {
+		*bp = b
+		bodyPool.Put(bp)
+		return nil // a HEAD response has no body
+	}
 	_, err := w.Write(b) // Write copies b (ResponseWriter contract), so it can go back to the pool
 	*bp = b
 	bodyPool.Put(bp)

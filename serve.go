@@ -152,14 +152,17 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 	if h.Shadow {
 		return next.ServeHTTP(w, r)
 	}
-	status := statusFor(reason)
+	status := h.statusFor(reason)
 	if h.Errors {
 		return caddyhttp.Error(status, rejectionError{reason: reason})
 	}
 	if out == nil {
 		out = &outcome{result: *o}
 	}
-	return writeRejection(w, status, out)
+	if h.Format == formatS3 {
+		return writeS3Rejection(w, r, status, out)
+	}
+	return writeRejection(w, r, status, out)
 }
 
 // emit sends the rate_limit_exceeded event; building it is skipped when nothing listens.
@@ -179,8 +182,13 @@ func (h *Handler) emit(o *result) {
 // eventName is the event emitted on every rejection.
 const eventName = "rate_limit_exceeded"
 
-// statusFor maps a rejection reason to its HTTP status (DESIGN §10).
-func statusFor(r limiter.Reason) int {
+// statusFor maps a rejection reason to its HTTP status in the handler's format (docs/s3.md
+// for s3).
+func (h *Handler) statusFor(r limiter.Reason) int {
+	if h.Format == formatS3 {
+		status, _, _ := s3Error(r)
+		return status
+	}
 	switch r {
 	case limiter.ReasonInvalidAppID:
 		return http.StatusBadRequest

@@ -1,0 +1,116 @@
+package tierbucket
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// Rejection formats (the `format` option): json, the default, or s3, which answers the way S3
+// itself throttles so that S3 SDKs back off and retry on their own (docs/s3.md).
+const (
+	formatJSON = "json"
+	formatS3   = "s3"
+)
+
+// s3Error is the S3 error a rejection reason maps to: its HTTP status, code and message.
+func s3Error(r limiter.Reason) (status int, code, message string) {
+	switch r {
+	case limiter.ReasonUnknownApp:
+		return http.StatusForbidden, "AccessDenied", "Access Denied"
+	case limiter.ReasonInvalidAppID:
+		return http.StatusBadRequest, "InvalidArgument", "Invalid app id."
+	case limiter.ReasonRedisUnavailable:
+		return http.StatusServiceUnavailable, "ServiceUnavailable", "Please reduce your request rate."
+	}
+	return http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate."
+}
+
+// requestIDs numbers S3 error responses: a random per-process base plus a counter, printed as
+// 16 upper-case hex digits like S3's own request ids.
+var requestIDs = func() *atomic.Uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	n := new(atomic.Uint64)
+	n.Store(binary.BigEndian.Uint64(b[:]))
+	return n
+}()
+
+// writeS3Rejection writes a rejection as S3 does:
+// <Error><Code>SlowDown</Code><Message>…</Message><Resource>/bucket/key</Resource><RequestId>…</RequestId></Error>
+// with Retry-After (s) and x-amz-retry-after (ms) on throttles, whatever the headers mode, since
+// SDKs read them. A HEAD response has no body.
+func writeS3Rejection(w http.ResponseWriter, r *http.Request, status int, o *outcome) error {
+	_, code, message := s3Error(o.reason)
+	id := requestIDs.Add(1)
+	hdr := w.Header()
+	hdr["Content-Type"] = o.value(func(b []byte) []byte { return append(b, "application/xml"...) })
+	hdr["X-Content-Type-Options"] = o.value(func(b []byte) []byte { return append(b, "nosniff"...) })
+	hdr["X-Amz-Request-Id"] = o.value(func(b []byte) []byte { return appendHex16(b, id) })
+	if o.rejected() {
+		secs := retrySeconds(o.retryAfter)
+		if _, ok := hdr[hdrRetryAfter]; !ok {
+			hdr[hdrRetryAfter] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, secs, 10) })
+		}
+		hdr["X-Amz-Retry-After"] = o.value(func(b []byte) []byte {
+			return strconv.AppendInt(b, max(o.retryAfter.Milliseconds(), 1), 10)
+		})
+	}
+	w.WriteHeader(status)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	bp := bodyPool.Get().(*[]byte)
+	b := (*bp)[:0]
+	b = append(b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n<Error><Code>"...)
+	b = append(b, code...)
+	b = append(b, "</Code><Message>"...)
+	b = append(b, message...)
+	b = append(b, "</Message><Resource>"...)
+	b = appendXMLText(b, r.URL.Path)
+	b = append(b, "</Resource><RequestId>"...)
+	b = appendHex16(b, id)
+	b = append(b, "</RequestId></Error>\n"...)
+	_, err := w.Write(b)
+	*bp = b
+	bodyPool.Put(bp)
+	return err
+}
+
+// appendHex16 appends n as 16 upper-case hex digits.
+func appendHex16(b []byte, n uint64) []byte {
+	const digits = "0123456789ABCDEF"
+	for i := 60; i >= 0; i -= 4 {
+		b = append(b, digits[(n>>uint(i))&0xf])
+	}
+	return b
+}
+
+// appendXMLText appends s escaped for XML character data (the request path is client input).
+func appendXMLText(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '<':
+			b = append(b, "&lt;"...)
+		case '>':
+			b = append(b, "&gt;"...)
+		case '&':
+			b = append(b, "&amp;"...)
+		case '"':
+			b = append(b, "&quot;"...)
+		case '\'':
+			b = append(b, "&apos;"...)
+		default:
+			if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
+				b = append(b, "\uFFFD"...) // not allowed in XML 1.0
+				continue
+			}
+			b = append(b, c)
+		}
+	}
+	return b
+}
