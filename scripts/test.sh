@@ -4,14 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The Redis store's tests and the fleet e2e tests start their own redis-server processes.
-if ! command -v redis-server >/dev/null 2>&1; then
+# The Redis store's tests and the fleet e2e tests start their own redis-server processes; the
+# S3 end-to-end tests drive boto3.
+if ! command -v redis-server >/dev/null 2>&1 || ! python3 -c 'import boto3' >/dev/null 2>&1; then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools python3-boto3 >/dev/null
 	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
 		sudo apt-get update -qq
-		sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+		sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools python3-boto3 >/dev/null
 	else
 		echo "scripts/test.sh: redis-server is not installed and this user cannot install it;" >&2
 		echo "  the Redis tests will skip (or fail under CI=true)." >&2

@@ -1,0 +1,270 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+)
+
+// s3Server is a small in-memory S3 (path-style): create bucket, put, get, head, delete and
+// list objects. It is the backend the gateway under test protects; real S3 clients talk to it
+// through the gateway.
+type s3Server struct {
+	mu      sync.Mutex
+	buckets map[string]map[string][]byte
+}
+
+func startS3Server(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: &s3Server{buckets: map[string]map[string][]byte{}}}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
+
+func (s *s3Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	bucket, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	objs := s.buckets[bucket]
+	switch {
+	case key == "" && r.Method == http.MethodPut:
+		if objs == nil {
+			s.buckets[bucket] = map[string][]byte{}
+		}
+	case objs == nil:
+		s3Fail(w, http.StatusNotFound, "NoSuchBucket")
+	case key == "" && r.Method == http.MethodGet:
+		type content struct {
+			Key  string `xml:"Key"`
+			Size int    `xml:"Size"`
+		}
+		out := struct {
+			XMLName  xml.Name  `xml:"ListBucketResult"`
+			Name     string    `xml:"Name"`
+			KeyCount int       `xml:"KeyCount"`
+			Contents []content `xml:"Contents"`
+		}{Name: bucket}
+		var keys []string
+		for k := range objs {
+			if strings.HasPrefix(k, r.URL.Query().Get("prefix")) {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			out.Contents = append(out.Contents, content{Key: k, Size: len(objs[k])})
+		}
+		out.KeyCount = len(keys)
+		w.Header().Set("Content-Type", "application/xml")
+		xml.NewEncoder(w).Encode(out)
+	case r.Method == http.MethodPut:
+		b, _ := io.ReadAll(r.Body)
+		objs[key] = b
+		w.Header().Set("ETag", fmt.Sprintf(`"%x"`, len(b)))
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
+		b, ok := objs[key]
+		if !ok {
+			s3Fail(w, http.StatusNotFound, "NoSuchKey")
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+		w.Header().Set("ETag", fmt.Sprintf(`"%x"`, len(b)))
+		if r.Method == http.MethodGet {
+			w.Write(b)
+		}
+	case r.Method == http.MethodDelete:
+		delete(objs, key)
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		s3Fail(w, http.StatusNotImplemented, "NotImplemented")
+	}
+}
+
+func s3Fail(w http.ResponseWriter, status int, code string) {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "<Error><Code>%s</Code><Message>%s</Message></Error>", code, code)
+}
+
+// s3Gateway starts a Caddy in front of the in-memory S3 with `format s3`. The app is the
+// bucket (the first path segment), quota 200 cost tokens/s, burst 200: a PUT of a small object
+// costs 6, a GET 1.
+func s3Gateway(t *testing.T) *gateway {
+	backend := startS3Server(t)
+	site := fmt.Sprintf(`	rate_limit {
+		key {http.request.uri.path.0}
+		unknown_app reject
+		format s3
+		app photos {
+			guaranteed 200
+			burst 200
+		}
+	}
+	reverse_proxy %s`, backend)
+	return startGateway(t, "s3", site)
+}
+
+// newS3Client is an aws-sdk-go-v2 client on the gateway (path-style, static credentials).
+func newS3Client(base string, maxAttempts int) *s3.Client {
+	return s3.New(s3.Options{
+		BaseEndpoint: aws.String(base),
+		Region:       "us-east-1",
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = maxAttempts
+			o.MaxBackoff = 2 * time.Second
+			o.RateLimiter = ratelimit.None // the server's throttling is what is under test
+		}),
+	})
+}
+
+// aws-sdk-go-v2: without retries a throttled request surfaces as SlowDown/503; with its
+// standard retryer a burst well above the quota completes, the SDK backing off on its own.
+func TestS3SDKGo(t *testing.T) {
+	requireCaddy(t)
+	g := s3Gateway(t)
+	ctx := context.Background()
+	strict := newS3Client(g.base, 1)
+	if _, err := strict.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("photos")}); err != nil {
+		t.Fatalf("CreateBucket: %v", err)
+	}
+
+	// Without retries: the burst runs out and the SDK reports S3's throttle.
+	var apiErr smithy.APIError
+	var sawThrottle bool
+	for i := range 60 {
+		_, err := strict.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("photos"),
+			Key: aws.String(fmt.Sprintf("k%d", i)), Body: bytes.NewReader([]byte("x"))})
+		if err == nil {
+			continue
+		}
+		var re interface{ HTTPStatusCode() int }
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "SlowDown" || !errors.As(err, &re) || re.HTTPStatusCode() != 503 {
+			t.Fatalf("a throttled PutObject: %v, want SlowDown with status 503", err)
+		}
+		sawThrottle = true
+		break
+	}
+	if !sawThrottle {
+		t.Fatal("60 PutObject calls at once (cost 360) were never throttled (burst 200)")
+	}
+
+	// With the standard retryer: 100 PUTs and 100 GETs (cost 700, 2.5 s of quota beyond the
+	// burst) from 4 goroutines all succeed.
+	patient := newS3Client(g.base, 10)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	start := time.Now()
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				key := fmt.Sprintf("w%d-%d", w, i)
+				_, err := patient.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("photos"),
+					Key: aws.String(key), Body: bytes.NewReader([]byte("x"))})
+				if err == nil {
+					_, err = patient.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("photos"), Key: aws.String(key)})
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("with retries an error reached the application: %v", err)
+	}
+	t.Logf("aws-sdk-go-v2: 200 requests (cost 700) at a quota of 200/s completed in %v", time.Since(start).Round(10*time.Millisecond))
+}
+
+// boto3Script drives boto3 against the gateway: retries off, then standard mode.
+const boto3Script = `
+import sys, boto3, botocore
+from botocore.config import Config
+from concurrent.futures import ThreadPoolExecutor
+
+endpoint = sys.argv[1]
+def client(cfg):
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret",
+        config=Config(s3={"addressing_style": "path"}, retries=cfg))
+
+strict = client({"mode": "standard", "total_max_attempts": 1})
+strict.create_bucket(Bucket="photos")
+seen = None
+for i in range(60):
+    try:
+        strict.put_object(Bucket="photos", Key="k%d" % i, Body=b"x")
+    except botocore.exceptions.ClientError as e:
+        seen = (e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"])
+        break
+print("strict", seen)
+
+patient = client({"mode": "standard", "total_max_attempts": 10})
+def work(w):
+    for i in range(25):
+        patient.put_object(Bucket="photos", Key="w%d-%d" % (w, i), Body=b"x")
+        patient.get_object(Bucket="photos", Key="w%d-%d" % (w, i))["Body"].read()
+    return True
+with ThreadPoolExecutor(4) as ex:
+    print("patient", all(ex.map(work, range(4))))
+`
+
+// boto3: with retries off a throttled request is a ClientError SlowDown/503; in standard retry
+// mode a burst well above the quota completes with no error reaching the application.
+func TestS3SDKBoto3(t *testing.T) {
+	requireCaddy(t)
+	if err := exec.Command("python3", "-c", "import boto3").Run(); err != nil {
+		msg := "boto3 not installed (apt-get install python3-boto3)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	g := s3Gateway(t)
+	script := filepath.Join(t.TempDir(), "boto3_test.py")
+	if err := os.WriteFile(script, []byte(boto3Script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "python3", script, g.base)
+	cmd.Env = append(os.Environ(), "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("boto3: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "strict ('SlowDown', 503)") || !strings.Contains(string(out), "patient True") {
+		t.Fatalf("boto3 output:\n%s\nwant a SlowDown/503 without retries and success with standard retries", out)
+	}
+	t.Logf("boto3: %s", strings.TrimSpace(string(out)))
+}
