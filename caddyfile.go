@@ -47,6 +47,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        priority <0-3>
 //	        max_borrow <n>
 //	        max_connections <n>
+//	        warmup <duration>
 //	    }
 //	    cost {
 //	        operations s3|http
@@ -202,6 +203,8 @@ func (h *Handler) unmarshalApp(d *caddyfile.Dispenser) error {
 			a.MaxBorrow, err = floatArg(d)
 		case "max_connections":
 			a.MaxConnections, err = intArg(d)
+		case "warmup":
+			a.Warmup, err = durationArg(d)
 		default:
 			return d.Errf("app %q: unknown subdirective %q", id, name)
 		}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -138,7 +139,8 @@ func TestCaddyfileFullRoundTrip(t *testing.T) {
 		len(h.EmergencyRatios) != 4 || h.EmergencyRatios[1] != 0.6:
 		t.Errorf("top-level fields: %+v", h)
 	}
-	if a := h.Apps["alpha"]; a == nil || a.Guaranteed != 20000 || a.Burst != 40000 || a.MaxBorrow != 5000 || a.MaxConnections != 200 {
+	if a := h.Apps["alpha"]; a == nil || a.Guaranteed != 20000 || a.Burst != 40000 || a.MaxBorrow != 5000 || a.MaxConnections != 200 ||
+		time.Duration(a.Warmup) != 30*time.Second {
 		t.Errorf("app alpha: %+v", a)
 	}
 	if a := h.Apps["beta.team:prod"]; a == nil || a.Guaranteed != 500.5 || a.Priority != 2 {
@@ -173,6 +175,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"app unknown field", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tweight 3\n\t}\n}", `unknown subdirective "weight"`},
 		{"app duplicate field", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tguaranteed 2\n\t}\n}", `duplicate subdirective "guaranteed"`},
 		{"app priority range", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tpriority 4\n\t}\n}", "priority must be 0-3"},
+		{"app warmup duration", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\twarmup soon\n\t}\n}", `warmup: "soon" is not a duration`},
+		{"app warmup arguments", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\twarmup 1s 2s\n\t}\n}", "exactly one argument"},
 		{"app two ids", "rate_limit {\n\tapp a b {\n\t\tguaranteed 1\n\t}\n}", "exactly one argument"},
 		{"not a number", "rate_limit {\n\tcapacity lots\n}", `"lots" is not a number`},
 		{"NaN", "rate_limit {\n\treserved_ratio NaN\n}", "is not a number"},

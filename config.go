@@ -1,6 +1,8 @@
 package tierbucket
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -45,6 +47,33 @@ type AppConfig struct {
 	MaxBorrow float64 `json:"max_borrow,omitempty"`
 	// In-flight request limit of the app. Default: connections.app.
 	MaxConnections int64 `json:"max_connections,omitempty"`
+	// Warm-up after idleness (Guava SmoothWarmingUp, cold factor 3): an app idle for at least
+	// this long is cold; from its first request on, what L2 grants per second ramps linearly
+	// from guaranteed / 3 to guaranteed over this duration, and the stored burst is released no
+	// faster than that ramp. Default 0 (off). See limiter.AppPolicy.Warmup.
+	Warmup caddy.Duration `json:"warmup,omitempty"`
+}
+
+// UnmarshalJSON decodes an app policy strictly, as Caddy decodes module config, and names the
+// field of a duration that does not parse ("warmup: time: invalid duration ...").
+func (a *AppConfig) UnmarshalJSON(b []byte) error {
+	type plain AppConfig
+	var raw struct {
+		plain
+		Warmup json.RawMessage `json:"warmup,omitempty"` // shadows plain.Warmup
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return err
+	}
+	*a = AppConfig(raw.plain)
+	if len(raw.Warmup) > 0 {
+		if err := a.Warmup.UnmarshalJSON(raw.Warmup); err != nil {
+			return fmt.Errorf("warmup: %v", err)
+		}
+	}
+	return nil
 }
 
 // LocalConfig is the `local` block: the L3 tuning knobs. Zero fields take the limiter's
@@ -130,6 +159,7 @@ func appPolicy(id string, a *AppConfig) (limiter.AppPolicy, error) {
 		Priority:       a.Priority,
 		MaxBorrow:      a.MaxBorrow,
 		MaxConnections: a.MaxConnections,
+		Warmup:         time.Duration(a.Warmup),
 	}
 	if p.Burst == 0 {
 		p.Burst = p.Guaranteed
@@ -147,6 +177,8 @@ func appPolicy(id string, a *AppConfig) (limiter.AppPolicy, error) {
 		return p, fmt.Errorf("%s.max_borrow must be >= 0, got %v", name, p.MaxBorrow)
 	case p.MaxConnections < 0:
 		return p, fmt.Errorf("%s.max_connections must be >= 0, got %d", name, p.MaxConnections)
+	case p.Warmup < 0:
+		return p, fmt.Errorf("%s.warmup must be >= 0, got %v", name, p.Warmup)
 	}
 	return p, nil
 }

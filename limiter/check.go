@@ -69,6 +69,8 @@ func checkApp(c ClusterPolicy, app string, p AppPolicy) error {
 		return fmt.Errorf("app %q: guaranteed %v: must be a finite number > 0", app, p.Guaranteed)
 	case !finite(p.Burst) || p.Burst < p.Guaranteed || p.Burst > maxAmount:
 		return fmt.Errorf("app %q: burst %v: must be a number >= guaranteed (%v) and <= 2^53", app, p.Burst, p.Guaranteed)
+	case p.Warmup < 0:
+		return fmt.Errorf("app %q: warmup %v: must be >= 0", app, p.Warmup)
 	}
 	return nil
 }

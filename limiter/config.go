@@ -151,6 +151,8 @@ func validatePolicy(name string, p AppPolicy) error {
 		return fmt.Errorf("limiter: %s: max_borrow must be >= 0, got %v", name, p.MaxBorrow)
 	case p.MaxConnections < 0:
 		return fmt.Errorf("limiter: %s: max_connections must be >= 0, got %d", name, p.MaxConnections)
+	case p.Warmup < 0:
+		return fmt.Errorf("limiter: %s: warmup must be >= 0, got %v", name, p.Warmup)
 	}
 	return nil
 }

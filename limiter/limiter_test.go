@@ -30,6 +30,7 @@ func TestConfigValidation(t *testing.T) {
 		"guaranteed":      {func(c *Config) { c.Apps["x"] = pol(0, 5, 0) }, `app "x": guaranteed must be > 0`},
 		"priority":        {func(c *Config) { c.Apps["x"] = pol(1, 5, 4) }, `app "x": priority must be 0-3`},
 		"default missing": {func(c *Config) { c.Default = AppPolicy{} }, "app *: guaranteed must be > 0"},
+		"warmup":          {func(c *Config) { c.Apps["x"] = AppPolicy{Guaranteed: 1, Burst: 5, Warmup: -1} }, `app "x": warmup must be >= 0`},
 		"threshold":       {func(c *Config) { c.RefillThreshold = 2 }, "local.refill_threshold"},
 		"rescue ratio":    {func(c *Config) { c.RescueRatio = -1 }, "rescue ratio"},
 		"reserve":         {func(c *Config) { c.Reserve = -1 }, "local.reserve"},

@@ -24,8 +24,11 @@ import (
 //   - A Report for an app without a bucket creates a statistics-only record (Redis: HINCRBY on
 //     an absent hash); the first lease still finds a full bucket. Its idle lifetime is the one
 //     set by the app's last lease/return, or 60 s.
-//   - Idle lifetime: ceil(max(60 s, 2 × burst / guaranteed)) in µs, at most 30 days; a record
-//     is gone once now - last write >= lifetime.
+//   - Idle lifetime: ceil(max(60 s, 2 × burst / guaranteed, warmup)) in µs, at most 30 days;
+//     a record is gone once now - last write >= lifetime.
+//   - Warm-up (AppPolicy.Warmup): see memBucket.warm and memBucket.lease. Every grant records
+//     its time (last_grant), with or without a warm-up; a Return or Report never does, so a
+//     record they created is cold at its first lease.
 //   - In-flight per app: an (app, instance) entry counts while the last report that carried
 //     the app is at most InstanceTTL old (see memLedger.recordInFlight).
 //   - RemoteInFlight omits apps whose remote sum is 0 and is nil when none is left.
@@ -90,7 +93,7 @@ func (m *MemoryStore) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 	m.sweep(now)
 	b := m.bucket(memAppKey{req.Cluster.ID, req.App}, req.Policy, now)
 	b.refill(req.Policy, req.Factor, now)
-	l := b.lease(req.Policy, req.Factor, req.Want, req.Need)
+	l := b.lease(req.Policy, req.Factor, req.Want, req.Need, now)
 	b.touch(req.Policy, now)
 	return l, nil
 }
@@ -188,6 +191,10 @@ type MemoryAppState struct {
 	Borrowed float64
 	Consumed int64 // total tokens granted by leases
 	Requests int64 // total requests reported
+
+	LastGrant   time.Time // last grant or warm-up start; zero: none
+	WarmStart   time.Time // start of the warm-up stored; zero: none
+	WarmGranted int64     // granted since WarmStart
 }
 
 // AppState returns the app's L2 record as stored, without refilling it; ok is false if the
@@ -203,6 +210,12 @@ func (m *MemoryStore) AppState(cluster, app string) (s MemoryAppState, ok bool) 
 	s = MemoryAppState{Debt: b.debt, Borrowed: b.borrowed, Consumed: b.consumed, Requests: b.requests}
 	if b.hasBucket {
 		s.Tokens, s.TS = b.tokens, time.UnixMicro(b.ts)
+	}
+	if b.hasGrant {
+		s.LastGrant = time.UnixMicro(b.lastGrant)
+	}
+	if b.warming {
+		s.WarmStart, s.WarmGranted = time.UnixMicro(b.warmStart), b.warmGranted
 	}
 	return s, true
 }

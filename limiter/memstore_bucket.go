@@ -17,6 +17,13 @@ type memBucket struct {
 	requests  int64   // total reported
 	seqs      memSeqs // last applied report Seq per instance (for requests)
 
+	// Warm-up (AppPolicy.Warmup). Redis: fields last_grant, warm_start, warm_granted.
+	hasGrant    bool  // false: no grant yet (a new record, or one made by a Return or Report)
+	lastGrant   int64 // last grant, or the start of the last warm-up
+	warming     bool  // a warm-up was started and has not been seen to end
+	warmStart   int64
+	warmGranted int64 // granted since warmStart
+
 	touched int64 // last write, for idle expiry
 	ttl     int64 // idle lifetime set by the last write (Redis: PEXPIRE on every write)
 }
@@ -62,13 +69,17 @@ func (b *memBucket) refill(p AppPolicy, factor float64, now int64) {
 //
 // The spec's "avail >= need and need > 0" branch together with its "Need = 0: grant
 // min(want, avail)" rule is exactly "avail >= need" (avail is never negative), which is what
-// this implements. When granted < need: reason app_exhausted and
+// this implements. During a warm-up the grant is capped by the ramp (see warm): room < need →
+// 0, otherwise min(grant, room); remaining = min(floor(tokens), max(0, room - granted)).
+// When granted < need: reason app_exhausted and
 //
-//	retry_after_us = rate > 0 ? min(2^53, ceil((need - tokens) / rate * 1e6)) : 1e6,  rate = guaranteed × factor
+//	retry_after_us = avail < need ? bucket_us : 0,  then max(that, ramp_us) if the ramp refused,
+//	bucket_us = rate > 0 ? min(2^53, ceil((need - tokens) / rate * 1e6)) : 1e6,  rate = guaranteed × factor
 //
-// computed in this order (divide by rate, then scale to µs, then ceil). Debt is not included:
-// the spec's formula is followed literally.
-func (b *memBucket) lease(p AppPolicy, factor float64, want, need int64) Lease {
+// computed in this order (divide by rate, then scale to µs, then ceil), then capped at 2^53.
+// Debt is not included: the spec's formula is followed literally. A grant > 0 sets last_grant
+// = now and, during a warm-up, adds to warm_granted.
+func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) Lease {
 	need = min(need, int64(math.Floor(p.Burst)))
 	want = max(want, need)
 	avail := int64(math.Floor(b.tokens))
@@ -79,18 +90,94 @@ func (b *memBucket) lease(p AppPolicy, factor float64, want, need int64) Lease {
 	case avail >= need:
 		granted = avail
 	}
-	b.tokens -= float64(granted)
-	b.consumed += granted
-	l := Lease{Granted: granted, Remaining: int64(math.Floor(b.tokens))}
-	if granted < need {
-		l.Reason = ReasonAppExhausted
-		l.RetryAfter = time.Second
-		if rate := p.Guaranteed * factor; rate > 0 {
-			us := math.Min(memMaxRetryUS, math.Ceil((float64(need)-b.tokens)/rate*1e6))
-			l.RetryAfter = time.Duration(us) * time.Microsecond
+	ramping, room, rampUS := b.warm(p, factor, need, now)
+	rampRefused := false
+	if ramping {
+		if room < float64(need) {
+			granted, rampRefused = 0, true
+		} else if float64(granted) > room {
+			granted = int64(room)
 		}
 	}
+	b.tokens -= float64(granted)
+	b.consumed += granted
+	if granted > 0 {
+		b.hasGrant, b.lastGrant = true, now
+		if ramping {
+			b.warmGranted += granted
+		}
+	}
+	l := Lease{Granted: granted, Remaining: int64(math.Floor(b.tokens))}
+	if ramping {
+		l.Remaining = int64(math.Min(float64(l.Remaining), math.Max(0, room-float64(granted))))
+	}
+	if granted < need {
+		l.Reason = ReasonAppExhausted
+		var us float64
+		if avail < need {
+			us = 1e6
+			if rate := p.Guaranteed * factor; rate > 0 {
+				us = math.Min(memMaxRetryUS, math.Ceil((float64(need)-b.tokens)/rate*1e6))
+			}
+		}
+		if rampRefused {
+			us = math.Max(us, rampUS)
+		}
+		us = math.Min(memMaxRetryUS, us)
+		l.RetryAfter = time.Duration(us) * time.Microsecond
+	}
 	return l
+}
+
+// warm runs the warm-up rules of a lease (AppPolicy.Warmup) before the grant, with w = warmup
+// in µs and need already clamped to the burst:
+//
+//	w == 0 → no warm-up; a stored one is dropped
+//	no last_grant or now - last_grant >= w → cold: warm_start = last_grant = now, warm_granted = 0
+//	no warm-up stored, or now - warm_start >= w → none (a stored one is dropped)
+//	t = max(0, now - warm_start) / 1e6;  W = w / 1e6;  a = guaranteed * factor / 3
+//	allowance = max(a * t + a * t * t / W, max(need, 1))
+//	room = floor(allowance - warm_granted)
+//
+// When the ramp refuses (room < need), ramp_us is when the allowance covers warm_granted + need,
+// the root of a·x + (a/W)·x² = target, x in seconds since warm_start:
+//
+//	a > 0: x = 2 * target / (a + sqrt(a * a + 4 * (a / W) * target));  end = min(w, ceil(x * 1e6))
+//	a = 0: end = w
+//	ramp_us = max(1, end - (now - warm_start))
+//
+// Every product that is added is rounded on its own (no fused multiply-add), as in Lua.
+func (b *memBucket) warm(p AppPolicy, factor float64, need, now int64) (ramping bool, room, rampUS float64) {
+	w := p.WarmupUS()
+	if w == 0 {
+		b.warming = false
+		return false, 0, 0
+	}
+	if !b.hasGrant || now-b.lastGrant >= w {
+		b.hasGrant, b.lastGrant = true, now
+		b.warming, b.warmStart, b.warmGranted = true, now, 0
+	}
+	if !b.warming || now-b.warmStart >= w {
+		b.warming = false
+		return false, 0, 0
+	}
+	tUS := max(0, now-b.warmStart)
+	t := float64(tUS) / 1e6
+	ws := float64(w) / 1e6
+	a := p.Guaranteed * factor / 3
+	allow := float64(a*t) + float64(a*t)*t/ws
+	allow = math.Max(allow, math.Max(float64(need), 1))
+	room = math.Floor(allow - float64(b.warmGranted))
+	if room >= float64(need) {
+		return true, room, 0
+	}
+	target := float64(b.warmGranted + need)
+	end := float64(w)
+	if a > 0 {
+		x := 2 * target / (a + math.Sqrt(float64(a*a)+float64(4*(a/ws)*target)))
+		end = math.Min(end, math.Ceil(x*1e6))
+	}
+	return true, room, math.Max(1, end-float64(tUS))
 }
 
 // give adds returned tokens, never above burst. It does not refill: ts stays, so the next
@@ -99,15 +186,16 @@ func (b *memBucket) give(p AppPolicy, tokens int64) {
 	b.tokens = math.Min(p.Burst, b.tokens+float64(tokens))
 }
 
-// touch marks a write: the record lives another max(60 s, 2 × burst / guaranteed) of idleness
-// (µs, rounded up; capped at 30 days).
+// touch marks a write: the record lives another max(60 s, 2 × burst / guaranteed, warmup) of
+// idleness (µs, rounded up; capped at 30 days), so that a record is not dropped (which makes
+// the app cold) before the app has been idle for its warm-up.
 func (b *memBucket) touch(p AppPolicy, now int64) {
 	b.touched = now
 	b.ttl = memIdleTTL(p)
 }
 
 func memIdleTTL(p AppPolicy) int64 {
-	us := math.Ceil(2 * p.Burst / p.Guaranteed * 1e6)
+	us := math.Max(math.Ceil(2*p.Burst/p.Guaranteed*1e6), float64(p.WarmupUS()))
 	if !(us < float64(memMaxIdleTTL)) { // also catches NaN / +Inf
 		return memMaxIdleTTL
 	}

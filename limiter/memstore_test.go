@@ -112,11 +112,11 @@ func TestMemoryStoreStatistics(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, ok = s.AppState("c", "a")
-	want := limiter.MemoryAppState{Tokens: 65, TS: storetest.Start, Consumed: 35, Requests: 8}
-	if !ok || !st.TS.Equal(want.TS) {
+	want := limiter.MemoryAppState{Tokens: 65, TS: storetest.Start, Consumed: 35, Requests: 8, LastGrant: storetest.Start}
+	if !ok || !st.TS.Equal(want.TS) || !st.LastGrant.Equal(want.LastGrant) {
 		t.Fatalf("AppState = %+v, %v; want %+v", st, ok, want)
 	}
-	st.TS = want.TS
+	st.TS, st.LastGrant = want.TS, want.LastGrant
 	if st != want {
 		t.Fatalf("AppState = %+v, %v; want %+v", st, ok, want)
 	}

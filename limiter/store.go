@@ -16,6 +16,7 @@ type Store interface {
 	// Lease takes tokens from the app's L2 bucket after refilling it (refill pays debt first).
 	// It grants Want if the bucket holds that many, otherwise as many whole tokens as it holds
 	// if that is at least Need, otherwise nothing (Granted 0, with Reason and RetryAfter set).
+	// During an app's warm-up (AppPolicy.Warmup) the grant is further capped by the ramp.
 	Lease(ctx context.Context, req LeaseRequest) (Lease, error)
 
 	// Return gives unspent leased tokens back to the app's L2 bucket (never above burst). It
@@ -48,6 +49,31 @@ type AppPolicy struct {
 	Priority       int     // 0 (highest) … 3
 	MaxBorrow      float64 // 0 = never borrows
 	MaxConnections int64   // 0 = the connections default
+
+	// Warmup (0 = off; whole µs, rounded up) is Guava's SmoothWarmingUp with cold factor 3.
+	// An app whose last grant is Warmup or more ago (or that has none) is cold: its next lease
+	// starts a warm-up at now. While t = now - start < Warmup, the total granted since the
+	// start may not exceed allowance(t) = g/3·t + (2g/3)·t²/(2·Warmup) (t in seconds,
+	// g = Guaranteed × the lease's factor: the integral of a rate ramping linearly from g/3 to
+	// g), but never less than max(Need, 1): the first lease of a warm-up always gets its Need
+	// if the bucket holds it, so a request costing more than the ramp allows is not starved.
+	// A lease gets min(the normal grant, floor(allowance - granted so far)) if that covers
+	// Need, otherwise nothing (Reason app_exhausted, RetryAfter when both the bucket and the
+	// allowance cover Need; at most until the warm-up ends). Remaining is capped by the
+	// allowance too. Refill, burst and Return are unchanged: returned tokens do not give
+	// allowance back. The time of the last grant is kept whether or not Warmup is set, so
+	// turning it on by a reload does not make active apps cold.
+	Warmup time.Duration
+}
+
+// WarmupUS is Warmup in whole microseconds, rounded up (0: no warm-up) and at most 2^53 (so
+// that Lua's doubles hold it exactly), as both stores use it.
+func (p AppPolicy) WarmupUS() int64 {
+	us := int64(p.Warmup / time.Microsecond)
+	if p.Warmup%time.Microsecond > 0 {
+		us++
+	}
+	return min(max(us, 0), maxAmount)
 }
 
 // ClusterPolicy is the L1 policy of one cluster. Capacity 0 means there is no L1.

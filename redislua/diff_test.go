@@ -13,7 +13,7 @@ import (
 )
 
 // TestDifferential drives the memory store and the Redis store with one random sequence of
-// leases, returns, reports (numbered or not, with resent Seqs), policy changes and clock steps, and requires identical answers and
+// leases, returns, reports (numbered or not, with resent Seqs), policy changes (warm-up included) and clock steps, and requires identical answers and
 // identical stored buckets (bit for bit: both compute in IEEE doubles in the same order).
 func TestDifferential(t *testing.T) {
 	client := standaloneClient(t)
@@ -30,7 +30,9 @@ func TestDifferential(t *testing.T) {
 		// A burst below guaranteed (x 0.5) is invalid: both stores must refuse it.
 		genPolicy := func(label string) limiter.AppPolicy {
 			g := num.Draw(rt, label+"-guaranteed")
-			return limiter.AppPolicy{Guaranteed: g, Burst: g * rapid.SampledFrom([]float64{1, 1.5, 3, 10.1, 0.5}).Draw(rt, label+"-burstx")}
+			return limiter.AppPolicy{Guaranteed: g, Burst: g * rapid.SampledFrom([]float64{1, 1.5, 3, 10.1, 0.5}).Draw(rt, label+"-burstx"),
+				Warmup: rapid.SampledFrom([]time.Duration{0, 0, 1500 * time.Nanosecond, 333333 * time.Microsecond, time.Second,
+					3 * time.Second, 7 * time.Second, 40 * time.Second, time.Hour}).Draw(rt, label+"-warmup")}
 		}
 		cluster := limiter.ClusterPolicy{
 			ID:                 "c",
@@ -147,7 +149,8 @@ func sameState(a, b limiter.ClusterState) bool {
 // compareBucket requires the stored L2 records to be identical.
 func compareBucket(rt *rapid.T, step int, mem *limiter.MemoryStore, red *Store, cluster, app string) {
 	ms, ok := mem.AppState(cluster, app)
-	vals, err := red.client.HMGet(context.Background(), red.keys.l2(cluster, app), "tokens", "ts", "consumed", "requests").Result()
+	vals, err := red.client.HMGet(context.Background(), red.keys.l2(cluster, app), "tokens", "ts", "consumed", "requests",
+		"last_grant", "warm_start", "warm_granted").Result()
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -166,12 +169,20 @@ func compareBucket(rt *rapid.T, step int, mem *limiter.MemoryStore, red *Store, 
 		rs.Tokens, rs.TS = num(vals[0]), time.UnixMicro(int64(num(vals[1])))
 	}
 	rs.Consumed, rs.Requests = int64(num(vals[2])), int64(num(vals[3]))
+	if vals[4] != nil {
+		rs.LastGrant = time.UnixMicro(int64(num(vals[4])))
+	}
+	if vals[5] != nil {
+		rs.WarmStart, rs.WarmGranted = time.UnixMicro(int64(num(vals[5]))), int64(num(vals[6]))
+	}
 	redisHas := vals[0] != nil || vals[3] != nil
-	if ok != redisHas || (ok && !(ms.Tokens == rs.Tokens && ms.TS.Equal(rs.TS) && ms.Consumed == rs.Consumed && ms.Requests == rs.Requests)) {
+	if ok != redisHas || (ok && !(ms.Tokens == rs.Tokens && ms.TS.Equal(rs.TS) && ms.Consumed == rs.Consumed && ms.Requests == rs.Requests &&
+		ms.LastGrant.Equal(rs.LastGrant) && ms.WarmStart.Equal(rs.WarmStart) && ms.WarmGranted == rs.WarmGranted)) {
 		rt.Fatalf("step %d app %s: memory record %v %s, redis record %v %s", step, app, ok, fmtState(ms), redisHas, fmtState(rs))
 	}
 }
 
 func fmtState(s limiter.MemoryAppState) string {
-	return fmt.Sprintf("{tokens %v ts %d consumed %d requests %d}", s.Tokens, s.TS.UnixMicro(), s.Consumed, s.Requests)
+	return fmt.Sprintf("{tokens %v ts %d consumed %d requests %d last_grant %d warm_start %d warm_granted %d}", s.Tokens, s.TS.UnixMicro(),
+		s.Consumed, s.Requests, s.LastGrant.UnixMicro(), s.WarmStart.UnixMicro(), s.WarmGranted)
 }

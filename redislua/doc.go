@@ -8,7 +8,8 @@
 //	<prefix>:{<cluster>}:l1          HASH  usage window, emergency state, seq:<instance>
 //	<prefix>:{<cluster>}:nodes       ZSET  instance → last heartbeat (µs)
 //	<prefix>:{<cluster>}:conn        HASH  instance → cluster in-flight count
-//	<prefix>:{<cluster>/<app>}:l2    HASH  tokens, ts, debt, borrowed, consumed, requests, ttl, seq:<instance>
+//	<prefix>:{<cluster>/<app>}:l2    HASH  tokens, ts, debt, borrowed, consumed, requests, ttl, seq:<instance>,
+//	                                       last_grant, warm_start, warm_granted (limiter.AppPolicy.Warmup)
 //	<prefix>:{<cluster>/<app>}:conn  HASH  instance → "<in-flight>:<heartbeat µs>"
 //
 // The scripts follow STORE_SEMANTICS.md operation for operation, like the memory store, so that

@@ -68,7 +68,7 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 	}
 	vals, err := leaseScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
 		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), fmtFloat(req.Factor),
-		req.Want, req.Need).Slice()
+		req.Want, req.Need, req.Policy.WarmupUS()).Slice()
 	if err != nil {
 		s.failed()
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
@@ -103,7 +103,7 @@ func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
 		return nil // a no-op: no write
 	}
 	err := returnScript.Run(ctx, s.client, []string{s.keys.l2(ret.Cluster.ID, ret.App)},
-		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens).Err()
+		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens, ret.Policy.WarmupUS()).Err()
 	if err != nil {
 		s.failed()
 		return fmt.Errorf("redislua: return: %w", err)

@@ -56,7 +56,7 @@ type testCase struct {
 }
 
 func cases() []testCase {
-	return append(append(l2Cases(), l1Cases()...), seqCases()...)
+	return append(append(append(l2Cases(), l1Cases()...), seqCases()...), warmupCases()...)
 }
 
 // clock is a manual clock: time moves only through advance.

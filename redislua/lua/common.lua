@@ -15,12 +15,15 @@ local function now_us(arg)
 end
 
 -- load_l2 reads an app bucket; absent state (or a record holding only statistics) is a full bucket.
+-- The warm-up fields (nil when absent) are only written by lease.lua: last_grant (the last grant
+-- or warm-up start), warm_start and warm_granted (a warm-up in progress).
 local function load_l2(key, burst, now)
-  local v = redis.call('HMGET', key, 'tokens', 'ts', 'debt', 'borrowed')
+  local v = redis.call('HMGET', key, 'tokens', 'ts', 'debt', 'borrowed', 'last_grant', 'warm_start', 'warm_granted')
   if not v[1] then
     return { tokens = burst, ts = now, debt = 0, borrowed = 0 }
   end
-  return { tokens = tonumber(v[1]), ts = tonumber(v[2]), debt = tonumber(v[3]) or 0, borrowed = tonumber(v[4]) or 0 }
+  return { tokens = tonumber(v[1]), ts = tonumber(v[2]), debt = tonumber(v[3]) or 0, borrowed = tonumber(v[4]) or 0,
+    last_grant = tonumber(v[5]), warm_start = tonumber(v[6]), warm_granted = tonumber(v[7]) }
 end
 
 -- refill adds elapsed × guaranteed × factor, paying debt first, and clamps to burst.
@@ -42,10 +45,10 @@ local function refill(s, guaranteed, burst, factor, now)
   s.ts = math.max(s.ts, now)
 end
 
--- idle_ttl_ms is the idle lifetime of an app record: max(60 s, 2 × burst / guaranteed), at most
--- 30 days.
-local function idle_ttl_ms(burst, guaranteed)
-  local ms = math.ceil(2 * burst / guaranteed * 1000)
+-- idle_ttl_ms is the idle lifetime of an app record: max(60 s, 2 × burst / guaranteed, warmup),
+-- at most 30 days (a record must outlive the warm-up's idle time: a dropped record is cold).
+local function idle_ttl_ms(burst, guaranteed, warmup_us)
+  local ms = math.max(math.ceil(2 * burst / guaranteed * 1000), math.ceil(warmup_us / 1000))
   if not (ms < 2592000000) then
     return 2592000000
   end
@@ -54,8 +57,8 @@ end
 
 -- store_l2 writes the bucket back and renews its idle expiry. The lifetime is kept in the record
 -- too, so that a Report (which carries no policy) can renew it.
-local function store_l2(key, s, burst, guaranteed)
-  local ttl = idle_ttl_ms(burst, guaranteed)
+local function store_l2(key, s, burst, guaranteed, warmup_us)
+  local ttl = idle_ttl_ms(burst, guaranteed, warmup_us)
   redis.call('HSET', key, 'tokens', fmt(s.tokens), 'ts', fmt(s.ts), 'debt', fmt(s.debt), 'borrowed', fmt(s.borrowed),
     'ttl', ttl)
   redis.call('PEXPIRE', key, ttl)
