@@ -118,26 +118,41 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 func (h *Handler) setup(ctx caddy.Context) error {
 	h.ctx = ctx
 	h.logger = ctx.Logger()
+	def, err := h.configure()
+	if err != nil {
+		return err
+	}
+	h.state, h.release, err = acquireCluster(ctx, def, h.logger)
+	if err != nil {
+		return err
+	}
+	registerMetrics(ctx, h.logger)
+	return nil
+}
 
+// configure validates every field and builds the handler's own parts (key mode, headers, cost
+// model) and the definition of its cluster's shared state. It touches no shared state: an
+// invalid config can never reach the live buckets of a running one.
+func (h *Handler) configure() (definition, error) {
 	if h.Key == "" {
 		h.Key = DefaultKey
 	}
 	if err := validateKey(h.Key); err != nil {
-		return err
+		return definition{}, err
 	}
 	h.key, h.keyHdr = parseKey(h.Key)
 	mode, ok := parseHeaderMode(h.Headers)
 	if !ok {
-		return fmt.Errorf("headers must be legacy, draft, both or off, got %q", h.Headers)
+		return definition{}, fmt.Errorf("headers must be legacy, draft, both or off, got %q", h.Headers)
 	}
 	h.headers = mode
 	switch h.Format {
 	case "", formatJSON, formatS3:
 	default:
-		return fmt.Errorf("format must be json or s3, got %q", h.Format)
+		return definition{}, fmt.Errorf("format must be json or s3, got %q", h.Format)
 	}
 	if h.MaxWait < 0 {
-		return fmt.Errorf("max_wait must be >= 0, got %v", time.Duration(h.MaxWait))
+		return definition{}, fmt.Errorf("max_wait must be >= 0, got %v", time.Duration(h.MaxWait))
 	}
 	h.maxWait = time.Duration(h.MaxWait)
 
@@ -147,21 +162,10 @@ func (h *Handler) setup(ctx caddy.Context) error {
 	}
 	model, err := cost.New(costCfg)
 	if err != nil {
-		return err
+		return definition{}, err
 	}
 	h.model = model
-
-	def, err := h.definition()
-	if err != nil {
-		return err
-	}
-
-	h.state, h.release, err = acquireCluster(ctx, def, h.logger)
-	if err != nil {
-		return err
-	}
-	registerMetrics(ctx, h.logger)
-	return nil
+	return h.definition()
 }
 
 // Validate checks that Provision completed; every field was already validated there (see
