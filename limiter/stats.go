@@ -20,6 +20,7 @@ type AppStats struct {
 	Leases      int64
 	LeaseTokens int64
 	LocalTokens int64 // tokens held locally now
+	LocalDebt   int64 // local debt now (tokens owed, paid first by the next lease)
 }
 
 // Record counts one final decision for metrics: r is ReasonNone for an admitted request, whose
@@ -40,22 +41,26 @@ func (l *Limiter) Stats() []AppStats {
 	s := l.cur.Load()
 	out := make([]AppStats, 0, len(s.apps)+1)
 	for id, a := range s.apps {
-		out = append(out, a.stats.snapshot(id, max(a.balance.Load(), 0)))
+		b := a.balance.Load()
+		out = append(out, a.stats.snapshot(id, max(b, 0), max(-b, 0)))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })
 	if s.shared != nil {
-		held := max(s.shared.balance.Load(), 0)
+		b := s.shared.balance.Load()
+		held, debt := max(b, 0), max(-b, 0)
 		l.isoMu.RLock()
 		for _, a := range l.isolated {
-			held += max(a.balance.Load(), 0)
+			b := a.balance.Load()
+			held += max(b, 0)
+			debt += max(-b, 0)
 		}
 		l.isoMu.RUnlock()
-		out = append(out, l.unknown.snapshot("*", held))
+		out = append(out, l.unknown.snapshot("*", held, debt))
 	}
 	return out
 }
 
-func (s *appStats) snapshot(label string, held int64) AppStats {
+func (s *appStats) snapshot(label string, held, debt int64) AppStats {
 	st := AppStats{
 		Label:       label,
 		Cost:        s.cost.Load(),
@@ -63,6 +68,7 @@ func (s *appStats) snapshot(label string, held int64) AppStats {
 		Leases:      s.leases.Load(),
 		LeaseTokens: s.leaseTokens.Load(),
 		LocalTokens: held,
+		LocalDebt:   debt,
 	}
 	for i := range st.Requests {
 		st.Requests[i] = s.requests[i].Load()

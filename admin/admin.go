@@ -1,0 +1,182 @@
+// Package admin is the rate_limit handler's part of Caddy's admin API: the admin.api.rate_limit
+// module, whose routes (under /rate_limit/) show this process's clusters, apps, in-flight
+// counts and emergency state. It is read-only: nothing here changes any state. Caddy's admin
+// endpoint serves it with its own access control (listen address, origin checks, remote admin).
+//
+// The root package provides the data: it installs the function listing its live clusters with
+// SetSource. This package never imports the root.
+package admin
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+func init() {
+	caddy.RegisterModule(API{})
+}
+
+// Cluster is one cluster's shared state as this process holds it.
+type Cluster interface {
+	// ID is the cluster id.
+	ID() string
+	// Store is "memory" (the embedded store) or "redis".
+	Store() string
+	// Limiter is the cluster's L3 tier: buckets, statistics, L1's last known state.
+	Limiter() *limiter.Limiter
+	// Connections is the cluster's in-flight counter.
+	Connections() *connlimit.Counter
+}
+
+// PreAppCounter may be implemented by a Cluster that counts decisions taken before there is an
+// app to record them on (an invalid app id; an unknown app with unknown_app reject). They are
+// shown under the app "*", as in the metrics.
+type PreAppCounter interface {
+	PreAppRejections() (invalidAppID, unknownApp int64)
+}
+
+var installed atomic.Pointer[func() []Cluster]
+
+// SetSource installs the function listing this process's live clusters (called by the root's
+// init). f must be safe for concurrent use; nil uninstalls it.
+func SetSource(f func() []Cluster) {
+	if f == nil {
+		installed.Store(nil)
+		return
+	}
+	installed.Store(&f)
+}
+
+// liveClusters calls the installed source (none: no clusters).
+func liveClusters() []Cluster {
+	if f := installed.Load(); f != nil {
+		return (*f)()
+	}
+	return nil
+}
+
+// API is the admin.api.rate_limit module: Caddy instantiates it when it starts its admin
+// endpoint and serves its Routes.
+type API struct {
+	// source, when set, replaces the installed source (tests).
+	source func() []Cluster
+}
+
+// CaddyModule returns the Caddy module information.
+func (API) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.rate_limit",
+		New: func() caddy.Module { return new(API) },
+	}
+}
+
+// The JSON views. Field names are the Caddyfile/JSON config names where there is one
+// (guaranteed, burst, priority, max_borrow, max_connections, warmup, capacity), snake_case
+// otherwise.
+
+// ClusterView is GET /rate_limit/: this instance's view of one cluster.
+type ClusterView struct {
+	Cluster       string        `json:"cluster"`
+	Instance      string        `json:"instance"` // this process's id in the fleet
+	Store         string        `json:"store"`    // "memory" or "redis"
+	Capacity      float64       `json:"capacity"` // L1 rate, cost tokens/s; 0 = no cluster limit
+	UnknownApp    string        `json:"unknown_app"`
+	Degradation   LevelView     `json:"degradation_level"`
+	Usage         float64       `json:"usage"`   // L1 usage: fleet-wide admitted cost per second / capacity
+	Factors       []float64     `json:"factors"` // L1's refill factor per priority, index = priority
+	Emergency     EmergencyView `json:"emergency"`
+	LiveInstances int           `json:"live_instances"`
+	LocalHitRatio float64       `json:"local_hit_ratio"` // admitted from local tokens / admitted
+	Leases        int64         `json:"leases"`
+	LeaseTokens   int64         `json:"lease_tokens"`
+	StoreLatency  float64       `json:"store_latency_seconds"` // moving average of Store calls
+}
+
+// LevelView is a degradation level: normal 0, mild 1, significant 2, fail_open 3.
+type LevelView struct {
+	Name   string `json:"name"`
+	Number int    `json:"number"`
+}
+
+// EmergencyView is L1's emergency state as of the last successful report (GET
+// /rate_limit/emergency, and part of GET /rate_limit/).
+type EmergencyView struct {
+	Active bool       `json:"active"`
+	Source string     `json:"source"` // "auto" (L1's usage threshold) while active, else ""
+	Reason string     `json:"reason"`
+	Until  *time.Time `json:"until"` // null: until L1 leaves it
+}
+
+// AppsView is GET /rate_limit/apps.
+type AppsView struct {
+	Cluster string    `json:"cluster"`
+	Apps    []AppView `json:"apps"`
+}
+
+// AppView is one app (GET /rate_limit/apps/<id>): a configured app, or "*", every unknown app
+// together (their shared bucket and the isolated ones).
+type AppView struct {
+	ID     string      `json:"id"`
+	Policy *PolicyView `json:"policy"` // null for "*" with unknown_app reject (no bucket)
+	Source string      `json:"source"` // where the policy comes from: "caddyfile" (the config)
+
+	LocalTokens int64        `json:"local_tokens"`
+	LocalDebt   int64        `json:"local_debt"`
+	Requests    RequestsView `json:"requests"`
+	Cost        int64        `json:"cost"` // admitted cost, settled
+	LocalHits   int64        `json:"local_hits"`
+	Leases      int64        `json:"leases"`
+	LeaseTokens int64        `json:"lease_tokens"`
+
+	InFlight            int64 `json:"in_flight"` // on this instance
+	Peak                int64 `json:"peak"`
+	ConnectionsRejected int64 `json:"connections_rejected"` // by the app's own max_connections
+	Leaked              int64 `json:"leaked"`
+}
+
+// PolicyView is an app's effective policy, defaults applied.
+type PolicyView struct {
+	Guaranteed     float64 `json:"guaranteed"`
+	Burst          float64 `json:"burst"`
+	Priority       int     `json:"priority"`
+	MaxBorrow      float64 `json:"max_borrow"`
+	MaxConnections int64   `json:"max_connections"`
+	Warmup         string  `json:"warmup"` // a Caddy duration ("0s": off)
+}
+
+// RequestsView counts final decisions: admitted, rejected, and the rejections by reason
+// (reasons with no rejection are left out).
+type RequestsView struct {
+	Allowed  int64            `json:"allowed"`
+	Rejected int64            `json:"rejected"`
+	Reasons  map[string]int64 `json:"reasons"`
+}
+
+// ConnectionsView is GET /rate_limit/connections.
+type ConnectionsView struct {
+	Cluster string           `json:"cluster"`
+	Total   ConnectionView   `json:"total"` // the cluster's own count and limit
+	Apps    []ConnectionView `json:"apps"`
+}
+
+// ConnectionView is one scope's in-flight figures on this instance.
+type ConnectionView struct {
+	App      string `json:"app,omitempty"` // absent for the cluster total
+	Current  int64  `json:"current"`
+	Peak     int64  `json:"peak"`
+	Limit    int64  `json:"limit"`
+	Remote   int64  `json:"remote"` // in flight on the other live instances (their last reports)
+	Rejected int64  `json:"rejected"`
+	Leaked   int64  `json:"leaked"`
+}
+
+// Interface guards.
+var (
+	_ caddy.Module      = (*API)(nil)
+	_ caddy.AdminRouter = (*API)(nil)
+)

@@ -1,0 +1,365 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// prefix is the subtree of the admin endpoint that this module serves.
+const prefix = "/rate_limit/"
+
+// wildcardApp is the app under which every unknown app is shown (as in the metrics).
+const wildcardApp = "*"
+
+// policySource is where every policy comes from in this read-only API: the loaded config.
+const policySource = "caddyfile"
+
+// Routes returns the one route of the module: the /rate_limit/ subtree, dispatched by serve.
+//
+//	GET /rate_limit/                 ClusterView
+//	GET /rate_limit/apps             AppsView
+//	GET /rate_limit/apps/<id>        AppView
+//	GET /rate_limit/connections      ConnectionsView
+//	GET /rate_limit/emergency        EmergencyView
+//
+// Every route takes ?cluster=<id>, which may be omitted when this process runs exactly one
+// cluster.
+func (a API) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: prefix, Handler: caddy.AdminHandlerFunc(a.serve)}}
+}
+
+// view builds one route's response from the selected cluster.
+type view func(c Cluster) (any, error)
+
+// serve dispatches a request below /rate_limit/: unknown path 404, a method other than GET
+// 405 (with Allow), then the cluster selection (400/404), then the route itself.
+func (a API) serve(w http.ResponseWriter, r *http.Request) error {
+	rest, _ := strings.CutPrefix(r.URL.Path, prefix) // the route's pattern: always there
+	var v view
+	switch {
+	case rest == "" && strings.HasPrefix(r.URL.Path, prefix):
+		v = func(c Cluster) (any, error) { return clusterView(c), nil }
+	case rest == "apps" || rest == "apps/":
+		v = func(c Cluster) (any, error) { return AppsView{Cluster: c.ID(), Apps: appViews(c)}, nil }
+	case strings.HasPrefix(rest, "apps/"):
+		id := strings.TrimPrefix(rest, "apps/")
+		v = func(c Cluster) (any, error) { return appView(c, id) }
+	case rest == "connections":
+		v = func(c Cluster) (any, error) { return connectionsView(c), nil }
+	case rest == "emergency":
+		v = func(c Cluster) (any, error) { return emergencyView(c.Limiter().State()), nil }
+	}
+	if v == nil {
+		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sconnections, %semergency)",
+			r.URL.Path, prefix, prefix, prefix)
+	}
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s: the rate_limit admin API is read-only (GET)",
+			r.Method, r.URL.Path)
+	}
+	c, err := a.selectCluster(r.URL.Query().Get("cluster"))
+	if err != nil {
+		return err
+	}
+	body, err := v(c)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, body)
+}
+
+func apiError(status int, format string, args ...any) error {
+	return caddy.APIError{HTTPStatus: status, Err: fmt.Errorf(format, args...)}
+}
+
+// writeJSON encodes v completely before writing anything, so that an encoding error can still
+// be answered with a status.
+func writeJSON(w http.ResponseWriter, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+	return nil
+}
+
+// clusters lists the live clusters, one per id, sorted by id. While a reload moves a cluster id
+// to another Store, both states are live for a moment: the first by Store name is shown.
+func (a API) clusters() []Cluster {
+	list := a.source
+	if list == nil {
+		list = liveClusters
+	}
+	var all []Cluster
+	for _, c := range list() {
+		if c != nil && c.Limiter() != nil && c.Connections() != nil {
+			all = append(all, c)
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		if all[i].ID() != all[j].ID() {
+			return all[i].ID() < all[j].ID()
+		}
+		return all[i].Store() < all[j].Store()
+	})
+	out := all[:0]
+	for _, c := range all {
+		if len(out) == 0 || out[len(out)-1].ID() != c.ID() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// selectCluster returns the cluster named by ?cluster=id; id "" selects the only cluster.
+func (a API) selectCluster(id string) (Cluster, error) {
+	all := a.clusters()
+	ids := make([]string, len(all))
+	for i, c := range all {
+		ids[i] = strconv.Quote(c.ID())
+	}
+	if id == "" {
+		switch len(all) {
+		case 0:
+			return nil, apiError(http.StatusNotFound, "no rate_limit cluster is running in this process")
+		case 1:
+			return all[0], nil
+		}
+		return nil, apiError(http.StatusBadRequest, "this process runs %d rate_limit clusters: choose one with ?cluster=<id> (%s)",
+			len(all), strings.Join(ids, ", "))
+	}
+	for _, c := range all {
+		if c.ID() == id {
+			return c, nil
+		}
+	}
+	if len(all) == 0 {
+		return nil, apiError(http.StatusNotFound, "unknown cluster %q: no rate_limit cluster is running in this process", id)
+	}
+	return nil, apiError(http.StatusNotFound, "unknown cluster %q (this process runs %s)", id, strings.Join(ids, ", "))
+}
+
+// num makes a float encodable: JSON has no NaN or infinities.
+func num(f float64) float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
+	}
+	return f
+}
+
+// clusterView is GET /rate_limit/.
+func clusterView(c Cluster) ClusterView {
+	lim := c.Limiter()
+	cfg := lim.Config()
+	st := lim.State()
+	level := lim.Level()
+	v := ClusterView{
+		Cluster:       c.ID(),
+		Instance:      cfg.Instance,
+		Store:         c.Store(),
+		Capacity:      num(cfg.Cluster.Capacity),
+		UnknownApp:    cfg.UnknownApp.String(),
+		Degradation:   LevelView{Name: level.String(), Number: int(level)},
+		Usage:         num(st.Usage),
+		Factors:       make([]float64, len(st.Factors)),
+		Emergency:     emergencyView(st),
+		LiveInstances: st.LiveInstances,
+		StoreLatency:  lim.Latency().Seconds(),
+	}
+	for i, f := range st.Factors {
+		v.Factors[i] = num(f)
+	}
+	var admitted, hits int64
+	for _, s := range lim.Stats() {
+		admitted += s.Requests[limiter.ReasonNone]
+		hits += s.LocalHits
+		v.Leases += s.Leases
+		v.LeaseTokens += s.LeaseTokens
+	}
+	if admitted > 0 {
+		v.LocalHitRatio = min(float64(hits)/float64(admitted), 1)
+	}
+	return v
+}
+
+// emergencyView is L1's emergency state from the last successful report. The only source so
+// far is L1's own usage threshold ("auto").
+func emergencyView(st limiter.ClusterState) EmergencyView {
+	e := EmergencyView{Active: st.Emergency, Reason: st.EmergencyReason}
+	if st.Emergency {
+		e.Source = "auto"
+	}
+	if !st.EmergencyUntil.IsZero() {
+		u := st.EmergencyUntil.UTC()
+		e.Until = &u
+	}
+	return e
+}
+
+// appViews is every configured app, sorted by id, then "*".
+func appViews(c Cluster) []AppView {
+	lim, counter := c.Limiter(), c.Connections()
+	cfg := lim.Config()
+	stats := statsByLabel(c)
+	conns := connsByApp(counter)
+	ids := make([]string, 0, len(cfg.Apps))
+	for id := range cfg.Apps {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]AppView, 0, len(ids)+1)
+	for _, id := range ids {
+		p := cfg.Apps[id]
+		out = append(out, newAppView(id, &p, stats[id], conns[id], counter))
+	}
+	var star *limiter.AppPolicy
+	if cfg.UnknownApp != limiter.UnknownReject {
+		star = &cfg.Default
+	}
+	return append(out, newAppView(wildcardApp, star, stats[wildcardApp], conns[wildcardApp], counter))
+}
+
+// appView is GET /rate_limit/apps/<id>: a configured app or "*".
+func appView(c Cluster, id string) (AppView, error) {
+	for _, v := range appViews(c) {
+		if v.ID == id {
+			return v, nil
+		}
+	}
+	return AppView{}, apiError(http.StatusNotFound, "unknown app %q in cluster %q (unknown apps are shown as %q)",
+		id, c.ID(), wildcardApp)
+}
+
+// statsByLabel is the limiter's statistics by label, with the decisions the root takes before
+// there is an app (invalid id, unknown app rejected) added to "*".
+func statsByLabel(c Cluster) map[string]limiter.AppStats {
+	m := map[string]limiter.AppStats{}
+	for _, s := range c.Limiter().Stats() {
+		m[s.Label] = s
+	}
+	if pc, ok := c.(PreAppCounter); ok {
+		invalid, unknown := pc.PreAppRejections()
+		s := m[wildcardApp]
+		s.Label = wildcardApp
+		s.Requests[limiter.ReasonInvalidAppID] += invalid
+		s.Requests[limiter.ReasonUnknownApp] += unknown
+		m[wildcardApp] = s
+	}
+	return m
+}
+
+// connsByApp is the counter's per-app figures by app id.
+func connsByApp(counter *connlimit.Counter) map[string]connlimit.Stats {
+	m := map[string]connlimit.Stats{}
+	for _, s := range counter.Snapshot() {
+		if s.App != "" {
+			m[s.App] = s
+		}
+	}
+	return m
+}
+
+// maxConnections is an app's effective in-flight limit: its own, or connections.app.
+func maxConnections(id string, p limiter.AppPolicy, counter *connlimit.Counter) int64 {
+	if p.MaxConnections > 0 {
+		return p.MaxConnections
+	}
+	limit, _ := counter.Limits(id, 0)
+	return limit
+}
+
+func newAppView(id string, p *limiter.AppPolicy, s limiter.AppStats, cs connlimit.Stats, counter *connlimit.Counter) AppView {
+	v := AppView{
+		ID:                  id,
+		Source:              policySource,
+		LocalTokens:         s.LocalTokens,
+		LocalDebt:           s.LocalDebt,
+		Requests:            RequestsView{Allowed: s.Requests[limiter.ReasonNone], Reasons: map[string]int64{}},
+		Cost:                s.Cost,
+		LocalHits:           s.LocalHits,
+		Leases:              s.Leases,
+		LeaseTokens:         s.LeaseTokens,
+		InFlight:            cs.Current,
+		Peak:                cs.Peak,
+		ConnectionsRejected: cs.Rejected,
+		Leaked:              cs.Leaked,
+	}
+	for r, n := range s.Requests {
+		if reason := limiter.Reason(r); reason != limiter.ReasonNone && n != 0 {
+			v.Requests.Rejected += n
+			v.Requests.Reasons[reason.String()] = n
+		}
+	}
+	if p != nil {
+		v.Policy = &PolicyView{
+			Guaranteed:     num(p.Guaranteed),
+			Burst:          num(p.Burst),
+			Priority:       p.Priority,
+			MaxBorrow:      num(p.MaxBorrow),
+			MaxConnections: maxConnections(id, *p, counter),
+			Warmup:         p.Warmup.String(),
+		}
+	}
+	return v
+}
+
+// connectionsView is GET /rate_limit/connections: the cluster's total, then every configured
+// app, "*", and any other app the counter still holds (one removed by a reload, say).
+func connectionsView(c Cluster) ConnectionsView {
+	lim, counter := c.Limiter(), c.Connections()
+	cfg := lim.Config()
+	snap := counter.Snapshot()
+	v := ConnectionsView{Cluster: c.ID(), Apps: []ConnectionView{}}
+	byApp := map[string]connlimit.Stats{}
+	for _, s := range snap {
+		if s.App == "" {
+			v.Total = connectionView(s)
+		} else {
+			byApp[s.App] = s
+		}
+	}
+	ids := make([]string, 0, len(cfg.Apps))
+	for id := range cfg.Apps {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	add := func(id string, limit int64) {
+		s := byApp[id]
+		delete(byApp, id)
+		s.App = id
+		s.Limit = limit // the policy in force (the counter keeps the last one a request applied)
+		v.Apps = append(v.Apps, connectionView(s))
+	}
+	for _, id := range ids {
+		add(id, maxConnections(id, cfg.Apps[id], counter))
+	}
+	if _, seen := byApp[wildcardApp]; seen || cfg.UnknownApp != limiter.UnknownReject {
+		add(wildcardApp, maxConnections(wildcardApp, cfg.Default, counter))
+	}
+	rest := make([]string, 0, len(byApp))
+	for id := range byApp {
+		rest = append(rest, id)
+	}
+	sort.Strings(rest)
+	for _, id := range rest {
+		v.Apps = append(v.Apps, connectionView(byApp[id]))
+	}
+	return v
+}
+
+func connectionView(s connlimit.Stats) ConnectionView {
+	return ConnectionView{App: s.App, Current: s.Current, Peak: s.Peak, Limit: s.Limit,
+		Remote: s.Remote, Rejected: s.Rejected, Leaked: s.Leaked}
+}
