@@ -1,6 +1,8 @@
 // Package admin is the rate_limit handler's part of Caddy's admin API: the admin.api.rate_limit
 // module, whose routes (under /rate_limit/) show this process's clusters, apps, in-flight
-// counts and emergency state. It is read-only: nothing here changes any state. Caddy's admin
+// counts and emergency state. The only state it changes is the operator emergency (POST
+// /rate_limit/emergency/activate and /deactivate), fleet-wide through the cluster's Store;
+// every change is logged and emitted as the rate_limit_config_changed event. Caddy's admin
 // endpoint serves it with its own access control (listen address, origin checks, remote admin).
 //
 // The root package provides the data: it installs the function listing its live clusters with
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+	"go.uber.org/zap"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
@@ -65,6 +69,35 @@ func liveClusters() []Cluster {
 type API struct {
 	// source, when set, replaces the installed source (tests).
 	source func() []Cluster
+
+	ctx    caddy.Context
+	logger *zap.Logger      // nil: Caddy's default logger (tests)
+	events *caddyevents.App // nil: no events (tests, or no events app)
+}
+
+// Provision keeps the module's logger and Caddy's events app (for rate_limit_config_changed).
+// Without an events app (a bare context) the API works and emits nothing.
+func (a *API) Provision(ctx caddy.Context) error {
+	a.ctx = ctx
+	a.logger = ctx.Logger()
+	a.events = eventsApp(ctx, a.logger)
+	return nil
+}
+
+// eventsApp is ctx's events app, or nil when there is none.
+func eventsApp(ctx caddy.Context, log *zap.Logger) (app *caddyevents.App) {
+	defer func() {
+		if r := recover(); r != nil { // a context without a config (unit tests)
+			app = nil
+		}
+	}()
+	v, err := ctx.App("events")
+	if err != nil {
+		log.Warn("rate_limit admin API: no events app: changes are logged but not emitted as events", zap.Error(err))
+		return nil
+	}
+	app, _ = v.(*caddyevents.App)
+	return app
 }
 
 // CaddyModule returns the Caddy module information.
@@ -107,9 +140,9 @@ type LevelView struct {
 // /rate_limit/emergency, and part of GET /rate_limit/).
 type EmergencyView struct {
 	Active bool       `json:"active"`
-	Source string     `json:"source"` // "auto" (L1's usage threshold) while active, else ""
-	Reason string     `json:"reason"`
-	Until  *time.Time `json:"until"` // null: until L1 leaves it
+	Source string     `json:"source"` // "operator" (the admin API) or "auto" (L1's usage threshold) while active, else ""
+	Reason string     `json:"reason"` // the operator's reason; "auto" for L1's own
+	Until  *time.Time `json:"until"`  // the operator emergency's end; null: until deactivated / L1 leaves it
 }
 
 // AppsView is GET /rate_limit/apps.
@@ -178,5 +211,6 @@ type ConnectionView struct {
 // Interface guards.
 var (
 	_ caddy.Module      = (*API)(nil)
+	_ caddy.Provisioner = (*API)(nil)
 	_ caddy.AdminRouter = (*API)(nil)
 )

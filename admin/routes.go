@@ -21,16 +21,18 @@ const prefix = "/rate_limit/"
 // wildcardApp is the app under which every unknown app is shown (as in the metrics).
 const wildcardApp = "*"
 
-// policySource is where every policy comes from in this read-only API: the loaded config.
+// policySource is where every policy comes from: the loaded config (the API changes no policy).
 const policySource = "caddyfile"
 
 // Routes returns the one route of the module: the /rate_limit/ subtree, dispatched by serve.
 //
-//	GET /rate_limit/                 ClusterView
-//	GET /rate_limit/apps             AppsView
-//	GET /rate_limit/apps/<id>        AppView
-//	GET /rate_limit/connections      ConnectionsView
-//	GET /rate_limit/emergency        EmergencyView
+//	GET  /rate_limit/                        ClusterView
+//	GET  /rate_limit/apps                    AppsView
+//	GET  /rate_limit/apps/<id>               AppView
+//	GET  /rate_limit/connections             ConnectionsView
+//	GET  /rate_limit/emergency               EmergencyView
+//	POST /rate_limit/emergency/activate      {"reason": "…", "duration": "5m"} → EmergencyView
+//	POST /rate_limit/emergency/deactivate    (no body, or {}) → EmergencyView
 //
 // Every route takes ?cluster=<id>, which may be omitted when this process runs exactly one
 // cluster.
@@ -41,11 +43,15 @@ func (a API) Routes() []caddy.AdminRoute {
 // view builds one route's response from the selected cluster.
 type view func(c Cluster) (any, error)
 
-// serve dispatches a request below /rate_limit/: unknown path 404, a method other than GET
-// 405 (with Allow), then the cluster selection (400/404), then the route itself.
+// action is a POST route: it changes the selected cluster's state and returns the response.
+type action func(w http.ResponseWriter, r *http.Request, c Cluster) (any, error)
+
+// serve dispatches a request below /rate_limit/: unknown path 404, a method the route does not
+// take 405 (with Allow), then the cluster selection (400/404), then the route itself.
 func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 	rest, _ := strings.CutPrefix(r.URL.Path, prefix) // the route's pattern: always there
 	var v view
+	var act action
 	switch {
 	case rest == "" && strings.HasPrefix(r.URL.Path, prefix):
 		v = func(c Cluster) (any, error) { return clusterView(c), nil }
@@ -58,21 +64,36 @@ func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 		v = func(c Cluster) (any, error) { return connectionsView(c), nil }
 	case rest == "emergency":
 		v = func(c Cluster) (any, error) { return emergencyView(c.Limiter().State()), nil }
+	case rest == "emergency/activate":
+		act = a.activate
+	case rest == "emergency/deactivate":
+		act = a.deactivate
 	}
-	if v == nil {
+	if v == nil && act == nil {
 		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sconnections, %semergency)",
 			r.URL.Path, prefix, prefix, prefix)
 	}
-	if r.Method != http.MethodGet {
+	if act != nil {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s: it changes state (POST)",
+				r.Method, r.URL.Path)
+		}
+	} else if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
-		return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s: the rate_limit admin API is read-only (GET)",
+		return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s: this route is read-only (GET)",
 			r.Method, r.URL.Path)
 	}
 	c, err := a.selectCluster(r.URL.Query().Get("cluster"))
 	if err != nil {
 		return err
 	}
-	body, err := v(c)
+	var body any
+	if act != nil {
+		body, err = act(w, r, c)
+	} else {
+		body, err = v(c)
+	}
 	if err != nil {
 		return err
 	}
@@ -194,12 +215,16 @@ func clusterView(c Cluster) ClusterView {
 	return v
 }
 
-// emergencyView is L1's emergency state from the last successful report. The only source so
-// far is L1's own usage threshold ("auto").
+// emergencyView is L1's emergency state from the last successful report: the operator's
+// (source "operator", POST /rate_limit/emergency/activate) or L1's own usage threshold
+// ("auto"; also for a Store that does not name the source).
 func emergencyView(st limiter.ClusterState) EmergencyView {
 	e := EmergencyView{Active: st.Emergency, Reason: st.EmergencyReason}
 	if st.Emergency {
-		e.Source = "auto"
+		e.Source = st.EmergencySource
+		if e.Source == "" {
+			e.Source = limiter.EmergencySourceAuto
+		}
 	}
 	if !st.EmergencyUntil.IsZero() {
 		u := st.EmergencyUntil.UTC()

@@ -33,7 +33,14 @@ import (
 //     the app is at most InstanceTTL old (see memLedger.recordInFlight).
 //   - RemoteInFlight omits apps whose remote sum is 0 and is nil when none is left.
 //   - Leaving the automatic emergency clears its reason; EmergencyReason is "" outside an
-//     emergency. EmergencyUntil is always zero (the Store has no operator emergency yet).
+//     emergency. The automatic emergency reports EmergencySource "auto", reason "auto" and no
+//     EmergencyUntil.
+//   - The operator emergency (SetEmergency) is kept per cluster ledger beside the automatic
+//     one (Redis: fields op_active, op_reason, op_until_us of the :l1 hash; until in whole µs,
+//     0 = until deactivated). It ends at the first Report or SetEmergency whose now >= until
+//     (an active one set with until <= now is not set). While in force every Report answers
+//     Emergency, EmergencySource "operator", its reason and until, and factors = the ratios,
+//     with or without L1; the automatic state is still updated underneath.
 //   - Report.Seq (idempotent reports): an instance's last applied Seq is kept per cluster
 //     ledger (Redis: field "seq:<instance>" of the :l1 hash, written even without L1) and per
 //     app record (field "seq:<instance>" of the :l2 hash), with the time of the instance's last
@@ -172,12 +179,36 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now)
 		st.Emergency = l.emergency
 		if l.emergency {
-			st.EmergencyReason = l.reason
+			st.EmergencySource, st.EmergencyReason = EmergencySourceAuto, l.reason
+		}
+	}
+	// 5b. operator emergency: wins over the automatic one (which goes on beside it), also
+	// without L1.
+	if l.operator(now) {
+		st.Emergency, st.EmergencySource, st.EmergencyReason = true, EmergencySourceOperator, l.opReason
+		if l.opUntil != 0 {
+			st.EmergencyUntil = time.UnixMicro(l.opUntil)
 		}
 	}
 	// 6. factors.
 	st.Factors = Factors(rep.Cluster, st.Usage, st.Emergency)
 	return st, nil
+}
+
+// SetEmergency sets or clears the cluster's operator emergency (see Store.SetEmergency).
+func (m *MemoryStore) SetEmergency(ctx context.Context, cluster ClusterPolicy, e Emergency) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := ValidateEmergency(cluster, e); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.nowUS()
+	m.sweep(now)
+	m.ledger(cluster.ID).setOperator(e, now)
+	return nil
 }
 
 // Close is a no-op: the MemoryStore holds no external resources.

@@ -10,6 +10,12 @@ type memLedger struct {
 	reason    string
 	calmSince int64 // 0: not calm
 
+	// The operator emergency (Store.SetEmergency; Redis: op_active, op_reason, op_until_us in
+	// the :l1 hash), kept beside the automatic one.
+	opActive bool
+	opReason string
+	opUntil  int64 // µs; 0: until deactivated
+
 	seqs    memSeqs                           // instance → last applied report Seq
 	nodes   map[string]int64                  // instance → last heartbeat
 	conn    map[string]int64                  // instance → cluster in-flight
@@ -164,6 +170,29 @@ func (l *memLedger) updateEmergency(u, thr float64, now int64) {
 			l.emergency, l.reason, l.calmSince = false, "", 0
 		}
 	}
+}
+
+// setOperator is SetEmergency: an active emergency whose end is not after now is not set (the
+// operator emergency is cleared, as by an inactive one).
+func (l *memLedger) setOperator(e Emergency, now int64) {
+	var until int64
+	if e.Active && !e.Until.IsZero() {
+		until = e.Until.UnixMicro()
+	}
+	if !e.Active || (until != 0 && until <= now) {
+		l.opActive, l.opReason, l.opUntil = false, "", 0
+		return
+	}
+	l.opActive, l.opReason, l.opUntil = true, e.Reason, until
+}
+
+// operator is Report step 5b: it clears an operator emergency that has ended (now >= until)
+// and reports whether one is in force.
+func (l *memLedger) operator(now int64) bool {
+	if l.opActive && l.opUntil != 0 && now >= l.opUntil {
+		l.opActive, l.opReason, l.opUntil = false, "", 0
+	}
+	return l.opActive
 }
 
 // Factors returns L1's refill factor per priority (DESIGN §5, STORE_SEMANTICS Report step 6):

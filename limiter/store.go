@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -28,6 +29,16 @@ type Store interface {
 	// debits tokens (they were debited at lease time). It refreshes the instance's heartbeat,
 	// feeds L1's usage window, records the instance's in-flight counts, and returns L1's state.
 	Report(ctx context.Context, rep Report) (ClusterState, error)
+
+	// SetEmergency sets (Active) or clears (not Active) the cluster's operator emergency,
+	// fleet-wide. While it is set and not expired (Until zero, or the Store's now before
+	// Until), every Report answers Emergency with EmergencySource "operator", its Reason and
+	// Until, and the cluster's emergency ratios as factors, with or without L1 (Capacity 0).
+	// An expired one is cleared by the next Report; one whose Until is not after the Store's
+	// now when it is set is not set at all (the operator emergency is cleared). The automatic
+	// emergency of L1 is kept and updated beside it, and reported again once it is gone.
+	// Setting a new one replaces the old one.
+	SetEmergency(ctx context.Context, cluster ClusterPolicy, e Emergency) error
 
 	// Close releases the Store's resources.
 	Close() error
@@ -83,6 +94,30 @@ type ClusterPolicy struct {
 	ReservedRatio      float64 // default 0.1
 	EmergencyThreshold float64 // default 0.95
 	EmergencyRatios    [MaxPriority + 1]float64
+}
+
+// Emergency is an operator emergency (Store.SetEmergency).
+type Emergency struct {
+	Active bool      // false clears the operator emergency
+	Reason string    // stored as given
+	Until  time.Time // when it ends by itself (truncated to whole µs); zero: until deactivated
+}
+
+// Emergency sources (ClusterState.EmergencySource).
+const (
+	EmergencySourceOperator = "operator"
+	EmergencySourceAuto     = "auto"
+)
+
+// ValidateEmergency reports a malformed SetEmergency call.
+func ValidateEmergency(c ClusterPolicy, e Emergency) error {
+	if err := checkCluster(c); err != nil {
+		return err
+	}
+	if e.Active && !e.Until.IsZero() && (e.Until.UnixMicro() <= 0 || e.Until.UnixMicro() > maxAmount) {
+		return fmt.Errorf("cluster %q: emergency until %v: must be after the Unix epoch (and before 2255)", c.ID, e.Until)
+	}
+	return nil
 }
 
 // LeaseRequest asks the Store for tokens for one app.
@@ -150,8 +185,9 @@ type ClusterState struct {
 	Usage           float64                  // u: fleet-wide admitted cost per second / capacity (0 without L1)
 	Factors         [MaxPriority + 1]float64 // refill factor per priority
 	Emergency       bool
-	EmergencyReason string
-	EmergencyUntil  time.Time // zero: until L1 leaves it automatically
+	EmergencySource string    // "operator" (SetEmergency; wins over L1's own), "auto" (L1's usage), "" outside
+	EmergencyReason string    // the operator's reason; "auto" for L1's own; "" outside an emergency
+	EmergencyUntil  time.Time // the operator emergency's end; zero: until deactivated / L1 leaves it
 	LiveInstances   int       // instances whose heartbeat is fresh, this one included (>= 1)
 
 	// In-flight counts last reported by the other live instances (not this one).

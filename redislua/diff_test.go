@@ -13,7 +13,8 @@ import (
 )
 
 // TestDifferential drives the memory store and the Redis store with one random sequence of
-// leases, returns, reports (numbered or not, with resent Seqs), policy changes (warm-up included) and clock steps, and requires identical answers and
+// leases, returns, reports (numbered or not, with resent Seqs), policy changes (warm-up included),
+// operator emergencies (set, expiring, cleared) and clock steps, and requires identical answers and
 // identical stored buckets (bit for bit: both compute in IEEE doubles in the same order).
 func TestDifferential(t *testing.T) {
 	client := standaloneClient(t)
@@ -52,7 +53,7 @@ func TestDifferential(t *testing.T) {
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for step := 0; step < steps; step++ {
 			app := rapid.SampledFrom(apps).Draw(rt, "app")
-			switch op := rapid.IntRange(0, 5).Draw(rt, "op"); op {
+			switch op := rapid.IntRange(0, 6).Draw(rt, "op"); op {
 			case 0, 1: // lease
 				req := limiter.LeaseRequest{
 					Cluster: cluster, App: app, Policy: policies[app],
@@ -108,6 +109,17 @@ func TestDifferential(t *testing.T) {
 				clk.Advance(d)
 			case 5: // reload: a new policy for the app
 				policies[app] = genPolicy(app)
+			case 6: // operator emergency: set (until deactivated, ending later, already over) or cleared
+				em := limiter.Emergency{Active: rapid.Bool().Draw(rt, "active"),
+					Reason: rapid.SampledFrom([]string{"", "maintenance", "ünï \"code\""}).Draw(rt, "reason")}
+				if d := rapid.SampledFrom([]time.Duration{-1, 0, 1500 * time.Nanosecond, 333333 * time.Microsecond, time.Second,
+					5 * time.Second, -time.Second}).Draw(rt, "until"); d != -1 {
+					em.Until = clk.Now().Add(d)
+				}
+				em1, er1 := mem.SetEmergency(ctx, cluster, em), red.SetEmergency(ctx, cluster, em)
+				if (em1 == nil) != (er1 == nil) {
+					rt.Fatalf("step %d SetEmergency(%+v): memory %v, redis %v", step, em, em1, er1)
+				}
 			}
 			for _, a := range apps {
 				compareBucket(rt, step, mem, red, cluster.ID, a)
@@ -121,7 +133,7 @@ func TestDifferential(t *testing.T) {
 func sameState(a, b limiter.ClusterState) bool {
 	ra, rb := a.RemoteInFlight, b.RemoteInFlight
 	if a.Usage != b.Usage || a.Factors != b.Factors || a.Emergency != b.Emergency ||
-		a.EmergencyReason != b.EmergencyReason || !a.EmergencyUntil.Equal(b.EmergencyUntil) ||
+		a.EmergencySource != b.EmergencySource || a.EmergencyReason != b.EmergencyReason || !a.EmergencyUntil.Equal(b.EmergencyUntil) ||
 		a.LiveInstances != b.LiveInstances || a.RemoteClusterInFlight != b.RemoteClusterInFlight {
 		return false
 	}

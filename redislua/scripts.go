@@ -16,6 +16,7 @@ var (
 	returnScript        = loadScript("return.lua")
 	reportClusterScript = loadScript("report_cluster.lua")
 	reportAppScript     = loadScript("report_app.lua")
+	setEmergencyScript  = loadScript("set_emergency.lua")
 )
 
 func loadScript(name string) *redis.Script {

@@ -182,6 +182,27 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 	return st, nil
 }
 
+// SetEmergency implements limiter.Store: the operator emergency lives in the cluster's l1 hash
+// (fields op_active, op_reason, op_until_us), written by set_emergency.lua.
+func (s *Store) SetEmergency(ctx context.Context, c limiter.ClusterPolicy, e limiter.Emergency) error {
+	if err := limiter.ValidateEmergency(c, e); err != nil {
+		return fmt.Errorf("redislua: %w", err)
+	}
+	var active, until int64
+	if e.Active {
+		active = 1
+		if !e.Until.IsZero() {
+			until = e.Until.UnixMicro()
+		}
+	}
+	err := setEmergencyScript.Run(ctx, s.client, []string{s.keys.l1(c.ID)}, s.nowArg(), active, e.Reason, until).Err()
+	if err != nil {
+		s.failed()
+		return fmt.Errorf("redislua: set emergency: %w", err)
+	}
+	return nil
+}
+
 // failed is called after a call that failed. On a Redis Cluster the client's slot map may be
 // what failed: loaded while the cluster was still forming, or naming a master that died and
 // whose replica took over. go-redis reloads it on MOVED, but not on CLUSTERDOWN, a refused
@@ -212,7 +233,7 @@ func parseClusterState(cmd *redis.Cmd) (limiter.ClusterState, error) {
 	if err != nil {
 		return limiter.ClusterState{}, err
 	}
-	if len(vals) != 9 {
+	if len(vals) != 11 {
 		return limiter.ClusterState{}, fmt.Errorf("unexpected reply %v", vals)
 	}
 	var st limiter.ClusterState
@@ -234,6 +255,14 @@ func parseClusterState(cmd *redis.Cmd) (limiter.ClusterState, error) {
 		return limiter.ClusterState{}, err
 	}
 	st.RemoteClusterInFlight = int64(remote)
+	st.EmergencySource, _ = vals[9].(string)
+	until, err := parseFloat(vals[10])
+	if err != nil {
+		return limiter.ClusterState{}, err
+	}
+	if until != 0 {
+		st.EmergencyUntil = time.UnixMicro(int64(until))
+	}
 	return st, nil
 }
 

@@ -161,3 +161,56 @@ func TestRedisTime(t *testing.T) {
 		t.Fatalf("bucket time %v is not the server's clock (now %v)", time.UnixMicro(int64(ts)), time.Now())
 	}
 }
+
+// TestOperatorEmergencyKeys: the operator emergency lives in the cluster's l1 hash (op_active,
+// op_reason, op_until_us), which does not expire while one set until deactivated is in force,
+// and lives at least until the end of one with an end; reports keep it so.
+func TestOperatorEmergencyKeys(t *testing.T) {
+	clk := newManualClock()
+	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk.Now))
+	ctx := context.Background()
+	cl := limiter.ClusterPolicy{ID: "c1", EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
+	key := s.keys.l1("c1")
+	report := func() {
+		t.Helper()
+		if _, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i1", Seq: uint64(clk.Now().UnixMicro())}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ttl := func() time.Duration {
+		t.Helper()
+		d, err := s.client.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if err := s.SetEmergency(ctx, cl, limiter.Emergency{Active: true, Reason: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	report()
+	if f, _ := s.client.HMGet(ctx, key, "op_active", "op_reason", "op_until_us").Result(); len(f) != 3 ||
+		f[0] != "1" || f[1] != "r" || f[2] != "0" {
+		t.Fatalf("fields %v", f)
+	}
+	if d := ttl(); d != -1 {
+		t.Fatalf("PTTL %v with an emergency until deactivated, want none", d)
+	}
+	if err := s.SetEmergency(ctx, cl, limiter.Emergency{Active: true, Reason: "r", Until: clk.Now().Add(2 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	report()
+	if d := ttl(); d < 2*time.Hour+59*time.Minute || d > 3*time.Hour {
+		t.Fatalf("PTTL %v with an emergency ending in 2 h, want about 3 h", d)
+	}
+	if err := s.SetEmergency(ctx, cl, limiter.Emergency{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.client.HExists(ctx, key, "op_active").Result(); n {
+		t.Fatal("op_active kept after deactivation")
+	}
+	if d := ttl(); d < 59*time.Minute || d > time.Hour {
+		t.Fatalf("PTTL %v after deactivation, want about 1 h", d)
+	}
+}

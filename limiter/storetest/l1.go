@@ -76,8 +76,9 @@ func (e *env) wantL1(st limiter.ClusterState, usage float64, inEmergency bool, f
 	if inEmergency {
 		wantReason = "auto"
 	}
-	if st.EmergencyReason != wantReason || !st.EmergencyUntil.IsZero() {
-		e.t.Fatalf("emergency reason %q until %v; want %q, no end time", st.EmergencyReason, st.EmergencyUntil, wantReason)
+	if st.EmergencyReason != wantReason || st.EmergencySource != wantReason || !st.EmergencyUntil.IsZero() {
+		e.t.Fatalf("emergency source %q reason %q until %v; want %q, %q, no end time",
+			st.EmergencySource, st.EmergencyReason, st.EmergencyUntil, wantReason, wantReason)
 	}
 }
 

@@ -56,7 +56,7 @@ type testCase struct {
 }
 
 func cases() []testCase {
-	return append(append(append(l2Cases(), l1Cases()...), seqCases()...), warmupCases()...)
+	return append(append(append(append(l2Cases(), l1Cases()...), seqCases()...), warmupCases()...), operatorCases()...)
 }
 
 // clock is a manual clock: time moves only through advance.

@@ -98,3 +98,21 @@ local function apply_seq(key, instance, seq, ttl, now)
   redis.call('HSET', key, field, fmt(seq) .. ':' .. fmt(now))
   return fresh, prev
 end
+
+-- keep_l1 renews the lifetime of a cluster's l1 hash: an hour after its last write, but never
+-- before an operator emergency in it ends (no expiry while one set until deactivated is in force).
+local function keep_l1(key, now)
+  local v = redis.call('HMGET', key, 'op_active', 'op_until_us')
+  if v[1] then
+    local u = tonumber(v[2]) or 0
+    if u == 0 then
+      redis.call('PERSIST', key)
+      return
+    end
+    if u > now then
+      redis.call('PEXPIRE', key, fmt(3600000 + math.ceil((u - now) / 1000)))
+      return
+    end
+  end
+  redis.call('PEXPIRE', key, 3600000)
+end

@@ -1,7 +1,9 @@
 -- Report, cluster part: heartbeat, cluster in-flight counts, L1 usage window, emergency, factors.
 -- KEYS[1] l1 hash, KEYS[2] nodes zset, KEYS[3] cluster conn hash
 -- ARGV: now_us|'' instance inflight ttl_us capacity threshold ratio0 ratio1 ratio2 ratio3 cost seq seq_ttl_us
--- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight}, floats as strings.
+-- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight, source, until_us},
+-- floats as strings; source is 'operator', 'auto' or ''; until_us the operator emergency's end
+-- (0: none or until deactivated).
 local now = now_us(ARGV[1])
 local instance = ARGV[2]
 local inflight = tonumber(ARGV[3])
@@ -36,9 +38,6 @@ redis.call('PEXPIRE', KEYS[3], 60000)
 -- lives in the l1 hash, which is therefore written even without L1).
 if not apply_seq(KEYS[1], instance, seq, seq_ttl, now) then
   cost = 0
-end
-if seq ~= 0 then
-  redis.call('PEXPIRE', KEYS[1], 3600000)
 end
 
 local u = 0
@@ -104,10 +103,38 @@ if capacity > 0 then
 
   redis.call('HSET', KEYS[1], 'win_sec', fmt(win_sec), 'win_cur', fmt(win_cur), 'win_prev', fmt(win_prev),
     'emergency', emergency, 'emergency_reason', reason, 'calm_since', fmt(calm_since))
-  redis.call('PEXPIRE', KEYS[1], 3600000)
 end
 
 if emergency ~= 1 then
   reason = ''
 end
-return { fmt(u), fmt(factors[1]), fmt(factors[2]), fmt(factors[3]), fmt(factors[4]), emergency, reason, live, fmt(remote) }
+local source = ''
+if emergency == 1 then
+  source = 'auto'
+end
+
+-- 5b. operator emergency: wins over the automatic one (kept above), also without L1; an
+-- ended one (now >= until) is cleared.
+local op = redis.call('HMGET', KEYS[1], 'op_active', 'op_reason', 'op_until_us')
+local had_op = op[1] and true or false
+local op_until = 0
+if had_op then
+  op_until = tonumber(op[3]) or 0
+  if op_until ~= 0 and now >= op_until then
+    redis.call('HDEL', KEYS[1], 'op_active', 'op_reason', 'op_until_us')
+    op_until = 0
+  else
+    emergency = 1
+    reason = op[2] or ''
+    source = 'operator'
+    for p = 0, 3 do
+      factors[p + 1] = ratios[p + 1]
+    end
+  end
+end
+
+if seq ~= 0 or capacity > 0 or had_op then
+  keep_l1(KEYS[1], now)
+end
+return { fmt(u), fmt(factors[1]), fmt(factors[2]), fmt(factors[3]), fmt(factors[4]), emergency, reason, live, fmt(remote),
+  source, fmt(op_until) }

@@ -1,0 +1,65 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestSetEmergency: the operator emergency applies on this instance at once (no tick): the
+// priority-3 app is blocked until its end (Retry-After), the priority-0 app is served; a second
+// limiter on the same Store learns it at its next report; deactivating clears it; a closed
+// limiter refuses.
+func TestSetEmergency(t *testing.T) {
+	clk := newClock()
+	store := NewMemoryStore(clk.Now)
+	cfg := baseConfig()
+	cfg.Cluster.EmergencyRatios = [MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+	l := testLimiter(t, cfg, store, clk, false)
+	defer l.Close()
+	cfg2 := cfg
+	cfg2.Instance = "i2"
+	l2 := testLimiter(t, cfg2, store, clk, false)
+	defer l2.Close()
+
+	until := clk.Now().Add(time.Minute)
+	if err := l.SetEmergency(context.Background(), Emergency{Active: true, Reason: "drill", Until: until}); err != nil {
+		t.Fatal(err)
+	}
+	st := l.State()
+	if !st.Emergency || st.EmergencySource != EmergencySourceOperator || st.EmergencyReason != "drill" || !st.EmergencyUntil.Equal(until) {
+		t.Fatalf("state right after SetEmergency: %+v", st)
+	}
+	d := mustApp(t, l, "p3").Take(context.Background(), 1, 0)
+	if d.Allowed || d.Reason != ReasonEmergencyBlocked || d.RetryAfter != time.Minute {
+		t.Fatalf("P3 in the operator emergency: %+v", d)
+	}
+	if d := mustApp(t, l, "a").Take(context.Background(), 1, 0); !d.Allowed {
+		t.Fatalf("P0 in the operator emergency: %+v", d)
+	}
+	if l2.State().Emergency {
+		t.Fatal("the other instance knew before its report")
+	}
+	clk.Advance(cfg.SyncInterval + time.Second)
+	l2.tick(clk.Now())
+	if st := l2.State(); !st.Emergency || st.EmergencySource != EmergencySourceOperator {
+		t.Fatalf("the other instance after its report: %+v", st)
+	}
+
+	if err := l2.SetEmergency(context.Background(), Emergency{}); err != nil {
+		t.Fatal(err)
+	}
+	if l2.State().Emergency {
+		t.Fatal("still in emergency after deactivation")
+	}
+	l.tick(clk.Now().Add(time.Hour))
+	if d := mustApp(t, l, "p3").Take(context.Background(), 1, 0); !d.Allowed {
+		t.Fatalf("P3 after deactivation: %+v", d)
+	}
+
+	_ = l.Close()
+	if err := l.SetEmergency(context.Background(), Emergency{Active: true}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed limiter: %v", err)
+	}
+}
