@@ -23,6 +23,8 @@ func (r LeaseRequest) Validate() error {
 		return fmt.Errorf("lease for app %q: need %d: must be >= 0", r.App, r.Need)
 	case r.Want < 0:
 		return fmt.Errorf("lease for app %q: want %d: must be >= 0", r.App, r.Want)
+	case !finite(r.Unallocated) || r.Unallocated < 0:
+		return fmt.Errorf("lease for app %q: unallocated %v: must be a finite number >= 0", r.App, r.Unallocated)
 	}
 	return nil
 }
@@ -69,6 +71,8 @@ func checkApp(c ClusterPolicy, app string, p AppPolicy) error {
 		return fmt.Errorf("app %q: guaranteed %v: must be a finite number > 0", app, p.Guaranteed)
 	case !finite(p.Burst) || p.Burst < p.Guaranteed || p.Burst > maxAmount:
 		return fmt.Errorf("app %q: burst %v: must be a number >= guaranteed (%v) and <= 2^53", app, p.Burst, p.Guaranteed)
+	case !finite(p.MaxBorrow) || p.MaxBorrow < 0 || p.MaxBorrow > maxAmount:
+		return fmt.Errorf("app %q: max_borrow %v: must be a number >= 0 and <= 2^53", app, p.MaxBorrow)
 	case p.Warmup < 0:
 		return fmt.Errorf("app %q: warmup %v: must be >= 0", app, p.Warmup)
 	}

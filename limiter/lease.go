@@ -63,6 +63,9 @@ func (a *App) runLease(c *leaseCall, need int64) {
 		Want:     a.want(short, max(-b, 0), p, st, s),
 		Need:     short,
 		Instance: s.cfg.Instance,
+		// Borrowing: the pool's rate from the config; none in an emergency.
+		Unallocated: s.unallocated,
+		NoBorrow:    st.Emergency,
 	}
 	// Every request waiting on this lease shares it: after an idle period the rate-based
 	// target is a single token, and 32 waiters sharing one token would each lease in turn.

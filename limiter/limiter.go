@@ -61,6 +61,25 @@ type snapshot struct {
 	cfg    Config
 	apps   map[string]*App
 	shared *App // the bucket of unknown apps; nil with UnknownReject
+
+	unallocated float64 // LeaseRequest.Unallocated of this config (see unallocatedRate)
+}
+
+// unallocatedRate is the borrow pool's refill rate (LeaseRequest.Unallocated):
+// (1 - reserved_ratio) × capacity - Σ the configured apps' guaranteed, at least 0; 0 without L1.
+func unallocatedRate(cfg Config) float64 {
+	if cfg.Cluster.Capacity <= 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, p := range cfg.Apps {
+		sum += p.Guaranteed
+	}
+	u := (1-cfg.Cluster.ReservedRatio)*cfg.Cluster.Capacity - sum
+	if !(u > 0) {
+		return 0
+	}
+	return u
 }
 
 // New validates cfg, builds the Limiter and starts its sync loop. The Limiter does not own the
@@ -105,7 +124,7 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 	// Report Seqs start at the time in µs, so that a later Limiter with the same instance id
 	// (a restart, a rebuilt pool) continues above its predecessor's (about 10 reports a second).
 	l.seq = uint64(max(now.UnixMicro(), 0))
-	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps))}
+	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg)}
 	for id, p := range cfg.Apps {
 		s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
 	}
@@ -182,7 +201,7 @@ func (l *Limiter) Update(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps))}
+	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg)}
 	var gone []*App
 	for id, p := range cfg.Apps {
 		if a := old.apps[id]; a != nil {

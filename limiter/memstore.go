@@ -47,6 +47,10 @@ import (
 //     numbered report, and dropped at a report once that time is more than ReportSeqTTL old
 //     (see memSeqs). A report whose Seq is not above the kept one adds cost 0 to the window
 //     and 0 requests, and otherwise runs as usual (heartbeat, in-flight, a stats write).
+//   - Borrowing (LeaseRequest.Unallocated): the pool and L1's per-app records live in the
+//     cluster ledger (Redis: fields pool, pool_ts, "borrowed:<app>" of the :l1 hash, renewed
+//     like it); see memLedger.borrow and memBucket.credit. Only the exact shortfall is
+//     borrowed, all or nothing, and never during a warm-up ramp.
 //   - Invalid calls are errors, never stored: guaranteed must be > 0, guaranteed <= burst
 //     <= 2^53, factor finite and >= 0, want/need/counts/costs >= 0, capacity finite and >= 0,
 //     and a report needs an instance id.
@@ -100,9 +104,39 @@ func (m *MemoryStore) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 	m.sweep(now)
 	b := m.bucket(memAppKey{req.Cluster.ID, req.App}, req.Policy, now)
 	b.refill(req.Policy, req.Factor, now)
-	l := b.lease(req.Policy, req.Factor, req.Want, req.Need, now)
+	l, short := b.lease(req.Policy, req.Factor, req.Want, req.Need, now)
 	b.touch(req.Policy, now)
+	if short > 0 && req.BorrowingAllowed() {
+		// Borrowing (LeaseRequest.Unallocated): the pool first, then the app, as in Redis.
+		got, reason := m.ledger(req.Cluster.ID).borrow(req.App, b.borrowed, req.Policy.MaxBorrow, req.Unallocated, short, now)
+		if got == 0 {
+			l.Reason = reason
+			return l, nil
+		}
+		retry := l.RetryAfter
+		l = b.credit(req.Policy, got, req.Need, now)
+		if l.Granted == 0 {
+			l.RetryAfter = retry
+		}
+	}
 	return l, nil
+}
+
+// BorrowState returns the app's borrowing as stored (see limiter.BorrowState); zero without a record.
+func (m *MemoryStore) BorrowState(ctx context.Context, cluster, app string) (BorrowState, error) {
+	if err := ctx.Err(); err != nil {
+		return BorrowState{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var s BorrowState
+	if b := m.lookup(memAppKey{cluster, app}, m.nowUS()); b != nil {
+		s.Debt, s.Borrowed = b.debt, b.borrowed
+	}
+	if l := m.clusters[cluster]; l != nil {
+		s.Recorded = l.borrowed[app]
+	}
+	return s, nil
 }
 
 // Return adds the returned tokens to the app's bucket, capped at burst, without refilling it

@@ -79,7 +79,10 @@ func (b *memBucket) refill(p AppPolicy, factor float64, now int64) {
 // computed in this order (divide by rate, then scale to µs, then ceil), then capped at 2^53.
 // Debt is not included: the spec's formula is followed literally. A grant > 0 sets last_grant
 // = now and, during a warm-up, adds to warm_granted.
-func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) Lease {
+//
+// short is what the app may borrow (LeaseRequest.Unallocated): need - avail when the grant is
+// short because the bucket is (avail < need) and no warm-up ramp is in progress; else 0.
+func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) (l Lease, short int64) {
 	need = min(need, int64(math.Floor(p.Burst)))
 	want = max(want, need)
 	avail := int64(math.Floor(b.tokens))
@@ -107,7 +110,7 @@ func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) Le
 			b.warmGranted += granted
 		}
 	}
-	l := Lease{Granted: granted, Remaining: int64(math.Floor(b.tokens))}
+	l = Lease{Granted: granted, Remaining: int64(math.Floor(b.tokens))}
 	if ramping {
 		l.Remaining = int64(math.Min(float64(l.Remaining), math.Max(0, room-float64(granted))))
 	}
@@ -125,7 +128,40 @@ func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) Le
 		}
 		us = math.Min(memMaxRetryUS, us)
 		l.RetryAfter = time.Duration(us) * time.Microsecond
+		if avail < need && !ramping {
+			short = need - avail
+		}
 	}
+	return l, short
+}
+
+// credit is the app's part of a borrow (LeaseRequest.Unallocated), after L1's pool gave it
+// b > 0 tokens; it does not refill (ts stays):
+//
+//	need = min(Need, floor(burst));  tokens = tokens + b
+//	debt = debt + ceil(b * 1.2);  borrowed = borrowed + b
+//	floor(tokens) >= need → granted = need (consumed, last_grant = now);  else 0, app_exhausted
+//	remaining = floor(tokens - granted)
+//
+// The "else" is for the Redis store, where another lease may take tokens between the steps.
+func (b *memBucket) credit(p AppPolicy, borrowed, need, now int64) Lease {
+	need = min(need, int64(math.Floor(p.Burst)))
+	add := float64(borrowed)
+	b.tokens = b.tokens + add
+	b.debt = b.debt + math.Ceil(add*BorrowRepay)
+	b.borrowed = b.borrowed + add
+	var l Lease
+	if int64(math.Floor(b.tokens)) >= need {
+		l.Granted = need
+		b.tokens -= float64(need)
+		b.consumed += need
+		if need > 0 {
+			b.hasGrant, b.lastGrant = true, now
+		}
+	} else {
+		l.Reason = ReasonAppExhausted
+	}
+	l.Remaining = int64(math.Floor(b.tokens))
 	return l
 }
 

@@ -1,5 +1,7 @@
 package limiter
 
+import "math"
+
 // memLedger is one cluster's L1 ledger plus its per-instance records (STORE_SEMANTICS "L1
 // cluster ledger"; Redis: the :l1, :nodes and :conn keys). Times are µs since the Unix epoch.
 type memLedger struct {
@@ -15,6 +17,13 @@ type memLedger struct {
 	opActive bool
 	opReason string
 	opUntil  int64 // µs; 0: until deactivated
+
+	// The borrow pool (LeaseRequest.Unallocated; Redis: fields pool, pool_ts and
+	// "borrowed:<app>" of the :l1 hash) and L1's per-app borrow records (absent = 0).
+	hasPool  bool
+	pool     float64
+	poolTS   int64
+	borrowed map[string]float64
 
 	seqs    memSeqs                           // instance → last applied report Seq
 	nodes   map[string]int64                  // instance → last heartbeat
@@ -257,4 +266,47 @@ func (s *memSeqs) apply(instance string, seq uint64, now int64) (fresh bool, pre
 	r.at = now
 	(*s)[instance] = r
 	return fresh, prev
+}
+
+// borrow is the cluster's part of a borrow (LeaseRequest.Unallocated): short tokens for app,
+// whose bucket says it has borrowed appBorrowed (max_borrow, rate = unallocated tokens/s).
+//
+//	record[app] = appBorrowed                      (reconciliation)
+//	no pool: pool = rate, pool_ts = now
+//	else: pool = min(rate, pool + max(0, now - pool_ts) / 1e6 * rate); pool_ts = max(pool_ts, now)
+//	max_borrow - appBorrowed < short → 0, borrow_limit_exceeded
+//	pool < short → 0, cluster_exhausted
+//	else pool = pool - short, record[app] = record[app] + short → short
+//
+// A record of 0 is deleted.
+func (l *memLedger) borrow(app string, appBorrowed, maxBorrow, rate float64, short, now int64) (int64, Reason) {
+	rec := appBorrowed
+	if !l.hasPool {
+		l.hasPool, l.pool, l.poolTS = true, rate, now
+	} else {
+		l.pool = math.Min(rate, l.pool+float64(max(0, now-l.poolTS))/1e6*rate)
+		l.poolTS = max(l.poolTS, now)
+	}
+	b := float64(short)
+	var got int64
+	var reason Reason
+	switch {
+	case maxBorrow-appBorrowed < b:
+		reason = ReasonBorrowLimitExceeded
+	case l.pool < b:
+		reason = ReasonClusterExhausted
+	default:
+		l.pool = l.pool - b
+		rec = rec + b
+		got = short
+	}
+	if rec == 0 {
+		delete(l.borrowed, app)
+	} else {
+		if l.borrowed == nil {
+			l.borrowed = make(map[string]float64)
+		}
+		l.borrowed[app] = rec
+	}
+	return got, reason
 }

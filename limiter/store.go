@@ -18,6 +18,8 @@ type Store interface {
 	// It grants Want if the bucket holds that many, otherwise as many whole tokens as it holds
 	// if that is at least Need, otherwise nothing (Granted 0, with Reason and RetryAfter set).
 	// During an app's warm-up (AppPolicy.Warmup) the grant is further capped by the ramp.
+	// When the bucket cannot cover Need, the app may borrow the shortfall from L1's pool
+	// (see LeaseRequest.Unallocated).
 	Lease(ctx context.Context, req LeaseRequest) (Lease, error)
 
 	// Return gives unspent leased tokens back to the app's L2 bucket (never above burst). It
@@ -129,6 +131,41 @@ type LeaseRequest struct {
 	Want     int64   // the lease target
 	Need     int64   // the least that is useful (the cost of the request waiting on the lease); <= Want
 	Instance string
+
+	// Borrowing (Policy.MaxBorrow > 0, Cluster.Capacity > 0, not NoBorrow). L1 keeps a borrow
+	// pool refilled at Unallocated tokens/s, holding at most one second's worth (Unallocated).
+	// When the bucket cannot cover Need (floor(tokens) < Need after the refill, no warm-up
+	// ramp in progress), the app borrows exactly the shortfall b = Need - floor(tokens) if
+	// max_borrow - borrowed >= b (else ReasonBorrowLimitExceeded) and the pool holds b (else
+	// ReasonClusterExhausted): the pool and L1's per-app record are debited in the cluster's
+	// slot, then the app's bucket gets b and grants Need (exactly Need) from it, its debt grows
+	// by ceil(b × BorrowRepay) and its borrowed by b. A failure between the two steps only
+	// under-admits; L1's per-app record is set to the app's borrowed at the app's next borrow.
+	// A refused borrow keeps the RetryAfter of the plain lease.
+	//
+	// Unallocated is (1 - ReservedRatio) × Capacity - Σ apps' Guaranteed (>= 0), computed by
+	// the limiter from its config; NoBorrow is set in an emergency (no borrowing).
+	Unallocated float64
+	NoBorrow    bool
+}
+
+// BorrowRepay is what a borrow of b adds to the app's debt per token: 1 + the interest (0.2).
+// Debt is repaid by refill before anything reaches the bucket.
+const BorrowRepay = 1.2
+
+// BorrowState is one app's borrowing as a Store keeps it, for statistics and tests: its L2
+// record's Debt and Borrowed (as stored, without a refill), and Recorded, L1's per-app borrow
+// record (set to the app's borrowed at each borrow, then increased by the borrow).
+type BorrowState struct {
+	Debt     float64
+	Borrowed float64
+	Recorded float64
+}
+
+// BorrowingAllowed reports whether the request may borrow at all: Policy.MaxBorrow > 0,
+// Cluster.Capacity > 0 (there is an L1) and not NoBorrow.
+func (r LeaseRequest) BorrowingAllowed() bool {
+	return r.Policy.MaxBorrow > 0 && r.Cluster.Capacity > 0 && !r.NoBorrow
 }
 
 // Lease is the Store's answer to a LeaseRequest.

@@ -33,7 +33,8 @@ func TestDifferential(t *testing.T) {
 			g := num.Draw(rt, label+"-guaranteed")
 			return limiter.AppPolicy{Guaranteed: g, Burst: g * rapid.SampledFrom([]float64{1, 1.5, 3, 10.1, 0.5}).Draw(rt, label+"-burstx"),
 				Warmup: rapid.SampledFrom([]time.Duration{0, 0, 1500 * time.Nanosecond, 333333 * time.Microsecond, time.Second,
-					3 * time.Second, 7 * time.Second, 40 * time.Second, time.Hour}).Draw(rt, label+"-warmup")}
+					3 * time.Second, 7 * time.Second, 40 * time.Second, time.Hour}).Draw(rt, label+"-warmup"),
+				MaxBorrow: rapid.SampledFrom([]float64{0, 0, 2.5, 7, 50, 1000}).Draw(rt, label+"-maxborrow")}
 		}
 		cluster := limiter.ClusterPolicy{
 			ID:                 "c",
@@ -42,6 +43,11 @@ func TestDifferential(t *testing.T) {
 			EmergencyThreshold: rapid.SampledFrom([]float64{0.95, 0.99}).Draw(rt, "threshold"),
 			EmergencyRatios:    [4]float64{1, 0.5, 0.1, 0},
 		}
+		// The borrow pool's rate (LeaseRequest.Unallocated), redrawn at reloads.
+		genUnallocated := func() float64 {
+			return rapid.SampledFrom([]float64{0, 3.3, 20, 100, 1234.5678}).Draw(rt, "unallocated")
+		}
+		unallocated := genUnallocated()
 		policies := map[string]limiter.AppPolicy{}
 		for _, a := range apps {
 			policies[a] = genPolicy(a)
@@ -57,9 +63,11 @@ func TestDifferential(t *testing.T) {
 			case 0, 1: // lease
 				req := limiter.LeaseRequest{
 					Cluster: cluster, App: app, Policy: policies[app],
-					Factor:   rapid.SampledFrom([]float64{1, 0.5, 1.0 / 3, 0.1, 0}).Draw(rt, "factor"),
-					Need:     rapid.Int64Range(0, 200).Draw(rt, "need"),
-					Instance: rapid.SampledFrom(instances).Draw(rt, "instance"),
+					Factor:      rapid.SampledFrom([]float64{1, 0.5, 1.0 / 3, 0.1, 0}).Draw(rt, "factor"),
+					Need:        rapid.Int64Range(0, 200).Draw(rt, "need"),
+					Instance:    rapid.SampledFrom(instances).Draw(rt, "instance"),
+					Unallocated: unallocated,
+					NoBorrow:    rapid.IntRange(0, 4).Draw(rt, "noborrow") == 0,
 				}
 				req.Want = req.Need + rapid.Int64Range(0, 300).Draw(rt, "extra")
 				lm, em := mem.Lease(ctx, req)
@@ -109,6 +117,7 @@ func TestDifferential(t *testing.T) {
 				clk.Advance(d)
 			case 5: // reload: a new policy for the app
 				policies[app] = genPolicy(app)
+				unallocated = genUnallocated()
 			case 6: // operator emergency: set (until deactivated, ending later, already over) or cleared
 				em := limiter.Emergency{Active: rapid.Bool().Draw(rt, "active"),
 					Reason: rapid.SampledFrom([]string{"", "maintenance", "ünï \"code\""}).Draw(rt, "reason")}
@@ -162,7 +171,7 @@ func sameState(a, b limiter.ClusterState) bool {
 func compareBucket(rt *rapid.T, step int, mem *limiter.MemoryStore, red *Store, cluster, app string) {
 	ms, ok := mem.AppState(cluster, app)
 	vals, err := red.client.HMGet(context.Background(), red.keys.l2(cluster, app), "tokens", "ts", "consumed", "requests",
-		"last_grant", "warm_start", "warm_granted").Result()
+		"last_grant", "warm_start", "warm_granted", "debt", "borrowed").Result()
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -187,14 +196,22 @@ func compareBucket(rt *rapid.T, step int, mem *limiter.MemoryStore, red *Store, 
 	if vals[5] != nil {
 		rs.WarmStart, rs.WarmGranted = time.UnixMicro(int64(num(vals[5]))), int64(num(vals[6]))
 	}
+	rs.Debt, rs.Borrowed = num(vals[7]), num(vals[8])
 	redisHas := vals[0] != nil || vals[3] != nil
 	if ok != redisHas || (ok && !(ms.Tokens == rs.Tokens && ms.TS.Equal(rs.TS) && ms.Consumed == rs.Consumed && ms.Requests == rs.Requests &&
-		ms.LastGrant.Equal(rs.LastGrant) && ms.WarmStart.Equal(rs.WarmStart) && ms.WarmGranted == rs.WarmGranted)) {
+		ms.LastGrant.Equal(rs.LastGrant) && ms.WarmStart.Equal(rs.WarmStart) && ms.WarmGranted == rs.WarmGranted &&
+		ms.Debt == rs.Debt && ms.Borrowed == rs.Borrowed)) {
 		rt.Fatalf("step %d app %s: memory record %v %s, redis record %v %s", step, app, ok, fmtState(ms), redisHas, fmtState(rs))
+	}
+	// Borrowing, L1's per-app record included.
+	mb, err1 := mem.BorrowState(context.Background(), cluster, app)
+	rb, err2 := red.BorrowState(context.Background(), cluster, app)
+	if err1 != nil || err2 != nil || mb != rb {
+		rt.Fatalf("step %d app %s: memory borrow state %+v %v, redis %+v %v", step, app, mb, err1, rb, err2)
 	}
 }
 
 func fmtState(s limiter.MemoryAppState) string {
-	return fmt.Sprintf("{tokens %v ts %d consumed %d requests %d last_grant %d warm_start %d warm_granted %d}", s.Tokens, s.TS.UnixMicro(),
-		s.Consumed, s.Requests, s.LastGrant.UnixMicro(), s.WarmStart.UnixMicro(), s.WarmGranted)
+	return fmt.Sprintf("{tokens %v ts %d consumed %d requests %d last_grant %d warm_start %d warm_granted %d debt %v borrowed %v}", s.Tokens,
+		s.TS.UnixMicro(), s.Consumed, s.Requests, s.LastGrant.UnixMicro(), s.WarmStart.UnixMicro(), s.WarmGranted, s.Debt, s.Borrowed)
 }

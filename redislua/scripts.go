@@ -17,6 +17,8 @@ var (
 	reportClusterScript = loadScript("report_cluster.lua")
 	reportAppScript     = loadScript("report_app.lua")
 	setEmergencyScript  = loadScript("set_emergency.lua")
+	borrowPoolScript    = loadScript("borrow_pool.lua")
+	borrowCreditScript  = loadScript("borrow_credit.lua")
 )
 
 func loadScript(name string) *redis.Script {

@@ -73,7 +73,7 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 		s.failed()
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
 	}
-	if len(vals) != 4 {
+	if len(vals) != 6 {
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: unexpected reply %v", vals)
 	}
 	var l limiter.Lease
@@ -91,7 +91,85 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 		}
 		l.Reason = r
 	}
-	return l, nil
+	short, _ := vals[4].(int64)
+	if short <= 0 || !req.BorrowingAllowed() {
+		return l, nil
+	}
+	borrowed, err := parseFloat(vals[5])
+	if err != nil {
+		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+	}
+	return s.borrow(ctx, req, l, short, borrowed)
+}
+
+// borrow runs the two steps of a borrow (limiter.LeaseRequest.Unallocated), each in its own
+// hash slot: borrow_pool.lua debits L1's pool (cluster slot), then borrow_credit.lua credits the
+// app (app slot). A failure between them can only under-admit: the pool lost tokens that nobody
+// got, and L1's per-app record, which counts them, is set to the app's borrowed by its next
+// borrow. l is the plain lease's answer (refused), kept when nothing is borrowed.
+func (s *Store) borrow(ctx context.Context, req limiter.LeaseRequest, l limiter.Lease, short int64, borrowed float64) (limiter.Lease, error) {
+	vals, err := borrowPoolScript.Run(ctx, s.client, []string{s.keys.l1(req.Cluster.ID)},
+		s.nowArg(), req.App, fmtFloat(borrowed), fmtFloat(req.Policy.MaxBorrow), fmtFloat(req.Unallocated), short).Slice()
+	if err != nil {
+		s.failed()
+		return limiter.Lease{}, fmt.Errorf("redislua: borrow: %w", err)
+	}
+	if len(vals) != 2 {
+		return limiter.Lease{}, fmt.Errorf("redislua: borrow: unexpected reply %v", vals)
+	}
+	got, _ := vals[0].(int64)
+	if got <= 0 {
+		name, _ := vals[1].(string)
+		r, ok := limiter.ParseReason(name)
+		if !ok || r == limiter.ReasonNone {
+			return limiter.Lease{}, fmt.Errorf("redislua: borrow: unexpected reason %q", name)
+		}
+		l.Reason = r
+		return l, nil
+	}
+	vals, err = borrowCreditScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
+		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), req.Need, got,
+		req.Policy.WarmupUS(), fmtFloat(limiter.BorrowRepay)).Slice()
+	if err != nil {
+		s.failed()
+		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: %w", err)
+	}
+	if len(vals) != 2 {
+		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: unexpected reply %v", vals)
+	}
+	granted, _ := vals[0].(int64)
+	remaining, _ := vals[1].(int64)
+	if granted == 0 {
+		// Another lease took the tokens between the steps: the borrowed ones stay in the bucket.
+		return limiter.Lease{Remaining: remaining, RetryAfter: l.RetryAfter, Reason: limiter.ReasonAppExhausted}, nil
+	}
+	return limiter.Lease{Granted: granted, Remaining: remaining}, nil
+}
+
+// BorrowState returns the app's borrowing as stored (see limiter.BorrowState); zero without records.
+func (s *Store) BorrowState(ctx context.Context, cluster, app string) (limiter.BorrowState, error) {
+	v, err := s.client.HMGet(ctx, s.keys.l2(cluster, app), "debt", "borrowed").Result()
+	if err != nil {
+		return limiter.BorrowState{}, fmt.Errorf("redislua: borrow state of app %q: %w", app, err)
+	}
+	r, err := s.client.HGet(ctx, s.keys.l1(cluster), "borrowed:"+app).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return limiter.BorrowState{}, fmt.Errorf("redislua: borrow state of app %q: %w", app, err)
+	}
+	var st limiter.BorrowState
+	for i, p := range []*float64{&st.Debt, &st.Borrowed} {
+		if x, ok := v[i].(string); ok {
+			if *p, err = strconv.ParseFloat(x, 64); err != nil {
+				return limiter.BorrowState{}, err
+			}
+		}
+	}
+	if r != "" {
+		if st.Recorded, err = strconv.ParseFloat(r, 64); err != nil {
+			return limiter.BorrowState{}, err
+		}
+	}
+	return st, nil
 }
 
 // Return implements limiter.Store.

@@ -56,7 +56,8 @@ type testCase struct {
 }
 
 func cases() []testCase {
-	return append(append(append(append(l2Cases(), l1Cases()...), seqCases()...), warmupCases()...), operatorCases()...)
+	return append(append(append(append(append(l2Cases(), l1Cases()...), seqCases()...), warmupCases()...), operatorCases()...),
+		borrowCases()...)
 }
 
 // clock is a manual clock: time moves only through advance.
@@ -86,6 +87,10 @@ type env struct {
 	cluster limiter.ClusterPolicy
 	app     string
 	policy  limiter.AppPolicy
+
+	// Borrowing fields of every lease (LeaseRequest.Unallocated, NoBorrow); zero unless set.
+	unallocated float64
+	noBorrow    bool
 }
 
 func (e *env) advance(d time.Duration) { e.clk.advance(d) }
@@ -95,7 +100,7 @@ func (e *env) leaseF(want, need int64, factor float64) limiter.Lease {
 	e.t.Helper()
 	l, err := e.s.Lease(context.Background(), limiter.LeaseRequest{
 		Cluster: e.cluster, App: e.app, Policy: e.policy, Factor: factor,
-		Want: want, Need: need, Instance: "i1",
+		Want: want, Need: need, Instance: "i1", Unallocated: e.unallocated, NoBorrow: e.noBorrow,
 	})
 	if err != nil {
 		e.t.Fatalf("Lease(want %d, need %d, factor %v): %v", want, need, factor, err)

@@ -1,0 +1,83 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestUnallocatedRate(t *testing.T) {
+	cfg := baseConfig() // apps guaranteed 100 + 100
+	if got := unallocatedRate(cfg); got != 0 {
+		t.Fatalf("without capacity: %v, want 0", got)
+	}
+	cfg.Cluster.Capacity, cfg.Cluster.ReservedRatio = 1000, 0.1
+	if got := unallocatedRate(cfg); got != 700 {
+		t.Fatalf("capacity 1000, reserve 0.1: %v, want 700", got)
+	}
+	cfg.Cluster.Capacity = 200
+	if got := unallocatedRate(cfg); got != 0 {
+		t.Fatalf("over-allocated: %v, want 0", got)
+	}
+}
+
+// leaseRecorder keeps the last LeaseRequest.
+type leaseRecorder struct {
+	Store
+	mu   sync.Mutex
+	last LeaseRequest
+}
+
+func (r *leaseRecorder) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
+	r.mu.Lock()
+	r.last = req
+	r.mu.Unlock()
+	return r.Store.Lease(ctx, req)
+}
+
+// The limiter borrows through the Store: it passes the pool's rate from its config, and no
+// borrowing in an emergency.
+func TestLimiterBorrows(t *testing.T) {
+	c := newClock()
+	rec := &leaseRecorder{Store: newStore(c)}
+	cfg := baseConfig()
+	cfg.Cluster.Capacity, cfg.Cluster.ReservedRatio = 1000, 0.1
+	p := pol(0.01, 20, 0) // one token per 100 s: nothing refills during the test
+	p.MaxBorrow = 10
+	cfg.Apps["slow"] = p
+	l := testLimiter(t, cfg, rec, c, false)
+	a := mustApp(t, l, "slow")
+	ctx := context.Background()
+
+	if d := a.Take(ctx, 20, 0); !d.Allowed {
+		t.Fatalf("20-token take = %+v, want admitted", d)
+	}
+	if d := a.Take(ctx, 6, 0); !d.Allowed {
+		t.Fatalf("6-token take on an empty bucket = %+v, want admitted on borrowed tokens", d)
+	}
+	rec.mu.Lock()
+	req := rec.last
+	rec.mu.Unlock()
+	if want := 1000*0.9 - 200 - 0.01; req.Unallocated != want || req.NoBorrow {
+		t.Fatalf("lease request Unallocated %v NoBorrow %v, want %v false", req.Unallocated, req.NoBorrow, want)
+	}
+	// max_borrow 10 - borrowed 6 < 5 (after the local retry-after of the short lease).
+	c.Advance(time.Second)
+	if d := a.Take(ctx, 5, 0); d.Allowed || d.Reason != ReasonBorrowLimitExceeded {
+		t.Fatalf("5-token take over max_borrow = %+v, want borrow_limit_exceeded", d)
+	}
+
+	// In an emergency the limiter asks for no borrowing.
+	st := *l.state.Load()
+	st.Emergency = true
+	l.state.Store(&st)
+	b := mustApp(t, l, "a")
+	b.Take(ctx, 1, 0)
+	rec.mu.Lock()
+	req = rec.last
+	rec.mu.Unlock()
+	if req.App != "a" || !req.NoBorrow {
+		t.Fatalf("lease request in an emergency = %+v, want NoBorrow", req)
+	}
+}
