@@ -30,8 +30,8 @@ func fuzzProvisionCheck(h *Handler) error {
 	return err
 }
 
-// fuzzFieldNames are the names a validation error must mention (DESIGN §9: "a message naming
-// the field"), as in the Caddyfile and the JSON config.
+// fuzzFieldNames are the names a validation error must mention (every error names its field),
+// as in the Caddyfile and the JSON config.
 var fuzzFieldNames = []string{
 	"cluster", "key", "unknown_app", "capacity", "reserved_ratio", "emergency_threshold",
 	"emergency_ratios", "apps", "cost.", "connections.", "local.", "redis.", "on_redis_failure",
@@ -72,7 +72,7 @@ func fuzzReadsFiles(h *Handler) bool {
 func fuzzCheckAccepted(t *testing.T, h *Handler, origin string) {
 	t.Helper()
 	if fuzzReadsFiles(h) {
-		t.Skip("{file.*} placeholder: provisioning would read the machine's files")
+		return // a {file.*} placeholder: provisioning would read the machine's files
 	}
 	verr := fuzzProvisionCheck(h)
 	if verr != nil && (verr.Error() == "" || !fuzzNamesField(verr.Error())) {
@@ -225,7 +225,7 @@ func FuzzCaddyfile(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body string) {
 		if strings.Contains(body, "import") {
-			t.Skip("import reads files")
+			return // import reads files
 		}
 		src := ":8080 {\n\trate_limit {\n" + body + "\n\t}\n}\n"
 		blocks, err := caddyfile.Parse("Caddyfile", []byte(src))

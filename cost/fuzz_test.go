@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// Fuzz targets of the request → cost path (DESIGN §4). Requests are built by hand, not with
+// Fuzz targets of the request → cost path (the cost model of README's `cost` section). Requests are built by hand, not with
 // httptest.NewRequest, so that any method, path and raw query reaches the model, including ones
 // no URL parser would produce. Seeds: the f.Add calls and testdata/fuzz/<target>/. By hand:
 //
@@ -59,7 +59,7 @@ func fuzzMethodOp(method string) Operation {
 	return OpOther
 }
 
-// fuzzS3Op is DESIGN §4's S3 classification, stated independently of Classify.
+// fuzzS3Op is the documented S3 classification, stated independently of Classify.
 func fuzzS3Op(method, path, rawQuery string, copySource bool) Operation {
 	var keys []string
 	for _, kv := range strings.Split(rawQuery, "&") {
@@ -100,7 +100,7 @@ func fuzzS3Op(method, path, rawQuery string, copySource bool) Operation {
 	}
 }
 
-// fuzzBaseOf is the base cost of op under c (defaults applied), from DESIGN §4's table.
+// fuzzBaseOf is the base cost of op under c (defaults applied), from the documented base-cost table.
 func fuzzBaseOf(c Config, op Operation) int64 {
 	table := map[Operation]int64{OpGet: 1, OpHead: 1, OpPut: 5, OpPost: 5, OpPatch: 3, OpDelete: 2,
 		OpList: 3, OpCopy: 6, OpMultipartInit: 2, OpMultipartUpload: 4, OpMultipartComplete: 8,
@@ -160,7 +160,7 @@ func fuzzCheckClassify(t *testing.T, s3, plain *Model, method, path, rawQuery st
 
 // FuzzClassify: any method, path, raw query and x-amz-copy-source presence. Properties: no
 // panic; the operation is a known one; with `operations http` it is the method name (OTHER for
-// any other method); with `operations s3` it is what DESIGN §4's rules say.
+// any other method); with `operations s3` it is what the documented S3 rules say.
 func FuzzClassify(f *testing.F) {
 	for _, s := range []struct {
 		method, path, query string

@@ -328,6 +328,18 @@ func appSlot(t *testing.T, top faultTopology, app string) int {
 
 func noop(*testing.T) {}
 
+// proxiedStandalone starts a standalone Redis and a fault proxy in front of it: the gateways
+// dial the proxy, the test reads Redis directly (addr).
+func proxiedStandalone(t *testing.T) (addr string, p *faultproxy.Proxy) {
+	addr, _ = redistest.Standalone(t)
+	p, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return addr, p
+}
+
 // TestFaultMatrix runs every fault of a real deployment against two real gateways.
 func TestFaultMatrix(t *testing.T) {
 	requireCaddy(t)
@@ -360,12 +372,7 @@ func TestFaultMatrix(t *testing.T) {
 	})
 	for _, lat := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond} {
 		run(fmt.Sprintf("latency %v", lat), func(t *testing.T) faultResult {
-			addr, _ := redistest.Standalone(t)
-			p, err := faultproxy.New(addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { p.Close() })
+			addr, p := proxiedStandalone(t)
 			top := standaloneTopology(addr, true)
 			top.block = "address " + p.Addr()
 			gws := startFleet(t, top)
@@ -374,12 +381,7 @@ func TestFaultMatrix(t *testing.T) {
 		})
 	}
 	run("connections reset", func(t *testing.T) faultResult {
-		addr, _ := redistest.Standalone(t)
-		p, err := faultproxy.New(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
+		addr, p := proxiedStandalone(t)
 		top := standaloneTopology(addr, true)
 		top.block = "address " + p.Addr()
 		gws := startFleet(t, top)
@@ -543,12 +545,7 @@ func TestValidateDoesNotDialRedis(t *testing.T) {
 // clients at once while Redis answers slower than the 50 ms timeout. Every request is 200.
 func TestNoRefusalAfterIdle(t *testing.T) {
 	requireCaddy(t)
-	addr, _ := redistest.Standalone(t)
-	p, err := faultproxy.New(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	_, p := proxiedStandalone(t)
 	site := fmt.Sprintf(`	rate_limit {
 		key {http.request.header.X-App-Id}
 		app big {

@@ -17,9 +17,7 @@ import (
 // map lived. Now the map is reloaded after the failed calls and the limiter is back to normal,
 // leasing from the new master, soon after the cluster is ok again.
 func TestClusterMasterKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 6-node cluster")
-	}
+	redistest.Slow(t, "starts a 6-node cluster")
 	cl := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1, NodeTimeout: time.Second})
 	s, err := Open(Config{Address: cl.Addrs()[:3], KeyPrefix: "failover"})
 	if err != nil {

@@ -18,9 +18,7 @@ import (
 // cluster was healthy. Now: once every node agrees on the slot map, both limiters leave
 // fail_open within a probe or two and lease from Redis.
 func TestClusterStillForming(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts several clusters")
-	}
+	redistest.Slow(t, "starts several clusters")
 	for run := range 3 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			cl := redistest.StartCluster(t, redistest.ClusterOptions{Forming: true})

@@ -115,15 +115,12 @@ func (c *ClusterNodes) Master(slot int) (*Server, error) {
 		if err != nil {
 			continue
 		}
-		for _, r := range reply.([]any) {
-			rng := r.([]any)
-			lo, hi := rng[0].(int64), rng[1].(int64)
-			if int64(slot) < lo || int64(slot) > hi {
+		for _, r := range slotRanges(reply) {
+			if int64(slot) < r.lo || int64(slot) > r.hi {
 				continue
 			}
-			port := rng[2].([]any)[1].(int64)
 			for _, s := range c.Nodes {
-				if int64(s.Port) == port {
+				if int64(s.Port) == r.port {
 					return s, nil
 				}
 			}
@@ -175,17 +172,8 @@ func (c *ClusterNodes) converged() (bool, string) {
 // masterMap renders a CLUSTER SLOTS reply as "lo-hi:port ..." (masters only), sorted.
 func masterMap(reply any) string {
 	var parts []string
-	rs, _ := reply.([]any)
-	for _, r := range rs {
-		rng, _ := r.([]any)
-		if len(rng) < 3 {
-			continue
-		}
-		m, _ := rng[2].([]any)
-		if len(m) < 2 {
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%v-%v:%v", rng[0], rng[1], m[1]))
+	for _, r := range slotRanges(reply) {
+		parts = append(parts, fmt.Sprintf("%d-%d:%d", r.lo, r.hi, r.port))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " ")
@@ -306,13 +294,22 @@ func sharedDir() (string, error) {
 // newServer starts a server in its own subdirectory of parent, retrying with another port if
 // the chosen one was taken between picking and binding it.
 func newServer(parent string, cluster bool) (*Server, error) {
-	return newServerWith(parent, cluster, 5*time.Second)
+	return startIn(parent, serverOpts{cluster: cluster, nodeTimeout: 5 * time.Second})
 }
 
-func newServerWith(parent string, cluster bool, nodeTimeout time.Duration) (*Server, error) {
+// serverOpts is how a server started by startIn is configured.
+type serverOpts struct {
+	cluster     bool
+	nodeTimeout time.Duration
+	replicaOf   string // "host port", or "" for a master
+}
+
+// startIn starts a server configured by o on a free port in its own subdirectory of parent,
+// retrying with another port if the chosen one was taken between picking and binding it.
+func startIn(parent string, tmpl serverOpts) (*Server, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort(cluster)
+		port, err := freePort(tmpl.cluster)
 		if err != nil {
 			return nil, err
 		}
@@ -320,7 +317,7 @@ func newServerWith(parent string, cluster bool, nodeTimeout time.Duration) (*Ser
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		s := &Server{Port: port, dir: dir, cluster: cluster, nodeTimeout: nodeTimeout}
+		s := &Server{Port: port, dir: dir, cluster: tmpl.cluster, nodeTimeout: tmpl.nodeTimeout, replicaOf: tmpl.replicaOf}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -485,7 +482,7 @@ func newClusterWith(parent string, opts ClusterOptions) ([]*Server, error) {
 	}
 	var nodes []*Server
 	for i := 0; i < 3*(1+opts.Replicas); i++ {
-		s, err := newServerWith(parent, true, opts.NodeTimeout)
+		s, err := startIn(parent, serverOpts{cluster: true, nodeTimeout: opts.NodeTimeout})
 		if err != nil {
 			stopAll(nodes)
 			return nil, err
@@ -571,4 +568,17 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Slow skips a long-running test under -short, except in CI (the environment variable CI set),
+// where skipping would hide what the test checks: there it fails instead.
+func Slow(t testing.TB, why string) {
+	t.Helper()
+	if !testing.Short() {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("redistest: %s, and CI must not run it with -short", why)
+	}
+	t.Skip(why)
 }

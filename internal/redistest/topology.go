@@ -362,22 +362,7 @@ func SentinelWithReplica(t testing.TB) (master, sentinelAddr string, primary, re
 
 // newReplica starts a standalone replica of master in its own subdirectory of parent.
 func newReplica(parent string, master *Server) (*Server, error) {
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort(false)
-		if err != nil {
-			return nil, err
-		}
-		dir := fmt.Sprintf("%s/%d", parent, port)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
-		s := &Server{Port: port, dir: dir, replicaOf: "127.0.0.1 " + strconv.Itoa(master.Port)}
-		if lastErr = s.start(); lastErr == nil {
-			return s, nil
-		}
-	}
-	return nil, lastErr
+	return startIn(parent, serverOpts{replicaOf: "127.0.0.1 " + strconv.Itoa(master.Port)})
 }
 
 // newSentinel starts a sentinel monitoring master as name, in its own subdirectory of parent,

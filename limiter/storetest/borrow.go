@@ -31,7 +31,7 @@ func (e *env) wantBorrow(want limiter.BorrowState) {
 	e.t.Helper()
 	bs, ok := e.s.(borrowStater)
 	if !ok {
-		e.t.Skip("the store does not report its borrowing")
+		e.t.Fatalf("%T does not implement BorrowState: the borrow cases need it", e.s)
 	}
 	got, err := bs.BorrowState(context.Background(), e.cluster.ID, e.app)
 	if err != nil {
