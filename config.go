@@ -138,14 +138,6 @@ func parseFailureMode(s string) (limiter.FailureMode, bool) {
 // finite reports whether f is a real number (not NaN, not ±Inf).
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
-// ratio checks that a ratio field is in [0,1].
-func ratio(field string, f float64) error {
-	if !finite(f) || f < 0 || f > 1 {
-		return fmt.Errorf("%s must be in [0,1], got %v", field, f)
-	}
-	return nil
-}
-
 // appPolicy turns one app block into the limiter's policy with defaults applied, or an error
 // naming the app and the field.
 func appPolicy(id string, a *AppConfig) (limiter.AppPolicy, error) {
@@ -164,21 +156,8 @@ func appPolicy(id string, a *AppConfig) (limiter.AppPolicy, error) {
 	if p.Burst == 0 {
 		p.Burst = p.Guaranteed
 	}
-	switch {
-	case !finite(p.Guaranteed) || p.Guaranteed <= 0:
-		return p, fmt.Errorf("%s.guaranteed must be > 0, got %v", name, a.Guaranteed)
-	case !finite(p.Burst) || p.Burst < p.Guaranteed:
-		return p, fmt.Errorf("%s.burst must be >= guaranteed (%v), got %v", name, p.Guaranteed, p.Burst)
-	case p.Burst < 1:
-		return p, fmt.Errorf("%s.burst must be >= 1 (one request of cost 1), got %v", name, p.Burst)
-	case p.Priority < 0 || p.Priority > limiter.MaxPriority:
-		return p, fmt.Errorf("%s.priority must be 0-%d, got %d", name, limiter.MaxPriority, p.Priority)
-	case !finite(p.MaxBorrow) || p.MaxBorrow < 0:
-		return p, fmt.Errorf("%s.max_borrow must be >= 0, got %v", name, p.MaxBorrow)
-	case p.MaxConnections < 0:
-		return p, fmt.Errorf("%s.max_connections must be >= 0, got %d", name, p.MaxConnections)
-	case p.Warmup < 0:
-		return p, fmt.Errorf("%s.warmup must be >= 0, got %v", name, p.Warmup)
+	if es := p.Validate(); len(es) > 0 {
+		return p, es.Prefixed(name + ".")
 	}
 	return p, nil
 }
@@ -201,25 +180,10 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 		EmergencyThreshold: DefaultEmergencyThreshold,
 		EmergencyRatios:    DefaultEmergencyRatios,
 	}
-	if !finite(h.Capacity) || h.Capacity < 0 {
-		return cfg, fmt.Errorf("capacity must be >= 0 (0 = no cluster limit), got %v", h.Capacity)
-	}
 	if h.ReservedRatio != nil {
-		if err := ratio("reserved_ratio", *h.ReservedRatio); err != nil {
-			return cfg, err
-		}
-		if *h.ReservedRatio == 1 {
-			return cfg, fmt.Errorf("reserved_ratio must be < 1 (it would leave no capacity for guarantees)")
-		}
 		cp.ReservedRatio = *h.ReservedRatio
 	}
 	if h.EmergencyThreshold != nil {
-		if err := ratio("emergency_threshold", *h.EmergencyThreshold); err != nil {
-			return cfg, err
-		}
-		if *h.EmergencyThreshold == 0 {
-			return cfg, fmt.Errorf("emergency_threshold must be > 0")
-		}
 		cp.EmergencyThreshold = *h.EmergencyThreshold
 	}
 	if h.EmergencyRatios != nil {
@@ -227,12 +191,10 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 			return cfg, fmt.Errorf("emergency_ratios needs %d values (P0..P%d), got %d",
 				limiter.MaxPriority+1, limiter.MaxPriority, len(h.EmergencyRatios))
 		}
-		for i, r := range h.EmergencyRatios {
-			if err := ratio(fmt.Sprintf("emergency_ratios[%d]", i), r); err != nil {
-				return cfg, err
-			}
-			cp.EmergencyRatios[i] = r
-		}
+		copy(cp.EmergencyRatios[:], h.EmergencyRatios)
+	}
+	if es := cp.Validate(); len(es) > 0 {
+		return cfg, es
 	}
 	cfg.Cluster = cp
 
@@ -253,7 +215,6 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 		Burst:      DefaultAppBurst,
 		Priority:   DefaultAppPriority,
 	}
-	var sum float64
 	for _, id := range sortedKeys(h.Apps) {
 		if id != wildcardApp && !limiter.ValidAppID(id) {
 			return cfg, fmt.Errorf("apps: invalid app id %q (1-128 characters of [A-Za-z0-9._:-], or *)", id)
@@ -267,16 +228,9 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 			continue
 		}
 		cfg.Apps[id] = p
-		sum += p.Guaranteed
 	}
-	// Admission (DESIGN §5): the named apps' guarantees must fit the cluster's unreserved
-	// capacity. The `app *` template is not counted: it may stand for any number of buckets
-	// (isolated), and unknown traffic is what the reserve is for.
-	if cp.Capacity > 0 {
-		if limit := (1 - cp.ReservedRatio) * cp.Capacity; sum > limit {
-			return cfg, fmt.Errorf("apps: sum of guaranteed (%v) exceeds (1 - reserved_ratio) × capacity = %v",
-				sum, limit)
-		}
+	if es := cfg.Admission(); len(es) > 0 {
+		return cfg, fmt.Errorf("apps: %s", es[0].Problem)
 	}
 
 	if l := h.Local; l != nil {

@@ -77,6 +77,8 @@ const (
 	DefaultStoreTimeout    = 50 * time.Millisecond
 	DefaultRescueRatio     = 1.0
 	DefaultIsolatedTTL     = 60 * time.Second
+
+	DefaultEmergencyThreshold = 0.95 // a zero ClusterPolicy.EmergencyThreshold takes it
 )
 
 // Config is the configuration of one cluster's Limiter. Zero fields take their defaults.
@@ -136,27 +138,6 @@ func ValidAppID(id string) bool {
 	return true
 }
 
-// validatePolicy checks one app policy; name is used in the error ("app \"x\"", "app *").
-func validatePolicy(name string, p AppPolicy) error {
-	switch {
-	case !(p.Guaranteed > 0) || math.IsInf(p.Guaranteed, 0):
-		return fmt.Errorf("limiter: %s: guaranteed must be > 0, got %v", name, p.Guaranteed)
-	case !(p.Burst >= p.Guaranteed) || math.IsInf(p.Burst, 0):
-		return fmt.Errorf("limiter: %s: burst must be >= guaranteed (%v), got %v", name, p.Guaranteed, p.Burst)
-	case p.Burst < 1:
-		return fmt.Errorf("limiter: %s: burst must be >= 1, got %v", name, p.Burst)
-	case p.Priority < 0 || p.Priority > MaxPriority:
-		return fmt.Errorf("limiter: %s: priority must be 0-%d, got %d", name, MaxPriority, p.Priority)
-	case p.MaxBorrow < 0 || math.IsNaN(p.MaxBorrow):
-		return fmt.Errorf("limiter: %s: max_borrow must be >= 0, got %v", name, p.MaxBorrow)
-	case p.MaxConnections < 0:
-		return fmt.Errorf("limiter: %s: max_connections must be >= 0, got %d", name, p.MaxConnections)
-	case p.Warmup < 0:
-		return fmt.Errorf("limiter: %s: warmup must be >= 0, got %v", name, p.Warmup)
-	}
-	return nil
-}
-
 // withDefaults returns a copy of c with defaults applied, or a precise error.
 func (c Config) withDefaults() (Config, error) {
 	if c.Cluster.ID == "" {
@@ -166,17 +147,26 @@ func (c Config) withDefaults() (Config, error) {
 		if !ValidAppID(id) {
 			return c, fmt.Errorf("limiter: app %q: invalid app id (1-128 characters of [A-Za-z0-9._:-])", id)
 		}
-		if err := validatePolicy(fmt.Sprintf("app %q", id), p); err != nil {
-			return c, err
+		if es := p.Validate(); len(es) > 0 {
+			return c, fmt.Errorf("limiter: %w", es.Prefixed(fmt.Sprintf("app %q: ", id)))
 		}
 	}
 	if c.UnknownApp > UnknownReject {
 		return c, fmt.Errorf("limiter: unknown_app: invalid mode %d", c.UnknownApp)
 	}
 	if c.UnknownApp != UnknownReject {
-		if err := validatePolicy("app *", c.Default); err != nil {
-			return c, fmt.Errorf("%w (unknown_app %s needs an `app *` policy)", err, c.UnknownApp)
+		if es := c.Default.Validate(); len(es) > 0 {
+			return c, fmt.Errorf("limiter: %w (unknown_app %s needs an `app *` policy)", es.Prefixed("app *: "), c.UnknownApp)
 		}
+	}
+	if c.Cluster.EmergencyThreshold == 0 {
+		c.Cluster.EmergencyThreshold = DefaultEmergencyThreshold
+	}
+	if es := c.Cluster.Validate(); len(es) > 0 {
+		return c, fmt.Errorf("limiter: %w", es)
+	}
+	if es := c.Admission(); len(es) > 0 {
+		return c, fmt.Errorf("limiter: apps: %s", es[0].Problem)
 	}
 	if c.OnStoreFailure > FailClosed {
 		return c, fmt.Errorf("limiter: on_redis_failure: invalid mode %d", c.OnStoreFailure)
