@@ -33,6 +33,7 @@ func (l *Limiter) SetEmergency(ctx context.Context, e Emergency) error {
 	if err != nil {
 		return err
 	}
+	l.changes.Add(1)
 	l.tickMu.Lock()
 	defer l.tickMu.Unlock()
 	if !l.closed.Load() {

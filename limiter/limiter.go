@@ -30,7 +30,7 @@ type Limiter struct {
 	// Requests admitted (and their cost) and rejected without the Store: rescue and fail-open.
 	rescuedReqs, rescuedCost, rescueRejects atomic.Int64
 
-	mu       sync.Mutex // serialises Update; guards retired
+	mu       sync.Mutex // serialises install; guards retired
 	retired  []*App     // removed apps whose statistics or tokens are not yet settled
 	isoMu    sync.RWMutex
 	isolated map[string]*App
@@ -45,6 +45,8 @@ type Limiter struct {
 	acked      []ackedBatch       // statistics the Store acknowledged in the last ackWindow, oldest first
 	ackedApps  map[string]ackMark // the apps of acked
 	resent     atomic.Int64       // requests whose statistics were sent again (the Store lost them)
+
+	overrides // the admin API's overrides (overrides_limiter.go)
 
 	kick    chan struct{} // early report (SyncBatch reached)
 	stop    chan struct{}
@@ -112,10 +114,13 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 		isolated: make(map[string]*App),
 		unknown:  new(appStats),
 		kick:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		spawn:    func(f func()) { go f() },
-		sleep:    sleepCtx,
+		overrides: overrides{
+			reload: make(chan struct{}, 1),
+		},
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		spawn: func(f func()) { go f() },
+		sleep: sleepCtx,
 	}
 	st := &ClusterState{Factors: [MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: max(cfg.KnownInstances, 1)}
 	l.state.Store(st)
@@ -133,6 +138,7 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 	}
 	l.batch.Store(cfg.SyncBatch)
 	l.cur.Store(s)
+	l.base = cfg
 	return l, nil
 }
 
@@ -189,10 +195,24 @@ func (l *Limiter) isolatedApp(id string, s *snapshot) *App {
 }
 
 // Update applies a new configuration (a reload): buckets, their tokens and statistics are kept,
-// policies change in place. Apps no longer configured give their unspent tokens back to L2 at
-// the next tick. Update makes no Store call. The instance id, KnownInstances and
-// OnLiveInstances cannot change.
+// policies change in place, and the admin overrides in force still win over cfg (an override
+// cfg makes invalid is left out and logged). Apps no longer configured give their unspent
+// tokens back to L2 at the next tick. Update makes no Store call. The instance id,
+// KnownInstances and OnLiveInstances cannot change.
 func (l *Limiter) Update(cfg Config) error {
+	l.ovMu.Lock()
+	defer l.ovMu.Unlock()
+	old := l.cur.Load().cfg
+	cfg.Instance, cfg.KnownInstances, cfg.OnLiveInstances = old.Instance, old.KnownInstances, old.OnLiveInstances
+	if _, err := cfg.withDefaults(); err != nil {
+		return err
+	}
+	l.base = cfg
+	return l.applyOverrides(l.ov)
+}
+
+// install makes cfg (overrides merged) the configuration in force (ovMu held).
+func (l *Limiter) install(cfg Config) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.cur.Load()
@@ -290,6 +310,9 @@ func (l *Limiter) Close() error {
 	}
 	l.tickMu.Lock()
 	defer l.tickMu.Unlock()
+	if l.unwatch != nil {
+		l.unwatch()
+	}
 	now := l.clock.Now()
 	// A pending batch is sent first (with its Seq); then what was admitted since. A Limiter
 	// with nothing to send makes no Store call (`caddy validate` provisions and closes one).

@@ -70,6 +70,10 @@ type MemoryStore struct {
 	apps      map[memAppKey]*memBucket
 	clusters  map[string]*memLedger
 	lastSweep int64 // µs; when expired app records were last dropped
+
+	overrides map[string]*memOverrides // by cluster id
+	watchers  map[string]memWatchers   // by cluster id
+	lastWatch int
 }
 
 // memAppKey names one app's L2 record (Redis: <prefix>:{<cluster>/<app>}:l2).
@@ -81,9 +85,11 @@ func NewMemoryStore(now func() time.Time) *MemoryStore {
 		now = time.Now
 	}
 	return &MemoryStore{
-		now:      now,
-		apps:     make(map[memAppKey]*memBucket),
-		clusters: make(map[string]*memLedger),
+		now:       now,
+		apps:      make(map[memAppKey]*memBucket),
+		clusters:  make(map[string]*memLedger),
+		overrides: make(map[string]*memOverrides),
+		watchers:  make(map[string]memWatchers),
 	}
 }
 
@@ -226,6 +232,7 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 	}
 	// 6. factors.
 	st.Factors = Factors(rep.Cluster, st.Usage, st.Emergency)
+	st.ConfigVersion = m.configVersion(rep.Cluster.ID)
 	return st, nil
 }
 

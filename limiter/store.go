@@ -42,6 +42,22 @@ type Store interface {
 	// Setting a new one replaces the old one.
 	SetEmergency(ctx context.Context, cluster ClusterPolicy, e Emergency) error
 
+	// Overrides returns the cluster's admin overrides (see Overrides).
+	Overrides(ctx context.Context, cluster string) (Overrides, error)
+
+	// SetOverride applies ch if the cluster's overrides are at ch.IfVersion, and returns the
+	// new version; otherwise ErrVersionConflict and no change. The new version is
+	// max(old + 1, the Store's now in µs), so versions stay unique across a loss of the
+	// Store's data. Watchers are notified after the change. At most MaxOverrideEntries
+	// entries are kept (ErrTooManyOverrides beyond).
+	SetOverride(ctx context.Context, cluster string, ch OverrideChange) (uint64, error)
+
+	// Watch calls notify (on another goroutine) once the watch is in place (it may connect in
+	// the background; again after a reconnection) and after each change of the cluster's
+	// overrides, until stop is called; possibly more often. It is best-effort: a change made
+	// while the watch is not in place is seen by the next Report (ClusterState.ConfigVersion).
+	Watch(cluster string, notify func()) (stop func())
+
 	// Close releases the Store's resources.
 	Close() error
 }
@@ -236,4 +252,8 @@ type ClusterState struct {
 	// failover to a replica that had not received them) answers with a Seq below batches the
 	// sender saw acknowledged: the sender then sends those figures again.
 	PrevSeq map[string]uint64
+
+	// ConfigVersion is the cluster's Overrides.Version: an instance whose overrides are at
+	// another version loads them again (a lost Watch notification, a Store that was away).
+	ConfigVersion uint64
 }

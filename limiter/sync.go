@@ -20,6 +20,9 @@ func (l *Limiter) loop() {
 			return
 		case <-t.C:
 			l.tick(l.clock.Now())
+		case <-l.reload:
+			l.refreshOverrides()
+			continue
 		case <-l.kick:
 			l.tickForced(l.clock.Now(), true)
 			if !t.Stop() {
@@ -61,7 +64,12 @@ func (l *Limiter) tickForced(now time.Time, force bool) {
 	// A timer firing a little early must not skip a whole interval.
 	if force || now.Sub(l.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
 		l.lastReport = now // the last attempt: in fail-open, the probe runs once a second
-		_ = l.report(now)
+		if l.report(now) == nil {
+			l.watchOverrides()
+			if l.outdated() {
+				l.refreshOverrides()
+			}
+		}
 	}
 	apps := l.apps()
 	l.updateRates(now, apps, cfg)
@@ -155,6 +163,7 @@ func (l *Limiter) report(now time.Time) error {
 	}
 	l.prevIn = prev
 	st.LiveInstances = max(st.LiveInstances, 1)
+	l.storeVersion.Store(st.ConfigVersion)
 	prevLive := l.state.Load().LiveInstances
 	l.state.Store(&st)
 	if first := !l.reached.Swap(true); (first || st.LiveInstances != prevLive) && s.cfg.OnLiveInstances != nil {

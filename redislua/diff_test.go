@@ -2,7 +2,9 @@ package redislua
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -14,7 +16,7 @@ import (
 
 // TestDifferential drives the memory store and the Redis store with one random sequence of
 // leases, returns, reports (numbered or not, with resent Seqs), policy changes (warm-up included),
-// operator emergencies (set, expiring, cleared) and clock steps, and requires identical answers and
+// operator emergencies (set, expiring, cleared), admin overrides and clock steps, and requires identical answers and
 // identical stored buckets (bit for bit: both compute in IEEE doubles in the same order).
 func TestDifferential(t *testing.T) {
 	client := standaloneClient(t)
@@ -59,7 +61,7 @@ func TestDifferential(t *testing.T) {
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for step := 0; step < steps; step++ {
 			app := rapid.SampledFrom(apps).Draw(rt, "app")
-			switch op := rapid.IntRange(0, 6).Draw(rt, "op"); op {
+			switch op := rapid.IntRange(0, 7).Draw(rt, "op"); op {
 			case 0, 1: // lease
 				req := limiter.LeaseRequest{
 					Cluster: cluster, App: app, Policy: policies[app],
@@ -129,6 +131,29 @@ func TestDifferential(t *testing.T) {
 				if (em1 == nil) != (er1 == nil) {
 					rt.Fatalf("step %d SetEmergency(%+v): memory %v, redis %v", step, em, em1, er1)
 				}
+			case 7: // an admin override set or removed, at the current version or a stale one
+				ch := limiter.OverrideChange{Key: rapid.SampledFrom([]string{"cluster", "app:" + app}).Draw(rt, "key")}
+				if rapid.Bool().Draw(rt, "set") {
+					ch.Value = []byte(rapid.SampledFrom([]string{`{}`, `{"guaranteed":5}`, `"ünï"`}).Draw(rt, "value"))
+				}
+				cur, err := mem.Overrides(ctx, cluster.ID)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				ch.IfVersion = cur.Version
+				if rapid.IntRange(0, 3).Draw(rt, "stale") == 0 {
+					ch.IfVersion = max(cur.Version, 1) - 1
+				}
+				v1, e1 := mem.SetOverride(ctx, cluster.ID, ch)
+				v2, e2 := red.SetOverride(ctx, cluster.ID, ch)
+				if v1 != v2 || (e1 == nil) != (e2 == nil) || errors.Is(e1, limiter.ErrVersionConflict) != errors.Is(e2, limiter.ErrVersionConflict) {
+					rt.Fatalf("step %d SetOverride(%+v): memory %d %v, redis %d %v", step, ch, v1, e1, v2, e2)
+				}
+				o1, err1 := mem.Overrides(ctx, cluster.ID)
+				o2, err2 := red.Overrides(ctx, cluster.ID)
+				if err1 != nil || err2 != nil || o1.Version != o2.Version || !reflect.DeepEqual(o1.Entries, o2.Entries) {
+					rt.Fatalf("step %d overrides: memory %+v %v, redis %+v %v", step, o1, err1, o2, err2)
+				}
 			}
 			for _, a := range apps {
 				compareBucket(rt, step, mem, red, cluster.ID, a)
@@ -143,7 +168,8 @@ func sameState(a, b limiter.ClusterState) bool {
 	ra, rb := a.RemoteInFlight, b.RemoteInFlight
 	if a.Usage != b.Usage || a.Factors != b.Factors || a.Emergency != b.Emergency ||
 		a.EmergencySource != b.EmergencySource || a.EmergencyReason != b.EmergencyReason || !a.EmergencyUntil.Equal(b.EmergencyUntil) ||
-		a.LiveInstances != b.LiveInstances || a.RemoteClusterInFlight != b.RemoteClusterInFlight {
+		a.LiveInstances != b.LiveInstances || a.RemoteClusterInFlight != b.RemoteClusterInFlight ||
+		a.ConfigVersion != b.ConfigVersion {
 		return false
 	}
 	for k, v := range ra {

@@ -23,6 +23,10 @@ func (k keys) nodes(cluster string) string { return k.prefix + ":" + k.clusterTa
 func (k keys) clusterConn(cluster string) string {
 	return k.prefix + ":" + k.clusterTag(cluster) + ":conn"
 }
+func (k keys) cfg(cluster string) string { return k.prefix + ":" + k.clusterTag(cluster) + ":cfg" }
+func (k keys) events(cluster string) string {
+	return k.prefix + ":" + k.clusterTag(cluster) + ":events"
+}
 func (k keys) l2(cluster, app string) string { return k.prefix + ":" + k.appTag(cluster, app) + ":l2" }
 func (k keys) appConn(cluster, app string) string {
 	return k.prefix + ":" + k.appTag(cluster, app) + ":conn"

@@ -19,6 +19,7 @@ var (
 	setEmergencyScript  = loadScript("set_emergency.lua")
 	borrowPoolScript    = loadScript("borrow_pool.lua")
 	borrowCreditScript  = loadScript("borrow_credit.lua")
+	setOverrideScript   = loadScript("set_override.lua")
 )
 
 func loadScript(name string) *redis.Script {

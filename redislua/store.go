@@ -207,7 +207,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 	calls := make([]scriptCall, 0, 1+len(rep.Apps))
 	calls = append(calls, scriptCall{
 		script: reportClusterScript,
-		keys:   []string{s.keys.l1(c.ID), s.keys.nodes(c.ID), s.keys.clusterConn(c.ID)},
+		keys:   []string{s.keys.l1(c.ID), s.keys.nodes(c.ID), s.keys.clusterConn(c.ID), s.keys.cfg(c.ID)},
 		args: []any{now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
 			fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
 			fmtFloat(c.EmergencyRatios[3]), cost, rep.Seq, seqTTL},
@@ -311,7 +311,7 @@ func parseClusterState(cmd *redis.Cmd) (limiter.ClusterState, error) {
 	if err != nil {
 		return limiter.ClusterState{}, err
 	}
-	if len(vals) != 11 {
+	if len(vals) != 12 {
 		return limiter.ClusterState{}, fmt.Errorf("unexpected reply %v", vals)
 	}
 	var st limiter.ClusterState
@@ -341,6 +341,11 @@ func parseClusterState(cmd *redis.Cmd) (limiter.ClusterState, error) {
 	if until != 0 {
 		st.EmergencyUntil = time.UnixMicro(int64(until))
 	}
+	version, err := parseFloat(vals[11])
+	if err != nil {
+		return limiter.ClusterState{}, err
+	}
+	st.ConfigVersion = uint64(version)
 	return st, nil
 }
 

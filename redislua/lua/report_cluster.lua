@@ -1,7 +1,8 @@
 -- Report, cluster part: heartbeat, cluster in-flight counts, L1 usage window, emergency, factors.
--- KEYS[1] l1 hash, KEYS[2] nodes zset, KEYS[3] cluster conn hash
+-- KEYS[1] l1 hash, KEYS[2] nodes zset, KEYS[3] cluster conn hash, KEYS[4] cfg hash (overrides)
 -- ARGV: now_us|'' instance inflight ttl_us capacity threshold ratio0 ratio1 ratio2 ratio3 cost seq seq_ttl_us
--- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight, source, until_us},
+-- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight, source, until_us,
+-- config_version},
 -- floats as strings; source is 'operator', 'auto' or ''; until_us the operator emergency's end
 -- (0: none or until deactivated).
 local now = now_us(ARGV[1])
@@ -136,5 +137,6 @@ end
 if seq ~= 0 or capacity > 0 or had_op then
   keep_l1(KEYS[1], now)
 end
+local config_version = redis.call('HGET', KEYS[4], 'version') or '0'
 return { fmt(u), fmt(factors[1]), fmt(factors[2]), fmt(factors[3]), fmt(factors[4]), emergency, reason, live, fmt(remote),
-  source, fmt(op_until) }
+  source, fmt(op_until), config_version }

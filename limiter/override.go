@@ -1,0 +1,206 @@
+package limiter
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+	"time"
+)
+
+// AppOverride is a fleet-wide override of one app's policy, set through the admin API and kept
+// in the Store. Only the fields that are set replace the configured ones; an app without a
+// configured policy takes the `app *` template (Config.Default) for the others.
+type AppOverride struct {
+	Guaranteed     *float64       `json:"guaranteed,omitempty"`
+	Burst          *float64       `json:"burst,omitempty"`
+	Priority       *int           `json:"priority,omitempty"`
+	MaxBorrow      *float64       `json:"max_borrow,omitempty"`
+	MaxConnections *int64         `json:"max_connections,omitempty"`
+	Warmup         *time.Duration `json:"warmup,omitempty"` // nanoseconds in the Store
+}
+
+// Apply returns p with the override's fields.
+func (o AppOverride) Apply(p AppPolicy) AppPolicy {
+	set(&p.Guaranteed, o.Guaranteed)
+	set(&p.Burst, o.Burst)
+	set(&p.Priority, o.Priority)
+	set(&p.MaxBorrow, o.MaxBorrow)
+	set(&p.MaxConnections, o.MaxConnections)
+	set(&p.Warmup, o.Warmup)
+	return p
+}
+
+// Fields names the fields the override sets, in the order of the Caddyfile.
+func (o AppOverride) Fields() []string {
+	return present(
+		"guaranteed", o.Guaranteed != nil, "burst", o.Burst != nil, "priority", o.Priority != nil,
+		"max_borrow", o.MaxBorrow != nil, "max_connections", o.MaxConnections != nil, "warmup", o.Warmup != nil)
+}
+
+// ClusterOverride is a fleet-wide override of the cluster's L1 policy.
+type ClusterOverride struct {
+	Capacity           *float64                  `json:"capacity,omitempty"`
+	ReservedRatio      *float64                  `json:"reserved_ratio,omitempty"`
+	EmergencyThreshold *float64                  `json:"emergency_threshold,omitempty"`
+	EmergencyRatios    *[MaxPriority + 1]float64 `json:"emergency_ratios,omitempty"`
+}
+
+// Apply returns c with the override's fields.
+func (o ClusterOverride) Apply(c ClusterPolicy) ClusterPolicy {
+	set(&c.Capacity, o.Capacity)
+	set(&c.ReservedRatio, o.ReservedRatio)
+	set(&c.EmergencyThreshold, o.EmergencyThreshold)
+	set(&c.EmergencyRatios, o.EmergencyRatios)
+	return c
+}
+
+// Fields names the fields the override sets.
+func (o ClusterOverride) Fields() []string {
+	return present("capacity", o.Capacity != nil, "reserved_ratio", o.ReservedRatio != nil,
+		"emergency_threshold", o.EmergencyThreshold != nil, "emergency_ratios", o.EmergencyRatios != nil)
+}
+
+func set[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+// present returns the names (even arguments) whose flag (odd arguments) is true.
+func present(pairs ...any) []string {
+	var out []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1].(bool) {
+			out = append(out, pairs[i].(string))
+		}
+	}
+	return out
+}
+
+// overrideSet is a cluster's overrides, decoded.
+type overrideSet struct {
+	version uint64
+	cluster *ClusterOverride
+	apps    map[string]AppOverride
+	bad     map[string]error // entries that do not decode (written by a newer version?)
+}
+
+// decodeOverrides decodes a Store's entries; entries that do not decode are kept in bad.
+func decodeOverrides(o Overrides) overrideSet {
+	s := overrideSet{version: o.Version, apps: map[string]AppOverride{}}
+	for key, raw := range o.Entries {
+		var err error
+		switch {
+		case key == OverrideClusterKey:
+			var c ClusterOverride
+			if err = strictJSON(raw, &c); err == nil {
+				s.cluster = &c
+			}
+		case strings.HasPrefix(key, "app:") && ValidAppID(strings.TrimPrefix(key, "app:")):
+			var a AppOverride
+			if err = strictJSON(raw, &a); err == nil {
+				s.apps[strings.TrimPrefix(key, "app:")] = a
+			}
+		default:
+			err = fmt.Errorf("unknown entry")
+		}
+		if err != nil {
+			if s.bad == nil {
+				s.bad = map[string]error{}
+			}
+			s.bad[key] = err
+		}
+	}
+	return s
+}
+
+func strictJSON(raw []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// with returns a copy of s with one app's override set (o non-nil) or removed.
+func (s overrideSet) withApp(id string, o *AppOverride) overrideSet {
+	s.apps = maps.Clone(s.apps)
+	if o == nil {
+		delete(s.apps, id)
+	} else {
+		s.apps[id] = *o
+	}
+	return s
+}
+
+// withCluster returns a copy of s with the cluster's override set (o non-nil) or removed.
+func (s overrideSet) withCluster(o *ClusterOverride) overrideSet {
+	s.cluster = o
+	return s
+}
+
+// merge applies the overrides to base, the configuration as loaded (Caddyfile or JSON): the
+// cluster's first, then the apps' in id order. An override that would make the configuration
+// invalid (a bad value, or guarantees beyond the capacity) is left out and reported in skipped
+// by its Store key; the others apply. base must be valid.
+func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
+	skip := func(key string, err error) {
+		if skipped == nil {
+			skipped = map[string]error{}
+		}
+		skipped[key] = err
+	}
+	cfg = base
+	if cfg.Cluster.EmergencyThreshold == 0 {
+		cfg.Cluster.EmergencyThreshold = DefaultEmergencyThreshold
+	}
+	cfg.Apps = maps.Clone(base.Apps)
+	if cfg.Apps == nil {
+		cfg.Apps = map[string]AppPolicy{}
+	}
+	for key, err := range ov.bad {
+		skip(key, err)
+	}
+	if ov.cluster != nil {
+		next := cfg
+		next.Cluster = ov.cluster.Apply(cfg.Cluster)
+		if es := append(next.Cluster.Validate(), next.Admission()...); len(es) > 0 {
+			skip(OverrideClusterKey, es)
+		} else {
+			cfg = next
+		}
+	}
+	sum := 0.0
+	for _, p := range cfg.Apps {
+		sum += p.Guaranteed
+	}
+	limit := (1 - cfg.Cluster.ReservedRatio) * cfg.Cluster.Capacity
+	ids := make([]string, 0, len(ov.apps))
+	for id := range ov.apps {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		old, configured := cfg.Apps[id]
+		if !configured {
+			old = base.Default
+		}
+		p := ov.apps[id].Apply(old)
+		if es := p.Validate(); len(es) > 0 {
+			skip(OverrideAppKey(id), es)
+			continue
+		}
+		next := sum + p.Guaranteed
+		if configured {
+			next -= old.Guaranteed
+		}
+		if cfg.Cluster.Capacity > 0 && next > limit {
+			skip(OverrideAppKey(id), FieldErrors{{Field: "guaranteed", Problem: fmt.Sprintf(
+				"the cluster's sum of guaranteed would be %v, over (1 - reserved_ratio) × capacity = %v", next, limit)}})
+			continue
+		}
+		cfg.Apps[id] = p
+		sum = next
+	}
+	return cfg, skipped
+}

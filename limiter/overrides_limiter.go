@@ -1,0 +1,318 @@
+package limiter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+)
+
+// overrides is the Limiter's view of the admin API's overrides (docs/admin-api.md): the
+// configuration as loaded (base) and the overrides last read from the Store; the configuration
+// in force is their merge. They are read at the first report and again whenever a report
+// brings another version or the Store's Watch says they changed.
+type overrides struct {
+	ovMu    sync.Mutex // serialises Update and override changes; held across Store calls
+	base    Config     // the configuration as loaded (New, Update), without overrides
+	ov      overrideSet
+	loaded  bool             // ov was read from the Store at least once
+	skipped map[string]error // overrides left out of the configuration in force
+
+	storeVersion atomic.Uint64 // ClusterState.ConfigVersion of the last report
+	reload       chan struct{} // Watch: read the overrides again
+	unwatch      func()        // set by the loop once a report succeeded (tickMu)
+	changes      atomic.Int64  // changes made through this Limiter (overrides, emergency)
+}
+
+// Source of an app's or the cluster's policy (AppSource, ClusterSource).
+const (
+	SourceConfig   = "caddyfile" // the loaded configuration (Caddyfile or JSON)
+	SourceOverride = "override"  // an admin override of a configured app or of the cluster
+	SourceAPI      = "api"       // an app that exists through its admin override only
+)
+
+// OverrideChangeResult is what an override change did, for the change log: the policies in
+// force before and after (nil: the app did not exist / does not any more).
+type OverrideChangeResult struct {
+	Before, After any // *AppPolicy or *ClusterPolicy
+	Version       uint64
+}
+
+// AppOverride returns the app's admin override in force, if any.
+func (l *Limiter) AppOverride(id string) (AppOverride, bool) {
+	l.ovMu.Lock()
+	defer l.ovMu.Unlock()
+	o, ok := l.ov.apps[id]
+	if ok && l.skipped[OverrideAppKey(id)] != nil {
+		return AppOverride{}, false
+	}
+	return o, ok
+}
+
+// ClusterOverride returns the cluster's admin override in force, if any.
+func (l *Limiter) ClusterOverride() (ClusterOverride, bool) {
+	l.ovMu.Lock()
+	defer l.ovMu.Unlock()
+	if l.ov.cluster == nil || l.skipped[OverrideClusterKey] != nil {
+		return ClusterOverride{}, false
+	}
+	return *l.ov.cluster, true
+}
+
+// AppSource says where the policy in force of a configured app comes from (SourceConfig,
+// SourceOverride, SourceAPI), or "" for an id without a policy of its own.
+func (l *Limiter) AppSource(id string) string {
+	_, over := l.AppOverride(id)
+	l.ovMu.Lock()
+	_, configured := l.base.Apps[id]
+	l.ovMu.Unlock()
+	switch {
+	case configured && over:
+		return SourceOverride
+	case configured:
+		return SourceConfig
+	case over:
+		return SourceAPI
+	}
+	return ""
+}
+
+// ClusterSource says where the cluster policy in force comes from.
+func (l *Limiter) ClusterSource() string {
+	if _, ok := l.ClusterOverride(); ok {
+		return SourceOverride
+	}
+	return SourceConfig
+}
+
+// ConfigChanges is how many changes were made through this Limiter (overrides set or removed,
+// operator emergencies set or cleared).
+func (l *Limiter) ConfigChanges() int64 { return l.changes.Load() }
+
+// SkippedOverrides lists the Store keys of overrides that are not in force, with the reason:
+// values the loaded configuration makes invalid (say, guarantees beyond a lowered capacity).
+func (l *Limiter) SkippedOverrides() map[string]error {
+	l.ovMu.Lock()
+	defer l.ovMu.Unlock()
+	out := make(map[string]error, len(l.skipped))
+	for k, v := range l.skipped {
+		out[k] = v
+	}
+	return out
+}
+
+// SetAppOverride sets (o non-nil) or removes (o nil) the fleet-wide override of app id. The
+// result must be a valid configuration for this instance: otherwise the error is a
+// FieldErrors naming each bad field, and nothing changes. The change is stored (the other
+// instances apply it when the Store notifies them, or at their next report) and applied here
+// before SetAppOverride returns.
+func (l *Limiter) SetAppOverride(ctx context.Context, id string, o *AppOverride) (OverrideChangeResult, error) {
+	if !ValidAppID(id) {
+		return OverrideChangeResult{}, FieldErrors{{Field: "id", Problem: fmt.Sprintf(
+			"invalid app id %q (1-128 characters of [A-Za-z0-9._:-])", id)}}
+	}
+	key := OverrideAppKey(id)
+	return l.change(ctx, key, o, func(cur overrideSet) overrideSet { return cur.withApp(id, o) },
+		func(cfg Config) any {
+			if p, ok := cfg.Apps[id]; ok {
+				return &p
+			}
+			return nil
+		})
+}
+
+// SetClusterOverride sets (o non-nil) or removes (o nil) the fleet-wide override of the
+// cluster's L1 policy, like SetAppOverride.
+func (l *Limiter) SetClusterOverride(ctx context.Context, o *ClusterOverride) (OverrideChangeResult, error) {
+	return l.change(ctx, OverrideClusterKey, o, func(cur overrideSet) overrideSet { return cur.withCluster(o) },
+		func(cfg Config) any { c := cfg.Cluster; return &c })
+}
+
+// maxConflicts bounds the retries of a change that lost a race with another instance's.
+const maxConflicts = 3
+
+// change validates, stores and applies one override change. value is the override (a typed
+// nil pointer removes it); next builds the new set; policy extracts the policy shown in the
+// result.
+func (l *Limiter) change(ctx context.Context, key string, value any, next func(overrideSet) overrideSet,
+	policy func(Config) any) (OverrideChangeResult, error) {
+	if l.closed.Load() {
+		return OverrideChangeResult{}, ErrClosed
+	}
+	var raw []byte
+	if !isNilPointer(value) {
+		b, err := json.Marshal(value)
+		if err != nil {
+			return OverrideChangeResult{}, err
+		}
+		raw = b
+	}
+	l.ovMu.Lock()
+	defer l.ovMu.Unlock()
+	for attempt := 0; ; attempt++ {
+		if !l.loaded {
+			if err := l.loadOverrides(ctx); err != nil {
+				return OverrideChangeResult{}, err
+			}
+		}
+		before, _ := merge(l.base, l.ov)
+		want := next(l.ov)
+		after, skipped := merge(l.base, want)
+		if err := skipped[key]; err != nil {
+			return OverrideChangeResult{}, err
+		}
+		if err := l.newlySkipped(skipped, key); err != nil {
+			return OverrideChangeResult{}, err
+		}
+		if _, err := after.withDefaults(); err != nil {
+			return OverrideChangeResult{}, err
+		}
+		version, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
+			return l.store.SetOverride(ctx, l.base.Cluster.ID, OverrideChange{Key: key, Value: raw, IfVersion: l.ov.version})
+		})
+		if errors.Is(err, ErrVersionConflict) && attempt < maxConflicts {
+			l.loaded = false // another instance changed them: read them and decide again
+			continue
+		}
+		if err != nil {
+			return OverrideChangeResult{}, err
+		}
+		want.version = version
+		l.storeVersion.Store(version)
+		if err := l.applyOverrides(want); err != nil {
+			return OverrideChangeResult{}, err
+		}
+		l.changes.Add(1)
+		return OverrideChangeResult{Before: policy(before), After: policy(after), Version: version}, nil
+	}
+}
+
+// newlySkipped reports an override in force that the change would push out of the
+// configuration (the guarantees of another app no longer fitting), as a FieldErrors on the
+// changed override's fields (ovMu held).
+func (l *Limiter) newlySkipped(skipped map[string]error, key string) error {
+	var pushed []string
+	for k := range skipped {
+		if k != key && l.skipped[k] == nil {
+			pushed = append(pushed, k)
+		}
+	}
+	if len(pushed) == 0 {
+		return nil
+	}
+	sort.Strings(pushed)
+	field := "guaranteed"
+	if key == OverrideClusterKey {
+		field = "capacity"
+	}
+	return FieldErrors{{Field: field, Problem: fmt.Sprintf("the change would leave the overrides %v out "+
+		"of the configuration (%v)", pushed, skipped[pushed[0]])}}
+}
+
+// storeCall runs a Store call bounded by ctx and the background timeout, turning a panic into
+// an error.
+func (l *Limiter) storeCall(ctx context.Context, f func(ctx context.Context) (uint64, error)) (v uint64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, l.bgTimeout())
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("limiter: store panicked: %v", r)
+		}
+	}()
+	return f(ctx)
+}
+
+// loadOverrides reads the overrides from the Store (ovMu held). It does not apply them.
+func (l *Limiter) loadOverrides(ctx context.Context) error {
+	var o Overrides
+	_, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
+		var err error
+		o, err = l.store.Overrides(ctx, l.base.Cluster.ID)
+		return 0, err
+	})
+	if err != nil {
+		return err
+	}
+	l.ov = decodeOverrides(o)
+	l.loaded = true
+	return nil
+}
+
+// refreshOverrides reads the overrides again and applies them if their version changed (the
+// sync loop, after a report that brought another version or a Watch notification).
+func (l *Limiter) refreshOverrides() {
+	l.ovMu.Lock()
+	defer l.ovMu.Unlock()
+	if l.closed.Load() {
+		return
+	}
+	was, wasLoaded := l.ov.version, l.loaded
+	if err := l.loadOverrides(context.Background()); err != nil {
+		return // the next report tries again
+	}
+	if wasLoaded && l.ov.version == was {
+		return
+	}
+	l.storeVersion.Store(l.ov.version)
+	_ = l.applyOverrides(l.ov)
+}
+
+// outdated reports whether the overrides must be read again: never read, or the last report
+// saw another version.
+func (l *Limiter) outdated() bool {
+	l.ovMu.Lock()
+	defer l.ovMu.Unlock()
+	return !l.loaded || l.storeVersion.Load() != l.ov.version
+}
+
+// applyOverrides makes base merged with ov the configuration in force, and logs the overrides
+// that are newly left out (ovMu held).
+func (l *Limiter) applyOverrides(ov overrideSet) error {
+	cfg, skipped := merge(l.base, ov)
+	if err := l.install(cfg); err != nil {
+		// Cannot happen (merge only keeps what validates); keep the loaded configuration.
+		if err2 := l.install(l.base); err2 != nil {
+			return err
+		}
+		skipped = map[string]error{"*": err}
+	}
+	log := l.base.Logger
+	for k, err := range skipped {
+		if l.skipped[k] == nil && log != nil {
+			log.Error("rate_limit: admin override not applied: it does not fit the loaded configuration; "+
+				"change or remove it through the admin API",
+				zap.String("cluster", l.base.Cluster.ID), zap.String("override", k), zap.Error(err))
+		}
+	}
+	l.ov, l.skipped = ov, skipped
+	return nil
+}
+
+// watchOverrides starts the Store's Watch once (the sync loop, after the first successful
+// report, so that provisioning alone never connects); Close stops it.
+func (l *Limiter) watchOverrides() {
+	if l.unwatch != nil {
+		return
+	}
+	l.unwatch = l.store.Watch(l.snap().cfg.Cluster.ID, func() {
+		select {
+		case l.reload <- struct{}{}:
+		default:
+		}
+	})
+}
+
+func isNilPointer(v any) bool {
+	switch p := v.(type) {
+	case *AppOverride:
+		return p == nil
+	case *ClusterOverride:
+		return p == nil
+	}
+	return v == nil
+}

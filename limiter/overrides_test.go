@@ -1,0 +1,285 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	"pgregory.net/rapid"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// fleetOf builds n loop-less limiters (instances i1…) on one MemoryStore.
+func fleetOf(t tb, n int, cfg Config) ([]*Limiter, *MemoryStore, *manualClock) {
+	c := newClock()
+	st := NewMemoryStore(c.Now)
+	ls := make([]*Limiter, n)
+	for i := range ls {
+		cfg := cfg
+		cfg.Instance = fmt.Sprintf("i%d", i+1)
+		ls[i] = testLimiter(t, cfg, st, c, false)
+	}
+	return ls, st, c
+}
+
+// syncAll runs one tick on every limiter: their reports bring the overrides' version.
+func syncAll(ls []*Limiter, c *manualClock) {
+	c.Advance(time.Second)
+	for _, l := range ls {
+		l.tick(c.Now())
+	}
+}
+
+func TestAppOverrideReachesEveryInstanceAndDeleteRestores(t *testing.T) {
+	ls, _, c := fleetOf(t, 2, baseConfig())
+	a, b := ls[0], ls[1]
+	syncAll(ls, c)
+	base := b.Config()
+
+	res, err := a.SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: ptr(50.0), Priority: ptr(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pol(50, 1000, 2)
+	if got := a.Config().Apps["a"]; got != want {
+		t.Fatalf("instance A right after the change: %+v, want %+v", got, want)
+	}
+	if before, after := res.Before.(*AppPolicy), res.After.(*AppPolicy); *before != pol(100, 1000, 0) || *after != want {
+		t.Fatalf("result before %+v after %+v", *before, *after)
+	}
+	if got := b.Config().Apps["a"]; got != pol(100, 1000, 0) {
+		t.Fatalf("instance B before its report: %+v", got)
+	}
+	syncAll(ls, c)
+	if got := b.Config().Apps["a"]; got != want {
+		t.Fatalf("instance B after its report: %+v, want %+v", got, want)
+	}
+	if got := mustApp(t, b, "a").Policy(); got.Guaranteed != 50 || got.Priority != 2 {
+		t.Fatalf("instance B's bucket enforces %+v", got)
+	}
+	if s := b.AppSource("a"); s != SourceOverride {
+		t.Fatalf("source = %q, want %q", s, SourceOverride)
+	}
+
+	if _, err := b.SetAppOverride(context.Background(), "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	syncAll(ls, c)
+	for i, l := range ls {
+		if got := l.Config(); !reflect.DeepEqual(got.Apps, base.Apps) || got.Cluster != base.Cluster {
+			t.Fatalf("instance %d after DELETE: %+v, want the loaded config %+v", i, got.Apps, base.Apps)
+		}
+		if s := l.AppSource("a"); s != SourceConfig {
+			t.Fatalf("source after DELETE = %q", s)
+		}
+	}
+}
+
+func TestAppOverrideCreatesApp(t *testing.T) {
+	ls, _, c := fleetOf(t, 2, baseConfig())
+	if _, err := ls[0].SetAppOverride(context.Background(), "new-app", &AppOverride{Guaranteed: ptr(7.0), Burst: ptr(70.0)}); err != nil {
+		t.Fatal(err)
+	}
+	syncAll(ls, c)
+	for _, l := range ls {
+		a := mustApp(t, l, "new-app")
+		if a.Label() != "new-app" {
+			t.Fatalf("an API-created app has label %q, want its id", a.Label())
+		}
+		// The template (Default) gives the fields the override leaves out: priority 2.
+		if p := a.Policy(); p.Guaranteed != 7 || p.Burst != 70 || p.Priority != 2 {
+			t.Fatalf("policy %+v", p)
+		}
+		if s := l.AppSource("new-app"); s != SourceAPI {
+			t.Fatalf("source = %q, want api", s)
+		}
+	}
+	if _, err := ls[1].SetAppOverride(context.Background(), "new-app", nil); err != nil {
+		t.Fatal(err)
+	}
+	syncAll(ls, c)
+	for _, l := range ls {
+		if _, ok := l.Config().Apps["new-app"]; ok {
+			t.Fatal("the app is still configured after DELETE")
+		}
+		if a, _ := l.App("new-app"); a == nil || a.Label() != "*" {
+			t.Fatalf("after DELETE the id is an unknown app again: %v", a)
+		}
+	}
+}
+
+func TestOverrideValidationChangesNothing(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Cluster.Capacity = 1000
+	cfg.Cluster.ReservedRatio = 0.1 // 900 to give out, 200 given
+	ls, st, _ := fleetOf(t, 1, cfg)
+	l := ls[0]
+	before := l.Config()
+	for name, tc := range map[string]struct {
+		id     string
+		o      AppOverride
+		fields []string
+	}{
+		"burst below guaranteed": {"a", AppOverride{Burst: ptr(50.0)}, []string{"burst"}},
+		"two bad fields":         {"a", AppOverride{Guaranteed: ptr(-1.0), Priority: ptr(9)}, []string{"guaranteed", "priority"}},
+		"over capacity":          {"a", AppOverride{Guaranteed: ptr(801.0), Burst: ptr(801.0)}, []string{"guaranteed"}},
+		"new app over capacity":  {"x", AppOverride{Guaranteed: ptr(701.0), Burst: ptr(701.0)}, []string{"guaranteed"}},
+		"invalid id":             {"a b", AppOverride{Guaranteed: ptr(1.0)}, []string{"id"}},
+		"negative warmup":        {"a", AppOverride{Warmup: ptr(-time.Second)}, []string{"warmup"}},
+	} {
+		_, err := l.SetAppOverride(context.Background(), tc.id, &tc.o)
+		var fe FieldErrors
+		if !errors.As(err, &fe) {
+			t.Fatalf("%s: err = %v, want FieldErrors", name, err)
+		}
+		var got []string
+		for _, e := range fe {
+			got = append(got, e.Field)
+		}
+		if !reflect.DeepEqual(got, tc.fields) {
+			t.Errorf("%s: fields %v, want %v (%v)", name, got, tc.fields, err)
+		}
+	}
+	_, err := l.SetClusterOverride(context.Background(), &ClusterOverride{Capacity: ptr(100.0)})
+	var fe FieldErrors
+	if !errors.As(err, &fe) || fe[0].Field != "apps" {
+		t.Fatalf("capacity below the guarantees: err = %v, want FieldErrors on apps", err)
+	}
+	if !reflect.DeepEqual(l.Config(), before) {
+		t.Fatal("a refused change changed the configuration")
+	}
+	if o, _ := st.Overrides(context.Background(), "c1"); o.Version != 0 {
+		t.Fatalf("a refused change reached the Store: %+v", o)
+	}
+}
+
+func TestReloadKeepsOverridesAndSkipsConflicts(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Cluster.Capacity = 1000
+	core, logs := observer.New(zap.ErrorLevel)
+	cfg.Logger = zap.New(core)
+	ls, _, c := fleetOf(t, 1, cfg)
+	l := ls[0]
+	syncAll(ls, c)
+	if _, err := l.SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: ptr(600.0)}); err != nil {
+		t.Fatal(err)
+	}
+	// A reload keeps the override winning.
+	next := baseConfig()
+	next.Cluster.Capacity = 1000
+	next.Logger = cfg.Logger
+	next.Apps["b"] = pol(5, 5, 1)
+	if err := l.Update(next); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Config().Apps["a"].Guaranteed; got != 600 {
+		t.Fatalf("after a reload the override lost: guaranteed %v", got)
+	}
+	// A reload whose capacity no longer fits the override leaves it out, logged once.
+	next.Cluster.Capacity = 300
+	if err := l.Update(next); err != nil {
+		t.Fatalf("a valid reload failed because of an override: %v", err)
+	}
+	if got := l.Config().Apps["a"].Guaranteed; got != 100 {
+		t.Fatalf("guaranteed %v, want the loaded 100 while the override does not fit", got)
+	}
+	if _, ok := l.SkippedOverrides()[OverrideAppKey("a")]; !ok || logs.Len() != 1 {
+		t.Fatalf("skipped %v, %d error lines; want app:a skipped and logged once", l.SkippedOverrides(), logs.Len())
+	}
+	_ = l.Update(next)
+	if logs.Len() != 1 {
+		t.Fatalf("%d error lines after a second reload, want still 1", logs.Len())
+	}
+	// Capacity back: the override applies again.
+	next.Cluster.Capacity = 1000
+	if err := l.Update(next); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Config().Apps["a"].Guaranteed; got != 600 {
+		t.Fatalf("guaranteed %v after the capacity came back, want 600", got)
+	}
+}
+
+func TestConcurrentOverrideChangesBothLand(t *testing.T) {
+	ls, st, c := fleetOf(t, 2, baseConfig())
+	syncAll(ls, c)
+	// B's view is stale: A changes after B loaded. B's change conflicts, re-reads and lands.
+	if _, err := ls[0].SetAppOverride(context.Background(), "a", &AppOverride{Priority: ptr(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ls[1].SetAppOverride(context.Background(), "p3", &AppOverride{Priority: ptr(2)}); err != nil {
+		t.Fatal(err)
+	}
+	o, _ := st.Overrides(context.Background(), "c1")
+	if len(o.Entries) != 2 {
+		t.Fatalf("entries %v, want both changes", o.Entries)
+	}
+	syncAll(ls, c)
+	for i, l := range ls {
+		if a, p3 := l.Config().Apps["a"], l.Config().Apps["p3"]; a.Priority != 1 || p3.Priority != 2 {
+			t.Fatalf("instance %d: a %+v p3 %+v", i, a, p3)
+		}
+	}
+}
+
+// TestPropOverridesConverge checks that, after any sequence of changes through any instances
+// and one round of reports, every instance enforces the same merge of the loaded config and
+// the stored overrides, and that removing them all restores the loaded config exactly.
+func TestPropOverridesConverge(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := baseConfig()
+		cfg.Cluster.Capacity = rapid.SampledFrom([]float64{0, 1000}).Draw(rt, "capacity")
+		ls, st, c := fleetOf(rt, 3, cfg)
+		syncAll(ls, c)
+		loaded := ls[0].Config()
+		ids := []string{"a", "p3", "new1", "new2"}
+		for range rapid.IntRange(1, 12).Draw(rt, "changes") {
+			l := ls[rapid.IntRange(0, 2).Draw(rt, "via")]
+			id := rapid.SampledFrom(ids).Draw(rt, "id")
+			var o *AppOverride
+			if rapid.Bool().Draw(rt, "set") {
+				g := float64(rapid.IntRange(-5, 600).Draw(rt, "guaranteed"))
+				o = &AppOverride{Guaranteed: &g}
+				if rapid.Bool().Draw(rt, "with burst") {
+					b := float64(rapid.IntRange(0, 2000).Draw(rt, "burst"))
+					o.Burst = &b
+				}
+			}
+			_, _ = l.SetAppOverride(context.Background(), id, o) // refusals are part of the game
+			if rapid.Bool().Draw(rt, "sync") {
+				syncAll(ls, c)
+			}
+		}
+		syncAll(ls, c)
+		stored, _ := st.Overrides(context.Background(), "c1")
+		want, _ := merge(ls[0].base, decodeOverrides(stored))
+		for i, l := range ls {
+			if got := l.Config().Apps; !reflect.DeepEqual(got, want.Apps) {
+				rt.Fatalf("instance %d enforces %v, want %v", i, got, want.Apps)
+			}
+		}
+		keys := make([]string, 0, len(stored.Entries))
+		for k := range stored.Entries {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if _, err := ls[0].SetAppOverride(context.Background(), k[len("app:"):], nil); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		syncAll(ls, c)
+		for i, l := range ls {
+			if got := l.Config(); !reflect.DeepEqual(got.Apps, loaded.Apps) {
+				rt.Fatalf("instance %d after removing every override: %v, want %v", i, got.Apps, loaded.Apps)
+			}
+		}
+	})
+}

@@ -1,0 +1,120 @@
+package redislua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// The admin overrides of a cluster live in its :cfg hash (field "version" and one field per
+// override, see limiter.Overrides), in the cluster's slot, so a change and its version move
+// together in one script. A change is announced on the cluster's :events channel.
+
+// Overrides implements limiter.Store.
+func (s *Store) Overrides(ctx context.Context, cluster string) (limiter.Overrides, error) {
+	all, err := s.client.HGetAll(ctx, s.keys.cfg(cluster)).Result()
+	if err != nil {
+		s.failed()
+		return limiter.Overrides{}, fmt.Errorf("redislua: overrides: %w", err)
+	}
+	o := limiter.Overrides{Entries: make(map[string][]byte, len(all))}
+	for k, v := range all {
+		if k == "version" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return limiter.Overrides{}, fmt.Errorf("redislua: overrides: version %q: %w", v, err)
+			}
+			o.Version = uint64(f)
+			continue
+		}
+		o.Entries[k] = []byte(v)
+	}
+	return o, nil
+}
+
+// SetOverride implements limiter.Store with set_override.lua, then publishes the new version.
+// A failed publish is not an error: the other instances see the version in their next report.
+func (s *Store) SetOverride(ctx context.Context, cluster string, ch limiter.OverrideChange) (uint64, error) {
+	if err := ch.Validate(); err != nil {
+		return 0, fmt.Errorf("redislua: %w", err)
+	}
+	set := 0
+	if ch.Value != nil {
+		set = 1
+	}
+	vals, err := setOverrideScript.Run(ctx, s.client, []string{s.keys.cfg(cluster)}, s.nowArg(), ch.Key,
+		string(ch.Value), set, ch.IfVersion, limiter.MaxOverrideEntries).Slice()
+	if err != nil {
+		s.failed()
+		return 0, fmt.Errorf("redislua: set override: %w", err)
+	}
+	if len(vals) != 2 {
+		return 0, fmt.Errorf("redislua: set override: unexpected reply %v", vals)
+	}
+	status, _ := vals[0].(int64)
+	version, err := parseFloat(vals[1])
+	if err != nil {
+		return 0, fmt.Errorf("redislua: set override: %w", err)
+	}
+	switch status {
+	case 0:
+		return 0, limiter.ErrVersionConflict
+	case -1:
+		return 0, limiter.ErrTooManyOverrides
+	}
+	_ = s.client.Publish(ctx, s.keys.events(cluster), uint64(version)).Err()
+	return uint64(version), nil
+}
+
+// Watch implements limiter.Store with a subscription to the cluster's :events channel. go-redis
+// connects in the background and resubscribes after a lost connection; a message lost meanwhile
+// is repaired by the next report's ConfigVersion.
+func (s *Store) Watch(cluster string, notify func()) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := s.client.Subscribe(ctx, s.keys.events(cluster))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		backoff := 10 * time.Millisecond
+		for {
+			msg, err := ps.Receive(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				if errors.Is(err, redis.ErrClosed) {
+					return
+				}
+				// go-redis reconnects and resubscribes on the next Receive; while Redis is
+				// away, try at most once a second.
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			backoff = 10 * time.Millisecond
+			switch msg.(type) {
+			case *redis.Message, *redis.Subscription:
+				notify() // a (re)subscription may follow a lost message: look again
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			_ = ps.Close()
+			<-done
+		})
+	}
+}
