@@ -40,6 +40,7 @@ var (
 	descClConns     = desc("cluster_connections", "Requests in flight on this instance, whole cluster.", "cluster")
 	descClConnsPeak = desc("cluster_connections_peak", "Highest cluster-wide in-flight count seen on this instance.", "cluster")
 	descClConnsRej  = desc("cluster_connections_rejected_total", "Requests rejected by the cluster's in-flight limit.", "cluster")
+	descChanges     = desc("config_changes_total", "Changes made through this instance's admin API (overrides set or removed, operator emergency set or cleared).", "cluster")
 )
 
 // collector reports every live cluster state.
@@ -67,7 +68,7 @@ func registerMetrics(ctx caddy.Context, logger *zap.Logger) {
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descCost, descLocalHits, descLocalTokens,
 		descLeases, descLeaseTokens, descLevel, descEmergency, descUsage, descLatency, descConns,
-		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej} {
+		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej, descChanges} {
 		ch <- d
 	}
 	storeLatency.Describe(ch)
@@ -137,6 +138,7 @@ func collectCluster(ch chan<- prometheus.Metric, s *clusterState) {
 	gauge(descEmergency, emergency, cl)
 	gauge(descUsage, state.Usage, cl)
 	gauge(descLatency, s.lim.Latency().Seconds(), cl)
+	counter(descChanges, s.lim.ConfigChanges(), cl)
 	for _, c := range s.conns.Snapshot() {
 		if c.App == "" {
 			gauge(descClConns, float64(c.Current), cl)

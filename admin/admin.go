@@ -156,7 +156,10 @@ type AppsView struct {
 type AppView struct {
 	ID     string      `json:"id"`
 	Policy *PolicyView `json:"policy"` // null for "*" with unknown_app reject (no bucket)
-	Source string      `json:"source"` // where the policy comes from: "caddyfile" (the config)
+	Source string      `json:"source"` // "caddyfile" (the config), "override" (the config's, overridden) or "api" (created by PUT)
+
+	// Override is the fields the app's admin override sets; null without one.
+	Override map[string]any `json:"override"`
 
 	LocalTokens int64        `json:"local_tokens"`
 	LocalDebt   int64        `json:"local_debt"`

@@ -436,17 +436,24 @@ func TestClusterSelection(t *testing.T) {
 	}
 }
 
-// TestMethodsAndPaths: every route is GET only (405 with Allow); unknown paths are 404.
+// TestMethodsAndPaths: a method a route does not take is 405 with Allow; unknown paths are 404.
 func TestMethodsAndPaths(t *testing.T) {
 	c := newCluster(t, "c1", testConfig(), nil)
-	for _, route := range []string{"/rate_limit/", "/rate_limit/apps", "/rate_limit/apps/alpha", "/rate_limit/connections", "/rate_limit/emergency"} {
-		for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead} {
+	for route, allowed := range map[string]string{
+		"/rate_limit/": "GET", "/rate_limit/apps": "GET", "/rate_limit/apps/alpha": "GET, PUT, DELETE",
+		"/rate_limit/clusters/c1": "GET, PUT, DELETE", "/rate_limit/connections": "GET", "/rate_limit/emergency": "GET",
+		"/rate_limit/emergency/activate": "POST", "/rate_limit/emergency/deactivate": "POST",
+	} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead} {
+			if strings.Contains(allowed, m) {
+				continue
+			}
 			w, err := call(apiWith(c), m, route)
 			msg := apiErr(t, err, http.StatusMethodNotAllowed)
 			if !strings.Contains(msg, "method "+m+" not allowed on "+route) {
 				t.Errorf("%s %s: %q", m, route, msg)
 			}
-			if got := w.Header().Get("Allow"); got != "GET" {
+			if got := w.Header().Get("Allow"); got != allowed {
 				t.Errorf("%s %s: Allow %q", m, route, got)
 			}
 			if w.Body.Len() != 0 {
@@ -454,7 +461,8 @@ func TestMethodsAndPaths(t *testing.T) {
 			}
 		}
 	}
-	for _, path := range []string{"/rate_limit/nope", "/rate_limit/apps/alpha/x", "/rate_limit/emergency/x"} {
+	for _, path := range []string{"/rate_limit/nope", "/rate_limit/apps/alpha/x", "/rate_limit/emergency/x",
+		"/rate_limit/clusters/", "/rate_limit/clusters/c1/x"} {
 		_, err := call(apiWith(c), http.MethodGet, path)
 		apiErr(t, err, http.StatusNotFound)
 	}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -20,9 +21,6 @@ const prefix = "/rate_limit/"
 
 // wildcardApp is the app under which every unknown app is shown (as in the metrics).
 const wildcardApp = "*"
-
-// policySource is where every policy comes from: the loaded config (the API changes no policy).
-const policySource = "caddyfile"
 
 // Routes returns the one route of the module: the /rate_limit/ subtree, dispatched by serve.
 //
@@ -43,56 +41,104 @@ func (a API) Routes() []caddy.AdminRoute {
 // view builds one route's response from the selected cluster.
 type view func(c Cluster) (any, error)
 
-// action is a POST route: it changes the selected cluster's state and returns the response.
+// action is a route that changes the selected cluster's state and returns the response.
 type action func(w http.ResponseWriter, r *http.Request, c Cluster) (any, error)
+
+// route is what one path takes, by method.
+type route struct {
+	get             view
+	post, put, del  action
+	clusterFromPath string // clusters/<id>: the cluster is the path's, not ?cluster's
+}
+
+// allow lists the route's methods (the Allow header of a 405).
+func (rt route) allow() []string {
+	var m []string
+	for _, x := range []struct {
+		ok   bool
+		name string
+	}{{rt.get != nil, http.MethodGet}, {rt.post != nil, http.MethodPost}, {rt.put != nil, http.MethodPut},
+		{rt.del != nil, http.MethodDelete}} {
+		if x.ok {
+			m = append(m, x.name)
+		}
+	}
+	return m
+}
+
+// match returns the route of a path below /rate_limit/ (ok false: none).
+func (a API) match(rest string) (rt route, ok bool) {
+	switch {
+	case rest == "":
+		rt.get = func(c Cluster) (any, error) { return clusterView(c), nil }
+	case rest == "apps" || rest == "apps/":
+		rt.get = func(c Cluster) (any, error) { return AppsView{Cluster: c.ID(), Apps: appViews(c)}, nil }
+	case strings.HasPrefix(rest, "apps/") && !strings.Contains(rest[len("apps/"):], "/"):
+		id := strings.TrimPrefix(rest, "apps/")
+		rt.get = func(c Cluster) (any, error) { return appView(c, id) }
+		rt.put, rt.del = a.putApp(id), a.deleteApp(id)
+	case strings.HasPrefix(rest, "clusters/") && rest != "clusters/" && !strings.Contains(rest[len("clusters/"):], "/"):
+		rt.clusterFromPath = strings.TrimPrefix(rest, "clusters/")
+		rt.get = func(c Cluster) (any, error) { return clusterPolicyView(c), nil }
+		rt.put, rt.del = a.putCluster, a.deleteCluster
+	case rest == "connections":
+		rt.get = func(c Cluster) (any, error) { return connectionsView(c), nil }
+	case rest == "emergency":
+		rt.get = func(c Cluster) (any, error) { return emergencyView(c.Limiter().State()), nil }
+	case rest == "emergency/activate":
+		rt.post = a.activate
+	case rest == "emergency/deactivate":
+		rt.post = a.deactivate
+	default:
+		return rt, false
+	}
+	return rt, true
+}
 
 // serve dispatches a request below /rate_limit/: unknown path 404, a method the route does not
 // take 405 (with Allow), then the cluster selection (400/404), then the route itself.
 func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 	rest, _ := strings.CutPrefix(r.URL.Path, prefix) // the route's pattern: always there
-	var v view
+	rt, ok := a.match(rest)
+	if !ok {
+		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sclusters/<id>, %sconnections, %semergency)",
+			r.URL.Path, prefix, prefix, prefix, prefix)
+	}
 	var act action
-	switch {
-	case rest == "" && strings.HasPrefix(r.URL.Path, prefix):
-		v = func(c Cluster) (any, error) { return clusterView(c), nil }
-	case rest == "apps" || rest == "apps/":
-		v = func(c Cluster) (any, error) { return AppsView{Cluster: c.ID(), Apps: appViews(c)}, nil }
-	case strings.HasPrefix(rest, "apps/"):
-		id := strings.TrimPrefix(rest, "apps/")
-		v = func(c Cluster) (any, error) { return appView(c, id) }
-	case rest == "connections":
-		v = func(c Cluster) (any, error) { return connectionsView(c), nil }
-	case rest == "emergency":
-		v = func(c Cluster) (any, error) { return emergencyView(c.Limiter().State()), nil }
-	case rest == "emergency/activate":
-		act = a.activate
-	case rest == "emergency/deactivate":
-		act = a.deactivate
-	}
-	if v == nil && act == nil {
-		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sconnections, %semergency)",
-			r.URL.Path, prefix, prefix, prefix)
-	}
-	if act != nil {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s: it changes state (POST)",
-				r.Method, r.URL.Path)
+	switch r.Method {
+	case http.MethodGet:
+		if rt.get != nil {
+			get := rt.get
+			act = func(_ http.ResponseWriter, _ *http.Request, c Cluster) (any, error) { return get(c) }
 		}
-	} else if r.Method != http.MethodGet {
-		w.Header().Set("Allow", http.MethodGet)
-		return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s: this route is read-only (GET)",
-			r.Method, r.URL.Path)
+	case http.MethodPost:
+		act = rt.post
+	case http.MethodPut:
+		act = rt.put
+	case http.MethodDelete:
+		act = rt.del
 	}
-	c, err := a.selectCluster(r.URL.Query().Get("cluster"))
+	if act == nil {
+		allow := rt.allow()
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s (allowed: %s)",
+			r.Method, r.URL.Path, strings.Join(allow, ", "))
+	}
+	id := r.URL.Query().Get("cluster")
+	if rt.clusterFromPath != "" {
+		if id != "" && id != rt.clusterFromPath {
+			return apiError(http.StatusBadRequest, "?cluster=%q contradicts the path's cluster %q", id, rt.clusterFromPath)
+		}
+		id = rt.clusterFromPath
+	}
+	c, err := a.selectCluster(id)
 	if err != nil {
 		return err
 	}
-	var body any
-	if act != nil {
-		body, err = act(w, r, c)
-	} else {
-		body, err = v(c)
+	body, err := act(w, r, c)
+	var fe fieldsError
+	if errors.As(err, &fe) {
+		return writeJSONStatus(w, http.StatusBadRequest, map[string]any{"error": fe.msg, "fields": fe.fields})
 	}
 	if err != nil {
 		return err
@@ -107,11 +153,16 @@ func apiError(status int, format string, args ...any) error {
 // writeJSON encodes v completely before writing anything, so that an encoding error can still
 // be answered with a status.
 func writeJSON(w http.ResponseWriter, v any) error {
+	return writeJSONStatus(w, http.StatusOK, v)
+}
+
+func writeJSONStatus(w http.ResponseWriter, status int, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 	return nil
 }
@@ -247,7 +298,12 @@ func appViews(c Cluster) []AppView {
 	out := make([]AppView, 0, len(ids)+1)
 	for _, id := range ids {
 		p := cfg.Apps[id]
-		out = append(out, newAppView(id, &p, stats[id], conns[id], counter))
+		v := newAppView(id, &p, stats[id], conns[id], counter)
+		v.Source = lim.AppSource(id)
+		if o, ok := lim.AppOverride(id); ok {
+			v.Override = overrideFields(&o)
+		}
+		out = append(out, v)
 	}
 	var star *limiter.AppPolicy
 	if cfg.UnknownApp != limiter.UnknownReject {
@@ -308,7 +364,7 @@ func maxConnections(id string, p limiter.AppPolicy, counter *connlimit.Counter) 
 func newAppView(id string, p *limiter.AppPolicy, s limiter.AppStats, cs connlimit.Stats, counter *connlimit.Counter) AppView {
 	v := AppView{
 		ID:                  id,
-		Source:              policySource,
+		Source:              limiter.SourceConfig,
 		LocalTokens:         s.LocalTokens,
 		LocalDebt:           s.LocalDebt,
 		Requests:            RequestsView{Allowed: s.Requests[limiter.ReasonNone], Reasons: map[string]int64{}},

@@ -1,0 +1,300 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// Fleet-wide policy overrides: PUT and DELETE /rate_limit/apps/<id> and /rate_limit/clusters/<id>
+// (limiter.Limiter.SetAppOverride, SetClusterOverride). A change is validated exactly like the
+// loaded configuration (400 naming each bad field, nothing changed), stored, applied here at
+// once and by the other instances when the Store notifies them (or at their next report).
+
+// appOverrideRequest is the body of PUT /rate_limit/apps/<id>: the fields to override.
+type appOverrideRequest struct {
+	Guaranteed     *float64        `json:"guaranteed"`
+	Burst          *float64        `json:"burst"`
+	Priority       *int            `json:"priority"`
+	MaxBorrow      *float64        `json:"max_borrow"`
+	MaxConnections *int64          `json:"max_connections"`
+	Warmup         json.RawMessage `json:"warmup"` // a Caddy duration ("30s", "1d") or nanoseconds
+}
+
+// clusterOverrideRequest is the body of PUT /rate_limit/clusters/<id>.
+type clusterOverrideRequest struct {
+	Capacity           *float64   `json:"capacity"`
+	ReservedRatio      *float64   `json:"reserved_ratio"`
+	EmergencyThreshold *float64   `json:"emergency_threshold"`
+	EmergencyRatios    *[]float64 `json:"emergency_ratios"`
+}
+
+// ClusterPolicyView is GET /rate_limit/clusters/<id>: the cluster's L1 policy in force.
+type ClusterPolicyView struct {
+	Cluster  string         `json:"cluster"`
+	Policy   ClusterPolicy  `json:"policy"`
+	Source   string         `json:"source"`   // "caddyfile" or "override"
+	Override map[string]any `json:"override"` // the fields the override sets; null without one
+}
+
+// ClusterPolicy is an L1 policy as the config names its fields.
+type ClusterPolicy struct {
+	Capacity           float64   `json:"capacity"`
+	ReservedRatio      float64   `json:"reserved_ratio"`
+	EmergencyThreshold float64   `json:"emergency_threshold"`
+	EmergencyRatios    []float64 `json:"emergency_ratios"`
+}
+
+// RemovedView answers the DELETE of an app that existed through its override only.
+type RemovedView struct {
+	ID      string `json:"id"`
+	Removed bool   `json:"removed"`
+}
+
+// fieldsError is a 400 whose body names each bad field:
+// {"error": "…", "fields": {"burst": "must be >= guaranteed (100), got 50"}}.
+type fieldsError struct {
+	msg    string
+	fields map[string]string
+}
+
+func (e fieldsError) Error() string { return e.msg }
+
+// badFields builds the 400 for a limiter.FieldErrors (or a single field's problem). The field
+// "apps" (the guarantees no longer fit the capacity) is reported on admission, the field the
+// operator changed.
+func badFields(what string, fe limiter.FieldErrors, admission string) fieldsError {
+	e := fieldsError{fields: map[string]string{}}
+	for i := range fe {
+		if fe[i].Field == "apps" {
+			fe[i].Field = admission
+		}
+		if _, dup := e.fields[fe[i].Field]; !dup {
+			e.fields[fe[i].Field] = fe[i].Problem
+		}
+	}
+	e.msg = fmt.Sprintf("invalid %s: %v", what, fe)
+	return e
+}
+
+// putApp is PUT /rate_limit/apps/<id>.
+func (a API) putApp(id string) action {
+	return func(w http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+		var req appOverrideRequest
+		present, err := readJSON(r, &req)
+		if err != nil {
+			return nil, err
+		}
+		if !present {
+			return nil, apiError(http.StatusBadRequest, `missing request body: {"guaranteed": 100, "burst": 200, …} (the fields to override)`)
+		}
+		o := limiter.AppOverride{Guaranteed: req.Guaranteed, Burst: req.Burst, Priority: req.Priority,
+			MaxBorrow: req.MaxBorrow, MaxConnections: req.MaxConnections}
+		if len(req.Warmup) > 0 && string(req.Warmup) != "null" {
+			var d caddy.Duration
+			if err := d.UnmarshalJSON(req.Warmup); err != nil {
+				return nil, badFields(fmt.Sprintf("override of app %q", id), limiter.FieldErrors{{Field: "warmup",
+					Problem: fmt.Sprintf("%s is not a duration (a Caddy duration such as \"30s\"): %v", req.Warmup, err)}}, "")
+			}
+			o.Warmup = (*time.Duration)(&d)
+		}
+		return a.setApp(r, c, id, &o)
+	}
+}
+
+// deleteApp is DELETE /rate_limit/apps/<id>: the configured policy again, or no app at all for
+// one that exists through its override only.
+func (a API) deleteApp(id string) action {
+	return func(w http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+		if _, err := readJSON(r, &struct{}{}); err != nil {
+			return nil, err
+		}
+		if _, ok := c.Limiter().AppOverride(id); !ok {
+			if v, err := appView(c, id); err == nil && id != wildcardApp {
+				return v, nil // nothing to remove: the configured policy is in force
+			}
+			return nil, apiError(http.StatusNotFound, "app %q of cluster %q has no override", id, c.ID())
+		}
+		return a.setApp(r, c, id, nil)
+	}
+}
+
+// setApp stores one app override change, logs it and answers with the app as it is now.
+func (a API) setApp(r *http.Request, c Cluster, id string, o *limiter.AppOverride) (any, error) {
+	if id == wildcardApp {
+		return nil, apiError(http.StatusBadRequest, "app %q: the template of unknown apps is set in the config only", id)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), setTimeout)
+	defer cancel()
+	res, err := c.Limiter().SetAppOverride(ctx, id, o)
+	if err != nil {
+		return nil, changeError(c, fmt.Sprintf("override of app %q", id), "guaranteed", err)
+	}
+	change := "app_override_set"
+	if o == nil {
+		change = "app_override_removed"
+	}
+	a.logChange(r, c, change, map[string]any{"app": id, "requested": overrideFields(o)},
+		policyMap(res.Before), policyMap(res.After))
+	if v, err := appView(c, id); err == nil {
+		return v, nil
+	}
+	return RemovedView{ID: id, Removed: true}, nil
+}
+
+// clusterPolicyView is GET /rate_limit/clusters/<id>.
+func clusterPolicyView(c Cluster) ClusterPolicyView {
+	lim := c.Limiter()
+	v := ClusterPolicyView{Cluster: c.ID(), Policy: clusterPolicy(lim.Config().Cluster), Source: lim.ClusterSource()}
+	if o, ok := lim.ClusterOverride(); ok {
+		v.Override = overrideFields(&o)
+	}
+	return v
+}
+
+func clusterPolicy(p limiter.ClusterPolicy) ClusterPolicy {
+	return ClusterPolicy{Capacity: num(p.Capacity), ReservedRatio: num(p.ReservedRatio),
+		EmergencyThreshold: num(p.EmergencyThreshold), EmergencyRatios: p.EmergencyRatios[:]}
+}
+
+// putCluster is PUT /rate_limit/clusters/<id>.
+func (a API) putCluster(w http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+	var req clusterOverrideRequest
+	present, err := readJSON(r, &req)
+	if err != nil {
+		return nil, err
+	}
+	if !present {
+		return nil, apiError(http.StatusBadRequest, `missing request body: {"capacity": 1000, …} (the fields to override)`)
+	}
+	o := limiter.ClusterOverride{Capacity: req.Capacity, ReservedRatio: req.ReservedRatio,
+		EmergencyThreshold: req.EmergencyThreshold}
+	if req.EmergencyRatios != nil {
+		if n := len(*req.EmergencyRatios); n != limiter.MaxPriority+1 {
+			return nil, badFields(fmt.Sprintf("override of cluster %q", c.ID()), limiter.FieldErrors{{Field: "emergency_ratios",
+				Problem: fmt.Sprintf("needs %d values (P0..P%d), got %d", limiter.MaxPriority+1, limiter.MaxPriority, n)}}, "")
+		}
+		var ratios [limiter.MaxPriority + 1]float64
+		copy(ratios[:], *req.EmergencyRatios)
+		o.EmergencyRatios = &ratios
+	}
+	admission := "reserved_ratio"
+	if o.Capacity != nil {
+		admission = "capacity"
+	}
+	return a.setCluster(r, c, &o, admission)
+}
+
+// deleteCluster is DELETE /rate_limit/clusters/<id>: the configured L1 policy again.
+func (a API) deleteCluster(w http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+	if _, err := readJSON(r, &struct{}{}); err != nil {
+		return nil, err
+	}
+	if _, ok := c.Limiter().ClusterOverride(); !ok {
+		return clusterPolicyView(c), nil // nothing to remove
+	}
+	return a.setCluster(r, c, nil, "capacity")
+}
+
+func (a API) setCluster(r *http.Request, c Cluster, o *limiter.ClusterOverride, admission string) (any, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), setTimeout)
+	defer cancel()
+	res, err := c.Limiter().SetClusterOverride(ctx, o)
+	if err != nil {
+		return nil, changeError(c, fmt.Sprintf("override of cluster %q", c.ID()), admission, err)
+	}
+	change := "cluster_override_set"
+	if o == nil {
+		change = "cluster_override_removed"
+	}
+	a.logChange(r, c, change, map[string]any{"requested": overrideFields(o)}, policyMap(res.Before), policyMap(res.After))
+	return clusterPolicyView(c), nil
+}
+
+// changeError maps a failed change: bad fields 400, too many overrides 409, anything else is
+// the Store's failure (503).
+func changeError(c Cluster, what, admission string, err error) error {
+	var fe limiter.FieldErrors
+	switch {
+	case errors.As(err, &fe):
+		return badFields(what, fe, admission)
+	case errors.Is(err, limiter.ErrTooManyOverrides):
+		return apiError(http.StatusConflict, "%s: cluster %q already has %d overrides: remove some first",
+			what, c.ID(), limiter.MaxOverrideEntries)
+	}
+	return apiError(http.StatusServiceUnavailable, "%s: the Store failed: %v (not applied; after a timeout it may "+
+		"still have been stored: read it back)", what, err)
+}
+
+// logChange logs a change at INFO and emits it as the rate_limit_config_changed event.
+func (a API) logChange(r *http.Request, c Cluster, change string, details map[string]any, before, after any) {
+	a.log().Info("rate_limit: "+change+" through the admin API",
+		zap.String("cluster", c.ID()),
+		zap.String("remote_addr", r.RemoteAddr),
+		zap.Any("details", details),
+		zap.Any("before", before),
+		zap.Any("after", after))
+	if a.events != nil && a.events.ShouldEmit(configChangedEvent) {
+		data := map[string]any{"cluster": c.ID(), "change": change, "remote_addr": r.RemoteAddr,
+			"before": before, "after": after}
+		for k, v := range details {
+			data[k] = v
+		}
+		a.events.Emit(a.ctx, configChangedEvent, data)
+	}
+}
+
+// overrideFields is an override as the JSON object of the fields it sets (warmup as a Caddy
+// duration string), nil for none.
+func overrideFields(o any) map[string]any {
+	var m map[string]any
+	switch o := o.(type) {
+	case *limiter.AppOverride:
+		if o == nil {
+			return nil
+		}
+		m = toMap(o)
+		if o.Warmup != nil {
+			m["warmup"] = o.Warmup.String()
+		}
+	case *limiter.ClusterOverride:
+		if o == nil {
+			return nil
+		}
+		m = toMap(o)
+	}
+	return m
+}
+
+// policyMap is a policy (*limiter.AppPolicy or *limiter.ClusterPolicy; nil: none) as the JSON
+// object the API shows.
+func policyMap(p any) map[string]any {
+	switch p := p.(type) {
+	case *limiter.AppPolicy:
+		if p != nil {
+			return toMap(PolicyView{Guaranteed: num(p.Guaranteed), Burst: num(p.Burst), Priority: p.Priority,
+				MaxBorrow: num(p.MaxBorrow), MaxConnections: p.MaxConnections, Warmup: p.Warmup.String()})
+		}
+	case *limiter.ClusterPolicy:
+		if p != nil {
+			return toMap(clusterPolicy(*p))
+		}
+	}
+	return nil
+}
+
+// toMap is v's JSON encoding as a map (v encodes without error: plain numbers and strings).
+func toMap(v any) map[string]any {
+	b, _ := json.Marshal(v)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m
+}
