@@ -16,7 +16,14 @@ import (
 // and returns the status and the body.
 func (g *gateway) adminPost(path, contentType, body string) (int, string) {
 	g.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, g.admin+path, strings.NewReader(body))
+	return g.adminDo(http.MethodPost, path, contentType, body)
+}
+
+// adminDo sends method path with body (and the content type; "" sends none) to the gateway's
+// admin endpoint and returns the status and the body.
+func (g *gateway) adminDo(method, path, contentType, body string) (int, string) {
+	g.t.Helper()
+	req, err := http.NewRequest(method, g.admin+path, strings.NewReader(body))
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -25,7 +32,7 @@ func (g *gateway) adminPost(path, contentType, body string) (int, string) {
 	}
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
 	if err != nil {
-		g.t.Fatalf("POST %s: %v", path, err)
+		g.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	return resp.StatusCode, drain(resp)
 }

@@ -81,3 +81,23 @@ func TestLimiterBorrows(t *testing.T) {
 		t.Fatalf("lease request in an emergency = %+v, want NoBorrow", req)
 	}
 }
+
+// A borrowing app is not held back by its own short leases: every request beyond its bucket
+// borrows its shortfall until max_borrow is reached, and only that refusal stops it.
+func TestBorrowerGetsMaxBorrowBeyondBurst(t *testing.T) {
+	c := newClock()
+	cfg := baseConfig()
+	cfg.Cluster.Capacity, cfg.Cluster.ReservedRatio = 10000, 0.1
+	p := pol(50, 50, 0)
+	p.MaxBorrow = 200
+	cfg.Apps["b"] = p
+	l := testLimiter(t, cfg, NewMemoryStore(c.Now), c, false)
+	a := mustApp(t, l, "b")
+	reasons := map[Reason]int{}
+	for range 300 {
+		reasons[a.Take(context.Background(), 1, 0).Reason]++
+	}
+	if reasons[ReasonNone] != 250 || reasons[ReasonBorrowLimitExceeded] != 50 {
+		t.Fatalf("decisions %v, want 250 admitted (burst 50 + max_borrow 200) and 50 borrow_limit_exceeded", reasons)
+	}
+}

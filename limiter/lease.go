@@ -116,7 +116,11 @@ func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
 	// the need, but not before a lease-sized batch has refilled (capped at the refill horizon):
 	// an app far over its quota then costs the Store no more calls than one within it.
 	var retry time.Duration
-	if res.Granted < req.Want {
+	// An app that may borrow is gated by refusals only: a lease that met its need (or asked
+	// for none, so the Store did not try to borrow) leaves the next request free to borrow its
+	// shortfall. Borrowing is bounded by max_borrow, and its refusal gates like any other.
+	borrower := req.BorrowingAllowed() && res.Granted >= req.Need
+	if res.Granted < req.Want && !borrower {
 		p := a.pol.Load()
 		batch := time.Second
 		if rate := p.Guaranteed * req.Factor; rate > 0 {
