@@ -165,6 +165,8 @@ type AppView struct {
 	LocalHits   int64        `json:"local_hits"`
 	Leases      int64        `json:"leases"`
 	LeaseTokens int64        `json:"lease_tokens"`
+	Borrowed    float64      `json:"borrowed"` // L2's borrowed tokens, as of this instance's last lease
+	Debt        float64      `json:"debt"`     // L2's borrowing debt, as of this instance's last lease
 
 	InFlight            int64 `json:"in_flight"` // on this instance
 	Peak                int64 `json:"peak"`

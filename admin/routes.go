@@ -316,6 +316,8 @@ func newAppView(id string, p *limiter.AppPolicy, s limiter.AppStats, cs connlimi
 		LocalHits:           s.LocalHits,
 		Leases:              s.Leases,
 		LeaseTokens:         s.LeaseTokens,
+		Borrowed:            num(s.Borrowed),
+		Debt:                num(s.Debt),
 		InFlight:            cs.Current,
 		Peak:                cs.Peak,
 		ConnectionsRejected: cs.Rejected,
