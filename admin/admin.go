@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/history"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
@@ -35,6 +36,8 @@ type Cluster interface {
 	Limiter() *limiter.Limiter
 	// Connections is the cluster's in-flight counter.
 	Connections() *connlimit.Counter
+	// History is the cluster's per-second history (nil: none kept).
+	History() *history.Recorder
 }
 
 // PreAppCounter may be implemented by a Cluster that counts decisions taken before there is an
@@ -69,6 +72,9 @@ func liveClusters() []Cluster {
 type API struct {
 	// source, when set, replaces the installed source (tests).
 	source func() []Cluster
+
+	// streamTick, when set, replaces the stream's one-second check for a new sample (tests).
+	streamTick time.Duration
 
 	ctx    caddy.Context
 	logger *zap.Logger      // nil: Caddy's default logger (tests)

@@ -33,6 +33,8 @@ const policySource = "caddyfile"
 //	GET  /rate_limit/emergency               EmergencyView
 //	POST /rate_limit/emergency/activate      {"reason": "…", "duration": "5m"} → EmergencyView
 //	POST /rate_limit/emergency/deactivate    (no body, or {}) → EmergencyView
+//	GET  /rate_limit/history                 HistoryView (history.go)
+//	GET  /rate_limit/stream                  text/event-stream of StreamEvent (history.go)
 //
 // Every route takes ?cluster=<id>, which may be omitted when this process runs exactly one
 // cluster.
@@ -68,6 +70,10 @@ func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 		act = a.activate
 	case rest == "emergency/deactivate":
 		act = a.deactivate
+	case rest == "history":
+		v = func(c Cluster) (any, error) { return historyView(c, r.URL.Query()) }
+	case rest == "stream":
+		v = func(c Cluster) (any, error) { return a.stream(w, r, c) }
 	}
 	if v == nil && act == nil {
 		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sconnections, %semergency)",
@@ -96,6 +102,9 @@ func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err != nil {
 		return err
+	}
+	if _, ok := body.(written); ok {
+		return nil
 	}
 	return writeJSON(w, body)
 }
