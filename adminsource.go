@@ -3,6 +3,7 @@ package tierbucket
 import (
 	"github.com/tierbucket/caddy-tierbucket/admin"
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/history"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
@@ -28,6 +29,7 @@ type adminCluster struct{ s *clusterState }
 func (c adminCluster) ID() string                      { return c.s.key.cluster }
 func (c adminCluster) Limiter() *limiter.Limiter       { return c.s.lim }
 func (c adminCluster) Connections() *connlimit.Counter { return c.s.conns }
+func (c adminCluster) History() *history.Recorder      { return c.s.hist.rec }
 
 // Store is "memory" or "redis" (the Redis identity, addresses included, is not shown).
 func (c adminCluster) Store() string {

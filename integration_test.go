@@ -540,6 +540,8 @@ func TestIntegrationMetrics(t *testing.T) {
 		`caddy_rate_limit_degradation_level{cluster="it-metrics"} 0`,
 		`caddy_rate_limit_emergency_mode{cluster="it-metrics"} 0`,
 		`caddy_rate_limit_local_tokens{app="alpha",cluster="it-metrics"}`,
+		`caddy_rate_limit_borrowed_tokens{app="alpha",cluster="it-metrics"} 0`,
+		`caddy_rate_limit_debt_tokens{app="alpha",cluster="it-metrics"} 0`,
 		`caddy_rate_limit_leases_total{app="alpha",cluster="it-metrics"}`,
 		`caddy_rate_limit_store_latency_seconds_count{cluster="it-metrics",op="lease"}`,
 	} {

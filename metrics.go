@@ -27,6 +27,8 @@ var (
 	descCost        = desc("cost_total", "Admitted cost (settled) in cost tokens.", "cluster", "app")
 	descLocalHits   = desc("local_hits_total", "Requests admitted from local (L3) tokens without waiting on the Store.", "cluster", "app")
 	descLocalTokens = desc("local_tokens", "Tokens held locally (leased, not yet spent).", "cluster", "app")
+	descBorrowed    = desc("borrowed_tokens", "Tokens the app has borrowed from the cluster's pool and not yet repaid, as of this instance's last lease.", "cluster", "app")
+	descDebt        = desc("debt_tokens", "The app's borrowing debt (borrowed tokens plus interest, repaid first from refills), as of this instance's last lease.", "cluster", "app")
 	descLeases      = desc("leases_total", "Leases taken from the Store (L2).", "cluster", "app")
 	descLeaseTokens = desc("lease_tokens_total", "Tokens granted by leases.", "cluster", "app")
 	descLevel       = desc("degradation_level", "Store degradation level: 0 normal, 1 mild, 2 significant, 3 fail_open.", "cluster")
@@ -67,7 +69,7 @@ func registerMetrics(ctx caddy.Context, logger *zap.Logger) {
 // Describe sends every descriptor.
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descCost, descLocalHits, descLocalTokens,
-		descLeases, descLeaseTokens, descLevel, descEmergency, descUsage, descLatency, descConns,
+		descBorrowed, descDebt, descLeases, descLeaseTokens, descLevel, descEmergency, descUsage, descLatency, descConns,
 		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej, descChanges} {
 		ch <- d
 	}
@@ -126,6 +128,8 @@ func collectCluster(ch chan<- prometheus.Metric, s *clusterState) {
 		counter(descCost, st.Cost, cl, st.Label)
 		counter(descLocalHits, st.LocalHits, cl, st.Label)
 		gauge(descLocalTokens, float64(st.LocalTokens), cl, st.Label)
+		gauge(descBorrowed, st.Borrowed, cl, st.Label)
+		gauge(descDebt, st.Debt, cl, st.Label)
 		counter(descLeases, st.Leases, cl, st.Label)
 		counter(descLeaseTokens, st.LeaseTokens, cl, st.Label)
 	}

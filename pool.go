@@ -117,6 +117,7 @@ type clusterState struct {
 	lim   *limiter.Limiter
 	conns *connlimit.Counter
 	store limiter.Store
+	hist  *sampler // the per-second history (admin GET /rate_limit/history)
 
 	// Decisions taken before there is an App to record them on (metrics, label "*").
 	invalidIDs     atomic.Int64
@@ -156,12 +157,14 @@ func newClusterState(def definition) (*clusterState, error) {
 		return nil, fmt.Errorf("cluster %q: %v", def.key.cluster, err)
 	}
 	s.lim = lim
+	s.hist = startSampler(s)
 	return s, nil
 }
 
 // Destruct is called by the pool when the last handler using the state is cleaned up: the
 // limiter returns its unspent tokens to L2 and sends its last statistics.
 func (s *clusterState) Destruct() error {
+	s.hist.close()
 	errs := []error{s.lim.Close()}
 	s.conns.Close()
 	errs = append(errs, s.store.Close())

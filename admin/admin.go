@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/history"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
@@ -35,6 +36,8 @@ type Cluster interface {
 	Limiter() *limiter.Limiter
 	// Connections is the cluster's in-flight counter.
 	Connections() *connlimit.Counter
+	// History is the cluster's per-second history (nil: none kept).
+	History() *history.Recorder
 }
 
 // PreAppCounter may be implemented by a Cluster that counts decisions taken before there is an
@@ -69,6 +72,9 @@ func liveClusters() []Cluster {
 type API struct {
 	// source, when set, replaces the installed source (tests).
 	source func() []Cluster
+
+	// streamTick, when set, replaces the stream's one-second check for a new sample (tests).
+	streamTick time.Duration
 
 	ctx    caddy.Context
 	logger *zap.Logger      // nil: Caddy's default logger (tests)
@@ -168,6 +174,8 @@ type AppView struct {
 	LocalHits   int64        `json:"local_hits"`
 	Leases      int64        `json:"leases"`
 	LeaseTokens int64        `json:"lease_tokens"`
+	Borrowed    float64      `json:"borrowed"` // L2's borrowed tokens, as of this instance's last lease
+	Debt        float64      `json:"debt"`     // L2's borrowing debt, as of this instance's last lease
 
 	InFlight            int64 `json:"in_flight"` // on this instance
 	Peak                int64 `json:"peak"`

@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/history"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
@@ -23,6 +24,7 @@ type testCluster struct {
 	id, store       string
 	lim             *limiter.Limiter
 	conns           *connlimit.Counter
+	hist            *history.Recorder
 	invalid, unknow int64
 }
 
@@ -30,6 +32,7 @@ func (c *testCluster) ID() string                      { return c.id }
 func (c *testCluster) Store() string                   { return c.store }
 func (c *testCluster) Limiter() *limiter.Limiter       { return c.lim }
 func (c *testCluster) Connections() *connlimit.Counter { return c.conns }
+func (c *testCluster) History() *history.Recorder      { return c.hist }
 func (c *testCluster) PreAppRejections() (int64, int64) {
 	return c.invalid, c.unknow
 }
@@ -63,7 +66,7 @@ func newCluster(t *testing.T, id string, cfg limiter.Config, store limiter.Store
 		_ = lim.Close()
 		conns.Close()
 	})
-	return &testCluster{id: id, store: "memory", lim: lim, conns: conns}
+	return &testCluster{id: id, store: "memory", lim: lim, conns: conns, hist: history.New()}
 }
 
 // take makes n requests of cost 1 for app and records their decisions as the handler does.

@@ -27,10 +27,14 @@ const wildcardApp = "*"
 //	GET  /rate_limit/                        ClusterView
 //	GET  /rate_limit/apps                    AppsView
 //	GET  /rate_limit/apps/<id>               AppView
+//	PUT|DELETE /rate_limit/apps/<id>         an app's override (overrides.go) → AppView
+//	GET|PUT|DELETE /rate_limit/clusters/<id> the cluster's L1 policy and override → ClusterPolicyView
 //	GET  /rate_limit/connections             ConnectionsView
 //	GET  /rate_limit/emergency               EmergencyView
 //	POST /rate_limit/emergency/activate      {"reason": "…", "duration": "5m"} → EmergencyView
 //	POST /rate_limit/emergency/deactivate    (no body, or {}) → EmergencyView
+//	GET  /rate_limit/history?seconds=N       HistoryView
+//	GET  /rate_limit/stream                  text/event-stream of StreamEvent
 //
 // Every route takes ?cluster=<id>, which may be omitted when this process runs exactly one
 // cluster.
@@ -67,7 +71,7 @@ func (rt route) allow() []string {
 }
 
 // match returns the route of a path below /rate_limit/ (ok false: none).
-func (a API) match(rest string) (rt route, ok bool) {
+func (a API) match(w http.ResponseWriter, r *http.Request, rest string) (rt route, ok bool) {
 	switch {
 	case rest == "":
 		rt.get = func(c Cluster) (any, error) { return clusterView(c), nil }
@@ -89,6 +93,10 @@ func (a API) match(rest string) (rt route, ok bool) {
 		rt.post = a.activate
 	case rest == "emergency/deactivate":
 		rt.post = a.deactivate
+	case rest == "history":
+		rt.get = func(c Cluster) (any, error) { return historyView(c, r.URL.Query()) }
+	case rest == "stream":
+		rt.get = func(c Cluster) (any, error) { return a.stream(w, r, c) }
 	default:
 		return rt, false
 	}
@@ -99,10 +107,10 @@ func (a API) match(rest string) (rt route, ok bool) {
 // take 405 (with Allow), then the cluster selection (400/404), then the route itself.
 func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 	rest, _ := strings.CutPrefix(r.URL.Path, prefix) // the route's pattern: always there
-	rt, ok := a.match(rest)
+	rt, ok := a.match(w, r, rest)
 	if !ok {
-		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sclusters/<id>, %sconnections, %semergency)",
-			r.URL.Path, prefix, prefix, prefix, prefix)
+		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sclusters/<id>, %sconnections, %semergency, %shistory, %sstream)",
+			r.URL.Path, prefix, prefix, prefix, prefix, prefix, prefix)
 	}
 	var act action
 	switch r.Method {
@@ -142,6 +150,9 @@ func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err != nil {
 		return err
+	}
+	if _, ok := body.(written); ok {
+		return nil
 	}
 	return writeJSON(w, body)
 }
@@ -372,6 +383,8 @@ func newAppView(id string, p *limiter.AppPolicy, s limiter.AppStats, cs connlimi
 		LocalHits:           s.LocalHits,
 		Leases:              s.Leases,
 		LeaseTokens:         s.LeaseTokens,
+		Borrowed:            num(s.Borrowed),
+		Debt:                num(s.Debt),
 		InFlight:            cs.Current,
 		Peak:                cs.Peak,
 		ConnectionsRejected: cs.Rejected,

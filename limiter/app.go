@@ -47,10 +47,12 @@ type App struct {
 	balance    atomic.Int64 // local tokens; negative = debt
 	retryUntil atomic.Int64 // unix ns: until then, shortfalls are rejected without a Store call
 	refusal    atomic.Uint32
-	refillAt   atomic.Int64 // background refill when the balance falls below this
-	lastUse    atomic.Int64 // unix ns of the last take (isolated apps only)
-	lastLease  atomic.Int64 // unix ns of the last grant (lease TTL)
-	l2Left     atomic.Int64 // L2's remaining tokens at the last lease
+	refillAt   atomic.Int64  // background refill when the balance falls below this
+	lastUse    atomic.Int64  // unix ns of the last take (isolated apps only)
+	lastLease  atomic.Int64  // unix ns of the last grant (lease TTL)
+	l2Left     atomic.Int64  // L2's remaining tokens at the last lease
+	l2Debt     atomic.Uint64 // L2's debt at the last lease (float64 bits)
+	l2Borrowed atomic.Uint64 // L2's borrowed at the last lease (float64 bits)
 
 	// Conservation (DESIGN §13 property 7):
 	// leased + minted = consumed + returned + dropped + balance.
@@ -115,6 +117,12 @@ func (a *App) Policy() AppPolicy { return a.pol.Load().AppPolicy }
 func (a *App) Tokens() (tokens, debt int64) {
 	b := a.balance.Load()
 	return max(b, 0), max(-b, 0)
+}
+
+// Borrowing returns the app's L2 borrowed and debt as the last lease from this instance saw
+// them (after that lease's refill and borrow); 0 before any lease.
+func (a *App) Borrowing() (borrowed, debt float64) {
+	return math.Float64frombits(a.l2Borrowed.Load()), math.Float64frombits(a.l2Debt.Load())
 }
 
 // Take asks for cost tokens. A local hit is lock-free and allocation-free; otherwise one lease

@@ -62,10 +62,19 @@ func TestLimiterBorrows(t *testing.T) {
 	if want := 1000*0.9 - 200 - 0.01; req.Unallocated != want || req.NoBorrow {
 		t.Fatalf("lease request Unallocated %v NoBorrow %v, want %v false", req.Unallocated, req.NoBorrow, want)
 	}
+	// The app keeps L2's figures of its last lease: borrowed 6, debt ceil(6 × 1.2).
+	if b, d := a.Borrowing(); b != 6 || d != 8 {
+		t.Fatalf("after borrowing 6: Borrowing() = %v, %v; want 6, 8", b, d)
+	}
+	wantStats(t, l, "slow", 6, 8)
 	// max_borrow 10 - borrowed 6 < 5 (after the local retry-after of the short lease).
 	c.Advance(time.Second)
 	if d := a.Take(ctx, 5, 0); d.Allowed || d.Reason != ReasonBorrowLimitExceeded {
 		t.Fatalf("5-token take over max_borrow = %+v, want borrow_limit_exceeded", d)
+	}
+	// The refused lease's refill (0.01 tokens) paid debt: the figures follow it.
+	if b, d := a.Borrowing(); d != 8-0.01 || b != 6*((8-0.01)/8) {
+		t.Fatalf("after a refused lease: Borrowing() = %v, %v; want %v, %v", b, d, 6*((8-0.01)/8), 8-0.01)
 	}
 
 	// In an emergency the limiter asks for no borrowing.
@@ -100,4 +109,18 @@ func TestBorrowerGetsMaxBorrowBeyondBurst(t *testing.T) {
 	if reasons[ReasonNone] != 250 || reasons[ReasonBorrowLimitExceeded] != 50 {
 		t.Fatalf("decisions %v, want 250 admitted (burst 50 + max_borrow 200) and 50 borrow_limit_exceeded", reasons)
 	}
+}
+
+// wantStats requires the app's statistics to carry borrowed and debt.
+func wantStats(t *testing.T, l *Limiter, label string, borrowed, debt float64) {
+	t.Helper()
+	for _, s := range l.Stats() {
+		if s.Label == label {
+			if s.Borrowed != borrowed || s.Debt != debt {
+				t.Fatalf("Stats %s: borrowed %v debt %v; want %v %v", label, s.Borrowed, s.Debt, borrowed, debt)
+			}
+			return
+		}
+	}
+	t.Fatalf("Stats: no %s", label)
 }

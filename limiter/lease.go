@@ -111,6 +111,8 @@ func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
 		a.lastLease.Store(now.UnixNano())
 	}
 	a.l2Left.Store(max(res.Remaining, 0))
+	a.l2Borrowed.Store(math.Float64bits(res.Borrowed))
+	a.l2Debt.Store(math.Float64bits(res.Debt))
 	a.refillAt.Store(a.refillPoint(req.Want, a.l.snap().cfg))
 	// A refused or short lease means L2 is (nearly) empty. Ask again when the Store expects
 	// the need, but not before a lease-sized batch has refilled (capped at the refill horizon):

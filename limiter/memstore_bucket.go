@@ -80,6 +80,8 @@ func (b *memBucket) refill(p AppPolicy, factor float64, now int64) {
 // Debt is not included: the spec's formula is followed literally. A grant > 0 sets last_grant
 // = now and, during a warm-up, adds to warm_granted.
 //
+// The lease carries the record's debt and borrowed after the refill (lease changes neither).
+//
 // short is what the app may borrow (LeaseRequest.Unallocated): need - avail when the grant is
 // short because the bucket is (avail < need) and no warm-up ramp is in progress; else 0.
 func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) (l Lease, short int64) {
@@ -110,7 +112,7 @@ func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) (l
 			b.warmGranted += granted
 		}
 	}
-	l = Lease{Granted: granted, Remaining: int64(math.Floor(b.tokens))}
+	l = Lease{Granted: granted, Remaining: int64(math.Floor(b.tokens)), Debt: b.debt, Borrowed: b.borrowed}
 	if ramping {
 		l.Remaining = int64(math.Min(float64(l.Remaining), math.Max(0, room-float64(granted))))
 	}
@@ -141,7 +143,7 @@ func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) (l
 //	need = min(Need, floor(burst));  tokens = tokens + b
 //	debt = debt + ceil(b * 1.2);  borrowed = borrowed + b
 //	floor(tokens) >= need → granted = need (consumed, last_grant = now);  else 0, app_exhausted
-//	remaining = floor(tokens - granted)
+//	remaining = floor(tokens - granted); the lease carries the new debt and borrowed
 //
 // The "else" is for the Redis store, where another lease may take tokens between the steps.
 func (b *memBucket) credit(p AppPolicy, borrowed, need, now int64) Lease {
@@ -162,6 +164,7 @@ func (b *memBucket) credit(p AppPolicy, borrowed, need, now int64) Lease {
 		l.Reason = ReasonAppExhausted
 	}
 	l.Remaining = int64(math.Floor(b.tokens))
+	l.Debt, l.Borrowed = b.debt, b.borrowed
 	return l
 }
 

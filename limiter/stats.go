@@ -19,8 +19,10 @@ type AppStats struct {
 	LocalHits   int64
 	Leases      int64
 	LeaseTokens int64
-	LocalTokens int64 // tokens held locally now
-	LocalDebt   int64 // local debt now (tokens owed, paid first by the next lease)
+	LocalTokens int64   // tokens held locally now
+	LocalDebt   int64   // local debt now (tokens owed, paid first by the next lease)
+	Borrowed    float64 // L2's borrowed tokens at this instance's last lease (App.Borrowing)
+	Debt        float64 // L2's debt at this instance's last lease (App.Borrowing)
 }
 
 // Record counts one final decision for metrics: r is ReasonNone for an admitted request, whose
@@ -42,20 +44,27 @@ func (l *Limiter) Stats() []AppStats {
 	out := make([]AppStats, 0, len(s.apps)+1)
 	for id, a := range s.apps {
 		b := a.balance.Load()
-		out = append(out, a.stats.snapshot(id, max(b, 0), max(-b, 0)))
+		st := a.stats.snapshot(id, max(b, 0), max(-b, 0))
+		st.Borrowed, st.Debt = a.Borrowing()
+		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })
 	if s.shared != nil {
 		b := s.shared.balance.Load()
 		held, debt := max(b, 0), max(-b, 0)
+		borrowed, l2Debt := s.shared.Borrowing()
 		l.isoMu.RLock()
 		for _, a := range l.isolated {
 			b := a.balance.Load()
 			held += max(b, 0)
 			debt += max(-b, 0)
+			ab, ad := a.Borrowing()
+			borrowed, l2Debt = borrowed+ab, l2Debt+ad
 		}
 		l.isoMu.RUnlock()
-		out = append(out, l.unknown.snapshot("*", held, debt))
+		st := l.unknown.snapshot("*", held, debt)
+		st.Borrowed, st.Debt = borrowed, l2Debt
+		out = append(out, st)
 	}
 	return out
 }

@@ -190,6 +190,11 @@ type Lease struct {
 	Remaining  int64         // whole tokens left in L2 after the grant
 	RetryAfter time.Duration // when Granted < Need: when Need tokens are expected to be there
 	Reason     Reason        // when Granted < Need: why (ReasonAppExhausted, ReasonBorrowLimitExceeded, …)
+
+	// The app's L2 borrowing after this lease (its refill, which repays debt first, and any
+	// borrow): the record's Debt and Borrowed, as BorrowState shows them.
+	Debt     float64
+	Borrowed float64
 }
 
 // Return gives tokens back to one app's L2 bucket.

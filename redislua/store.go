@@ -73,7 +73,7 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 		s.failed()
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
 	}
-	if len(vals) != 6 {
+	if len(vals) != 7 {
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: unexpected reply %v", vals)
 	}
 	var l limiter.Lease
@@ -91,15 +91,17 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 		}
 		l.Reason = r
 	}
+	if l.Borrowed, err = parseFloat(vals[5]); err != nil {
+		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+	}
+	if l.Debt, err = parseFloat(vals[6]); err != nil {
+		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+	}
 	short, _ := vals[4].(int64)
 	if short <= 0 || !req.BorrowingAllowed() {
 		return l, nil
 	}
-	borrowed, err := parseFloat(vals[5])
-	if err != nil {
-		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
-	}
-	return s.borrow(ctx, req, l, short, borrowed)
+	return s.borrow(ctx, req, l, short, l.Borrowed)
 }
 
 // borrow runs the two steps of a borrow (limiter.LeaseRequest.Unallocated), each in its own
@@ -134,16 +136,23 @@ func (s *Store) borrow(ctx context.Context, req limiter.LeaseRequest, l limiter.
 		s.failed()
 		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: %w", err)
 	}
-	if len(vals) != 2 {
+	if len(vals) != 4 {
 		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: unexpected reply %v", vals)
 	}
 	granted, _ := vals[0].(int64)
 	remaining, _ := vals[1].(int64)
+	out := limiter.Lease{Granted: granted, Remaining: remaining}
+	if out.Borrowed, err = parseFloat(vals[2]); err != nil {
+		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: %w", err)
+	}
+	if out.Debt, err = parseFloat(vals[3]); err != nil {
+		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: %w", err)
+	}
 	if granted == 0 {
 		// Another lease took the tokens between the steps: the borrowed ones stay in the bucket.
-		return limiter.Lease{Remaining: remaining, RetryAfter: l.RetryAfter, Reason: limiter.ReasonAppExhausted}, nil
+		out.RetryAfter, out.Reason = l.RetryAfter, limiter.ReasonAppExhausted
 	}
-	return limiter.Lease{Granted: granted, Remaining: remaining}, nil
+	return out, nil
 }
 
 // BorrowState returns the app's borrowing as stored (see limiter.BorrowState); zero without records.

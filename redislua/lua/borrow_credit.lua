@@ -3,7 +3,7 @@
 -- No refill: ts stays.
 -- KEYS[1] app l2 hash
 -- ARGV: now_us|'' guaranteed burst need b warmup_us repay
--- Returns {granted, remaining}.
+-- Returns {granted, remaining, borrowed, debt} (borrowed and debt as stored after the credit).
 local now = now_us(ARGV[1])
 local guaranteed = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -27,4 +27,4 @@ if granted > 0 then
   redis.call('HINCRBY', KEYS[1], 'consumed', fmt(granted))
   redis.call('HSET', KEYS[1], 'last_grant', fmt(now))
 end
-return { granted, math.floor(s.tokens) }
+return { granted, math.floor(s.tokens), fmt(s.borrowed), fmt(s.debt) }

@@ -1,9 +1,10 @@
 -- Lease: take tokens from one app's L2 bucket.
 -- KEYS[1] app l2 hash
 -- ARGV: now_us|'' guaranteed burst factor want need warmup_us
--- Returns {granted, remaining, retry_after_us, reason, short, borrowed}: short is what the app may
--- borrow (need - avail when the bucket cannot cover need and no warm-up ramp is in progress, else
--- 0), borrowed the record's borrowed after the refill (limiter.LeaseRequest.Unallocated).
+-- Returns {granted, remaining, retry_after_us, reason, short, borrowed, debt}: short is what the app
+-- may borrow (need - avail when the bucket cannot cover need and no warm-up ramp is in progress,
+-- else 0), borrowed and debt the record's after the refill (limiter.LeaseRequest.Unallocated,
+-- limiter.Lease).
 -- The warm-up (warmup_us > 0) follows limiter.AppPolicy.Warmup and memBucket.warm in the Go
 -- memory store operation by operation, so that both stores compute the same doubles.
 local now = now_us(ARGV[1])
@@ -114,4 +115,4 @@ if granted < need then
   retry_us = math.min(9007199254740992, retry_us)
   reason = 'app_exhausted'
 end
-return { granted, remaining, fmt(retry_us), reason, short, fmt(s.borrowed) }
+return { granted, remaining, fmt(retry_us), reason, short, fmt(s.borrowed), fmt(s.debt) }

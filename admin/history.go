@@ -1,0 +1,166 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/history"
+)
+
+// The history routes (docs/admin-api.md):
+//
+//	GET /rate_limit/history?seconds=N[&app=<id>]...   HistoryView
+//	GET /rate_limit/stream                            text/event-stream of StreamEvent, one a second
+
+// MaxStreams bounds the concurrent GET /rate_limit/stream responses of the process; one more
+// is answered 503.
+const MaxStreams = 32
+
+// streamWriteTimeout bounds the write of one event: a client that stops reading is dropped.
+const streamWriteTimeout = 10 * time.Second
+
+// streams counts the open streams.
+var streams atomic.Int64
+
+// HistoryView is GET /rate_limit/history.
+type HistoryView struct {
+	Cluster  string                         `json:"cluster"`
+	Interval int                            `json:"interval_seconds"`
+	Samples  []history.Sample               `json:"samples"` // oldest first
+	Apps     map[string][]history.AppSample `json:"apps"`
+}
+
+// StreamEvent is the data of one event of GET /rate_limit/stream.
+type StreamEvent struct {
+	Cluster string                       `json:"cluster"`
+	Sample  history.Sample               `json:"sample"`
+	Apps    map[string]history.AppSample `json:"apps"` // every app with a sample in that second
+}
+
+// written is returned by a view that wrote its response itself (the stream).
+type written struct{}
+
+// Read is the cluster's figures now, as the other routes show them: the input of its
+// history.Recorder (the root's sampler calls it once a second). The cluster's counts are the
+// sum of its apps', "*" included with the decisions taken before there is an app.
+func Read(c Cluster) history.Reading {
+	lim := c.Limiter()
+	cfg := lim.Config()
+	st := lim.State()
+	total := connectionsView(c).Total
+	rd := history.Reading{
+		Usage:           num(st.Usage),
+		Capacity:        num(cfg.Cluster.Capacity),
+		Level:           int(lim.Level()),
+		Emergency:       st.Emergency,
+		LiveInstances:   st.LiveInstances,
+		InFlight:        total.Current,
+		ConnectionLimit: total.Limit,
+	}
+	stats := statsByLabel(c)
+	for _, v := range appViews(c) {
+		s := stats[v.ID]
+		tot := history.Totals{Requests: s.Requests, Cost: s.Cost, LocalHits: s.LocalHits}
+		for i, n := range tot.Requests {
+			rd.Requests[i] += n
+		}
+		rd.Cost += tot.Cost
+		rd.LocalHits += tot.LocalHits
+		a := history.AppReading{ID: v.ID, Totals: tot, LocalTokens: v.LocalTokens, InFlight: v.InFlight,
+			Borrowed: v.Borrowed, Debt: v.Debt}
+		if v.Policy != nil {
+			a.Limit, a.Guaranteed, a.Burst = v.Policy.MaxConnections, v.Policy.Guaranteed, v.Policy.Burst
+		}
+		rd.Apps = append(rd.Apps, a)
+	}
+	return rd
+}
+
+// recorder is the cluster's history, or a 404.
+func recorder(c Cluster) (*history.Recorder, error) {
+	if rec := c.History(); rec != nil {
+		return rec, nil
+	}
+	return nil, apiError(http.StatusNotFound, "cluster %q keeps no history", c.ID())
+}
+
+// historyView is GET /rate_limit/history: ?seconds=N (1..900, default 900) and any number of
+// ?app=<id>. An app without a series (unknown, or beyond history.MaxApps) is left out of "apps".
+func historyView(c Cluster, q url.Values) (any, error) {
+	seconds := history.Window
+	if s := q.Get("seconds"); s != "" || q.Has("seconds") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > history.Window {
+			return nil, apiError(http.StatusBadRequest, "seconds: must be a whole number from 1 to %d, got %q", history.Window, s)
+		}
+		seconds = n
+	}
+	rec, err := recorder(c)
+	if err != nil {
+		return nil, err
+	}
+	var apps []string
+	if q.Has("app") {
+		apps = q["app"]
+	}
+	h := rec.Window(seconds, apps)
+	return HistoryView{Cluster: c.ID(), Interval: 1, Samples: h.Samples, Apps: h.Apps}, nil
+}
+
+// stream is GET /rate_limit/stream: an event with the newest sample at once (if there is one),
+// then one for each new sample, checked every second (a.streamTick in tests), until the client
+// goes away. Caddy's admin server has a read timeout that would end the request's context; the
+// stream clears the read deadline and sets a write deadline per event instead.
+func (a API) stream(w http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+	rec, err := recorder(c)
+	if err != nil {
+		return nil, err
+	}
+	if streams.Add(1) > MaxStreams {
+		streams.Add(-1)
+		return nil, apiError(http.StatusServiceUnavailable, "too many open streams (at most %d): try again later", MaxStreams)
+	}
+	defer streams.Add(-1)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{}) // not supported by every writer (tests): then there is none
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+
+	tick := a.streamTick
+	if tick <= 0 {
+		tick = time.Second
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	last := int64(-1)
+	for {
+		if s, apps, ok := rec.Latest(); ok && s.T != last {
+			last = s.T
+			b, err := json.Marshal(StreamEvent{Cluster: c.ID(), Sample: s, Apps: apps})
+			if err != nil {
+				return written{}, nil
+			}
+			_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+			if _, err := fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", b); err != nil {
+				return written{}, nil
+			}
+			if err := rc.Flush(); err != nil {
+				return written{}, nil
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return written{}, nil
+		case <-ticker.C:
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// historySample is what the test reads of a Sample / AppSample.
+type historySample struct {
+	T        int64            `json:"t"`
+	Allowed  int64            `json:"allowed"`
+	Rejected int64            `json:"rejected"`
+	Reasons  map[string]int64 `json:"reasons"`
+	Burst    float64          `json:"burst"`
+}
+
+// TestHistoryAndStream: in a real Caddy, the sampler records the traffic's counts per second:
+// GET /rate_limit/history has them in the cluster's samples and alpha's series, and
+// GET /rate_limit/stream sends snapshot events at once and then every second.
+func TestHistoryAndStream(t *testing.T) {
+	g := startGateway(t, "history", strings.Replace(adminSite, "e2e-admin", "e2e-history", 1))
+	for i := 0; i < 5; i++ { // alpha: 3 admitted, 2 rejected (burst 3, almost no refill)
+		g.send("GET", "/bucket/key", "alpha", "")
+	}
+
+	type view struct {
+		Cluster  string                     `json:"cluster"`
+		Interval int                        `json:"interval_seconds"`
+		Samples  []historySample            `json:"samples"`
+		Apps     map[string][]historySample `json:"apps"`
+	}
+	sum := func(ss []historySample) (allowed, rejected, exhausted int64) {
+		for _, s := range ss {
+			allowed, rejected, exhausted = allowed+s.Allowed, rejected+s.Rejected, exhausted+s.Reasons["app_exhausted"]
+		}
+		return
+	}
+	var v view
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the sampler records once a second: wait for the second that has the traffic
+		v = view{}
+		if status, _, body := g.adminJSON("GET", "/rate_limit/history?seconds=900", &v); status != 200 {
+			t.Fatalf("history: %d %s", status, body)
+		}
+		if a, r, _ := sum(v.Apps["alpha"]); a == 3 && r == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history without alpha's 3 admitted and 2 rejected within 10 s: %+v", v)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if a, r, e := sum(v.Samples); v.Cluster != "e2e-history" || v.Interval != 1 || a != 3 || r != 2 || e != 2 {
+		t.Errorf("cluster samples: %d admitted, %d rejected (%d app_exhausted), want 3, 2, 2: %+v", a, r, e, v)
+	}
+	if alpha := v.Apps["alpha"]; alpha[len(alpha)-1].Burst != 3 {
+		t.Errorf("alpha's series %+v, want burst 3", alpha)
+	}
+	if status, _, body := g.adminJSON("GET", "/rate_limit/history?seconds=0", nil); status != 400 || !strings.Contains(body, "seconds") {
+		t.Errorf("seconds=0: %d %s", status, body)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", g.admin+"/rate_limit/stream", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	br := bufio.NewReader(resp.Body)
+	var last int64
+	for i := 0; i < 3; i++ {
+		var name, data string
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+			line = strings.TrimSuffix(line, "\n")
+			if line == "" {
+				break
+			}
+			if n, ok := strings.CutPrefix(line, "event: "); ok {
+				name = n
+			}
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				data = d
+			}
+		}
+		var ev struct {
+			Cluster string                   `json:"cluster"`
+			Sample  historySample            `json:"sample"`
+			Apps    map[string]historySample `json:"apps"`
+		}
+		if err := json.Unmarshal([]byte(data), &ev); err != nil || name != "snapshot" {
+			t.Fatalf("event %d: %q %q: %v", i, name, data, err)
+		}
+		if ev.Cluster != "e2e-history" || ev.Sample.T <= last || ev.Apps["alpha"].Burst != 3 {
+			t.Fatalf("event %d: %+v (previous t %d)", i, ev, last)
+		}
+		last = ev.Sample.T
+	}
+}
