@@ -66,7 +66,8 @@ type App struct {
 	sentCost  int64
 	lastCons  atomic.Int64 // consumed at the last rate update
 	rate      float64      // moving average of consumed cost per second
-	rateTgt   atomic.Int64 // rate × refill horizon
+	rateTgt   atomic.Int64 // rate × horizon()
+	short     atomic.Bool  // the last lease got less than it asked for: L2 is near empty
 	retiredAt time.Time
 
 	waiting atomic.Int64 // Σ need of the requests waiting on a lease (sizes that lease)
@@ -93,15 +94,24 @@ var doneCall = func() *leaseCall {
 func (l *Limiter) newApp(id, label string, p AppPolicy, st *appStats, isolated bool, cfg *Config) *App {
 	a := &App{l: l, id: id, label: label, stats: st, isolated: isolated}
 	a.pol.Store(newAppPolicy(p))
-	// Until a rate is measured, assume the app runs at its guaranteed rate: the first lease is
-	// then one refill horizon's worth (capped like every lease), not a single token. No more
-	// than the rate a Reserve-sized lease covers: a larger guess buys no larger lease, and an
-	// app that never comes would keep its first lease for as long as the guess takes to decay.
-	horizon := 3 * cfg.SyncInterval.Seconds()
-	a.rate = min(p.Guaranteed, float64(cfg.Reserve)/horizon)
-	a.rateTgt.Store(min(int64(math.Ceil(p.Guaranteed*3*cfg.SyncInterval.Seconds())), cfg.Reserve))
+	// Until a rate is measured, the lease target is Reserve (capped like every lease), and the
+	// rate the one a Reserve-sized lease covers over LeaseHorizon, so that the target of an app
+	// that never comes decays like any other.
+	a.rate = float64(cfg.Reserve) / LeaseHorizon.Seconds()
+	a.rateTgt.Store(cfg.Reserve)
 	a.refillAt.Store(-1 << 62)
 	return a
+}
+
+// horizon is how long a lease lasts at the app's rate: LeaseHorizon, or only three sync
+// intervals while L2 is near empty (the last lease came back short). An app at its quota then
+// leases in small batches, so that its instances share what L2 refills fairly, and each of
+// those calls is worth making; an app within its quota leases for LeaseHorizon.
+func (a *App) horizon(cfg Config) time.Duration {
+	if a.short.Load() {
+		return 3 * cfg.SyncInterval
+	}
+	return LeaseHorizon
 }
 
 // Label returns the metric label: the configured id, or "*" for unknown apps.

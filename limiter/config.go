@@ -81,6 +81,12 @@ const (
 	DefaultEmergencyThreshold = 0.95 // a zero ClusterPolicy.EmergencyThreshold takes it
 )
 
+// LeaseHorizon is how long a lease lasts at the app's current rate: the lease target is the
+// rate × LeaseHorizon (capped for fairness at burst / (2 × live instances)). It is set by the
+// Redis budget, not by the sync interval: at most 5 Store calls per 1000 requests means a lease
+// and its renewal must cover 200 requests, 20 s of an app at 10 requests per second.
+const LeaseHorizon = 20 * time.Second
+
 // Config is the configuration of one cluster's Limiter. Zero fields take their defaults.
 type Config struct {
 	Cluster         ClusterPolicy
@@ -89,7 +95,7 @@ type Config struct {
 	UnknownApp      UnknownAppMode
 	MaxIsolated     int           // bound on isolated buckets (default 10000)
 	IsolatedTTL     time.Duration // an isolated bucket idle this long expires (default 60 s)
-	Reserve         int64         // max lease target (default 1000)
+	Reserve         int64         // lease target before the app's rate is measured (default 1000)
 	RefillThreshold float64       // refill in the background below this share of the lease target (0.2)
 	SyncInterval    time.Duration // report interval (default 100 ms)
 	SyncBatch       int64         // report early after this many admitted requests of one app (1000)

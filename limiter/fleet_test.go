@@ -134,3 +134,15 @@ func TestFleetSteadyLoadStaysLocal(t *testing.T) {
 		t.Fatalf("local hits %.2f%%, %.2f Store calls per 1000 requests", 100*hit, calls)
 	}
 }
+
+// One hot app at 40k requests/s on one instance costs at most one Store call per 1000
+// requests: its leases follow its rate (reserve is only the first one's size).
+func TestHotAppLeasesFollowRate(t *testing.T) {
+	r := simulateFleet(t, 1, pol(100000, 100000, 0), 10*time.Second, 3, 40, 1)
+	calls := 1000 * float64(r.leases+r.reports) / float64(r.takes)
+	t.Logf("%d requests, %d admitted, %d leases + %d reports = %.3f Store calls per 1000 requests",
+		r.takes, r.total, r.leases, r.reports, calls)
+	if r.total != r.takes || calls > 1 {
+		t.Fatalf("admitted %d of %d; %.3f Store calls per 1000 requests, want <= 1", r.total, r.takes, calls)
+	}
+}

@@ -149,6 +149,7 @@ func baseConfig() Config {
 		Cluster: ClusterPolicy{ID: "c1"},
 		Apps:    map[string]AppPolicy{"a": pol(100, 1000, 0), "p3": pol(100, 1000, 3)},
 		Default: pol(10, 100, 2),
+		Reserve: 30, // the first lease of "a": 100/s for three sync intervals
 	}
 }
 

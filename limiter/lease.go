@@ -87,15 +87,14 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	close(c.done)
 }
 
-// want is the lease target (DESIGN §5): about the app's rate × the refill horizon (or, before
-// the rate is known, what was consumed since the last tick, so that leases grow geometrically),
-// × the degradation multiplier, at most Reserve, at most burst / (2 × live instances) so that no
+// want is the lease target (docs/design.md, "Lease sizes"): about the app's rate × its horizon
+// (or, when more, what was consumed since the last tick, so that leases grow geometrically),
+// × the degradation multiplier, at most burst / (2 × live instances) so that no
 // instance hoards a small quota, at least 1; plus any local debt, which the grant pays first;
 // and at least the need (a waiter's shortfall, which already includes the debt).
 func (a *App) want(need, debt int64, p *appPolicy, st *ClusterState, s *snapshot) int64 {
 	m := leaseMultiplier(a.l.Level())
 	t := max(a.rateTgt.Load(), a.consumed.Load()-a.lastCons.Load()) * m
-	t = min(t, s.cfg.Reserve*m)
 	live := int64(max(st.LiveInstances, 1))
 	t = min(t, int64(p.Burst/float64(2*live)))
 	return max(max(t, 1)+debt, need)
@@ -111,6 +110,7 @@ func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
 		a.lastLease.Store(now.UnixNano())
 	}
 	a.l2Left.Store(max(res.Remaining, 0))
+	a.short.Store(res.Granted < req.Want)
 	a.l2Borrowed.Store(math.Float64bits(res.Borrowed))
 	a.l2Debt.Store(math.Float64bits(res.Debt))
 	a.refillAt.Store(a.refillPoint(req.Want, a.l.snap().cfg))
@@ -299,7 +299,7 @@ func (a *App) unmint(n int64) {
 // not wait on it), but never above half the target.
 func (a *App) refillPoint(want int64, cfg Config) int64 {
 	at := cfg.RefillThreshold * float64(want)
-	rate := float64(a.rateTgt.Load()) / (3 * cfg.SyncInterval.Seconds()) // tokens per second
+	rate := float64(a.rateTgt.Load()) / a.horizon(cfg).Seconds() // tokens per second
 	inFlight := rate * 2 * a.l.Latency().Seconds()
 	return int64(max(at, min(inFlight, float64(want)/2)))
 }

@@ -45,6 +45,7 @@ func TestConfigValidation(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Default = AppPolicy{}
 	cfg.UnknownApp = UnknownReject
+	cfg.Reserve = 0 // the default, 1000
 	l, err := newLimiter(cfg, NewMemoryStore(nil), newClock())
 	if err != nil {
 		t.Fatalf("reject mode needs no app *: %v", err)
@@ -512,8 +513,8 @@ func TestStats(t *testing.T) {
 	if st[0] != want {
 		t.Fatalf("stats of a = %+v, want %+v", st[0], want)
 	}
-	// Unknown apps together: two isolated buckets, each leased 3 (10/s × 0.3 s) and spent 1.
-	if u := st[2]; u.Requests[ReasonNone] != 2 || u.Cost != 2 || u.Leases != 2 || u.LocalTokens != 4 {
+	// Unknown apps together: two isolated buckets, each leased Reserve (30) and spent 1.
+	if u := st[2]; u.Requests[ReasonNone] != 2 || u.Cost != 2 || u.Leases != 2 || u.LocalTokens != 58 {
 		t.Fatalf("stats of * = %+v", u)
 	}
 }

@@ -13,7 +13,7 @@ func TestRefillPointFollowsStoreLatency(t *testing.T) {
 	l := testLimiter(t, cfg, newStore(c), c, false)
 	a := mustApp(t, l, "a")
 	cfg = l.snap().cfg
-	a.rateTgt.Store(int64(1000 * 3 * cfg.SyncInterval.Seconds())) // 1000 tokens/s
+	a.rateTgt.Store(int64(1000 * a.horizon(cfg).Seconds())) // 1000 tokens/s
 
 	if got, want := a.refillPoint(500, cfg), int64(cfg.RefillThreshold*500); got != want {
 		t.Fatalf("no latency measured: refill point %d, want the threshold share %d", got, want)

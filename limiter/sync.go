@@ -274,8 +274,8 @@ func (l *Limiter) newBatch() *reportBatch {
 // rateTau is the time constant of the consumption-rate moving average.
 const rateTau = time.Second
 
-// updateRates refreshes each app's consumption rate, its rate-based lease target (rate × refill
-// horizon of 3 sync intervals) and the balance below which a background refill starts.
+// updateRates refreshes each app's consumption rate, its rate-based lease target (rate ×
+// horizon) and the balance below which a background refill starts.
 func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
 	dt := now.Sub(l.lastRate)
 	if dt <= 0 {
@@ -283,7 +283,6 @@ func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
 	}
 	l.lastRate = now
 	alpha := 1 - math.Exp(-float64(dt)/float64(rateTau))
-	horizon := 3 * cfg.SyncInterval.Seconds()
 	st := l.state.Load()
 	s := l.snap()
 	for _, a := range apps {
@@ -291,7 +290,7 @@ func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
 		inst := float64(c-a.lastCons.Load()) / dt.Seconds()
 		a.lastCons.Store(c)
 		a.rate = max(alpha*inst+(1-alpha)*a.rate, 0)
-		a.rateTgt.Store(int64(math.Ceil(a.rate * horizon)))
+		a.rateTgt.Store(int64(math.Ceil(a.rate * a.horizon(cfg).Seconds())))
 		t := a.want(0, 0, a.pol.Load(), st, s)
 		a.refillAt.Store(a.refillPoint(t, cfg))
 	}
@@ -299,7 +298,7 @@ func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
 
 // expireLeases returns tokens leased longer than LeaseTTL ago and still unspent. The
 // approximation: one lease time per app (the last grant); when it is older than LeaseTTL, all
-// tokens above what the app needs for one refill horizon at its current rate go back to L2,
+// tokens above the app's current rate-based target go back to L2,
 // and the kept tokens start a new TTL.
 func (l *Limiter) expireLeases(now time.Time, apps []*App, cfg Config) {
 	for _, a := range apps {

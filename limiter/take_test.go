@@ -85,8 +85,9 @@ func TestSingleFlightLease(t *testing.T) {
 	ps.block = make(chan struct{})
 	ps.entered = make(chan struct{}, 1)
 	cfg := baseConfig()
-	cfg.Apps["a"] = pol(1000, 1000, 0) // first lease: 300 tokens, enough for every waiter
-	cfg.StoreTimeout = time.Minute     // the test releases the Store itself
+	cfg.Apps["a"] = pol(1000, 1000, 0)
+	cfg.Reserve = 300              // first lease: 300 tokens, enough for every waiter
+	cfg.StoreTimeout = time.Minute // the test releases the Store itself
 	l := testLimiter(t, cfg, ps, c, true)
 	a := mustApp(t, l, "a")
 
@@ -162,15 +163,16 @@ func TestLeaseTarget(t *testing.T) {
 		need, debt int64
 		want       int64
 	}{
-		{"big", 1, 30000, 0, 0, 1000}, // capped at Reserve
-		{"big", 1, 200, 0, 0, 200},    // the rate × horizon
-		{"big", 1, 200, 500, 0, 500},  // at least the need
-		{"big", 1, 200, 0, 7, 207},    // plus the debt
-		{"tiny", 4, 3, 0, 0, 3},       // 40 / (2 × 4) = 5 caps nothing here
-		{"tiny", 4, 30, 0, 0, 5},      // ... but caps this
-		{"tiny", 40, 30, 0, 0, 1},     // never below 1
-		{"tiny", 40, 30, 9, 0, 9},     // nor below the need
-		{"a", 1, 0, 0, 0, 1},          // an idle app asks for one token
+		{"big", 1, 30000, 0, 0, 30000}, // Reserve is no ceiling
+		{"big", 1, 90000, 0, 0, 50000}, // the fairness cap is: 100000 / (2 × 1)
+		{"big", 1, 200, 0, 0, 200},     // the rate × horizon
+		{"big", 1, 200, 500, 0, 500},   // at least the need
+		{"big", 1, 200, 0, 7, 207},     // plus the debt
+		{"tiny", 4, 3, 0, 0, 3},        // 40 / (2 × 4) = 5 caps nothing here
+		{"tiny", 4, 30, 0, 0, 5},       // ... but caps this
+		{"tiny", 40, 30, 0, 0, 1},      // never below 1
+		{"tiny", 40, 30, 9, 0, 9},      // nor below the need
+		{"a", 1, 0, 0, 0, 1},           // an idle app asks for one token
 	} {
 		a := mustApp(t, l, tc.app)
 		a.rateTgt.Store(tc.rateTgt)
