@@ -25,6 +25,10 @@ func (r LeaseRequest) Validate() error {
 		return fmt.Errorf("lease for app %q: want %d: must be >= 0", r.App, r.Want)
 	case !finite(r.Unallocated) || r.Unallocated < 0:
 		return fmt.Errorf("lease for app %q: unallocated %v: must be a finite number >= 0", r.App, r.Unallocated)
+	case r.Stats.Requests < 0 || r.Stats.Seq > maxAmount:
+		return fmt.Errorf("lease for app %q: stats requests %d seq %d: must be >= 0 and <= 2^53", r.App, r.Stats.Requests, r.Stats.Seq)
+	case r.Stats.Seq != 0 && r.Instance == "":
+		return fmt.Errorf("lease for app %q: statistics need an instance id", r.App)
 	}
 	return nil
 }
@@ -42,6 +46,9 @@ func (r Report) Validate() error {
 	if r.Instance == "" {
 		return fmt.Errorf("report for cluster %q: empty instance id", r.Cluster.ID)
 	}
+	if r.InFlight < 0 || r.Cost < 0 {
+		return fmt.Errorf("report from instance %q: in-flight %d, cost %d: must be >= 0", r.Instance, r.InFlight, r.Cost)
+	}
 	if r.InFlight < 0 {
 		return fmt.Errorf("report from instance %q: in-flight %d: must be >= 0", r.Instance, r.InFlight)
 	}
@@ -52,6 +59,8 @@ func (r Report) Validate() error {
 		switch {
 		case a.App == "":
 			return fmt.Errorf("report from instance %q: empty app id", r.Instance)
+		case a.Seq > maxAmount:
+			return fmt.Errorf("report from instance %q, app %q: seq %d: must be <= 2^53", r.Instance, a.App, a.Seq)
 		case a.Requests < 0 || a.Cost < 0 || a.InFlight < 0:
 			return fmt.Errorf("report from instance %q, app %q: requests %d, cost %d, in-flight %d: must be >= 0",
 				r.Instance, a.App, a.Requests, a.Cost, a.InFlight)

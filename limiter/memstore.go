@@ -109,6 +109,21 @@ func (m *MemoryStore) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 	now := m.nowUS()
 	m.sweep(now)
 	b := m.bucket(memAppKey{req.Cluster.ID, req.App}, req.Policy, now)
+	var prev uint64
+	if req.Stats.Seq != 0 { // statistics first, as lease.lua applies them
+		var fresh bool
+		fresh, prev = b.seqs.apply(req.Instance, req.Stats.Seq, now)
+		if fresh {
+			b.requests += req.Stats.Requests
+		}
+	}
+	l, err := m.leaseBucket(req, b, now)
+	l.PrevSeq = prev
+	return l, err
+}
+
+// leaseBucket is Lease on the app's record b (m.mu held).
+func (m *MemoryStore) leaseBucket(req LeaseRequest, b *memBucket, now int64) (Lease, error) {
 	b.refill(req.Policy, req.Factor, now)
 	l, short := b.lease(req.Policy, req.Factor, req.Want, req.Need, now)
 	b.touch(req.Policy, now)
@@ -193,6 +208,7 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 	if l1 {
 		var cost int64
 		if fresh {
+			cost = rep.Cost
 			for _, a := range rep.Apps {
 				cost += a.Cost
 			}
@@ -203,11 +219,15 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 	// slot per script), so a report half applied before a failure is completed by its resend.
 	for _, a := range rep.Apps {
 		r := m.statsRecord(memAppKey{rep.Cluster.ID, a.App}, now)
-		fresh, prev := r.seqs.apply(rep.Instance, rep.Seq, now)
+		seq := rep.Seq
+		if a.Seq != 0 {
+			seq = a.Seq
+		}
+		fresh, prev := r.seqs.apply(rep.Instance, seq, now)
 		if fresh {
 			r.requests += a.Requests
 		}
-		if rep.Seq != 0 {
+		if seq != 0 {
 			if st.PrevSeq == nil {
 				st.PrevSeq = make(map[string]uint64, len(rep.Apps))
 			}

@@ -163,6 +163,18 @@ type LeaseRequest struct {
 	// the limiter from its config; NoBorrow is set in an emergency (no borrowing).
 	Unallocated float64
 	NoBorrow    bool
+
+	// Stats are the app's statistics on this instance that travel with the lease, applied
+	// before it, exactly once per Seq as Report applies an app's figures (see Report.Seq):
+	// per-app statistics cost no call of their own while the app leases.
+	Stats StatsBatch
+}
+
+// StatsBatch is one app's admitted requests on one instance since its previous batch. Seq 0
+// carries nothing; otherwise the Store adds Requests to the app's record at most once per Seq.
+type StatsBatch struct {
+	Seq      uint64
+	Requests int64
 }
 
 // BorrowRepay is what a borrow of b adds to the app's debt per token: 1 + the interest (0.2).
@@ -191,6 +203,10 @@ type Lease struct {
 	RetryAfter time.Duration // when Granted < Need: when Need tokens are expected to be there
 	Reason     Reason        // when Granted < Need: why (ReasonAppExhausted, ReasonBorrowLimitExceeded, …)
 
+	// PrevSeq is, when the request carried Stats (Seq != 0), the last Seq the Store had applied
+	// for the app and this instance before this call (see ClusterState.PrevSeq).
+	PrevSeq uint64
+
 	// The app's L2 borrowing after this lease (its refill, which repays debt first, and any
 	// borrow): the record's Debt and Borrowed, as BorrowState shows them.
 	Debt     float64
@@ -210,8 +226,9 @@ type Return struct {
 type AppReport struct {
 	App      string
 	Requests int64 // admitted requests
-	Cost     int64 // admitted cost
+	Cost     int64 // admitted cost (L1's usage window, like Report.Cost)
 	InFlight int64 // requests in flight on this instance now (connlimit)
+	Seq      uint64 // the Seq of Requests; 0: the report's Seq
 }
 
 // Report is one instance's periodic report for one cluster.
@@ -220,6 +237,7 @@ type Report struct {
 	Instance string
 	Apps     []AppReport
 	InFlight int64 // cluster-wide requests in flight on this instance now
+	Cost     int64 // admitted cost for L1's usage window, besides the apps' Cost
 
 	// Seq numbers the instance's reports to the cluster, strictly increasing (at most 2^53);
 	// 0 is an unnumbered report, always applied. It makes reports idempotent: a Store applies

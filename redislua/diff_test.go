@@ -72,6 +72,11 @@ func TestDifferential(t *testing.T) {
 					NoBorrow:    rapid.IntRange(0, 4).Draw(rt, "noborrow") == 0,
 				}
 				req.Want = req.Need + rapid.Int64Range(0, 300).Draw(rt, "extra")
+				if rapid.Bool().Draw(rt, "stats") { // statistics on the lease, Seqs shared with the reports
+					seq := rapid.Uint64Range(1, seqs[req.Instance]+2).Draw(rt, "stats-seq")
+					seqs[req.Instance] = max(seqs[req.Instance], seq)
+					req.Stats = limiter.StatsBatch{Seq: seq, Requests: rapid.Int64Range(0, 50).Draw(rt, "stats-requests")}
+				}
 				lm, em := mem.Lease(ctx, req)
 				lr, er := red.Lease(ctx, req)
 				if (em == nil) != (er == nil) || lm != lr {

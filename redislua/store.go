@@ -68,12 +68,13 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 	}
 	vals, err := leaseScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
 		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), fmtFloat(req.Factor),
-		req.Want, req.Need, req.Policy.WarmupUS()).Slice()
+		req.Want, req.Need, req.Policy.WarmupUS(), req.Instance, req.Stats.Seq, req.Stats.Requests,
+		limiter.ReportSeqTTL.Microseconds()).Slice()
 	if err != nil {
 		s.failed()
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
 	}
-	if len(vals) != 7 {
+	if len(vals) != 8 {
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: unexpected reply %v", vals)
 	}
 	var l limiter.Lease
@@ -97,11 +98,18 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 	if l.Debt, err = parseFloat(vals[6]); err != nil {
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
 	}
+	prev, err := parseFloat(vals[7])
+	if err != nil {
+		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+	}
+	l.PrevSeq = uint64(prev)
 	short, _ := vals[4].(int64)
 	if short <= 0 || !req.BorrowingAllowed() {
 		return l, nil
 	}
-	return s.borrow(ctx, req, l, short, l.Borrowed)
+	l, err = s.borrow(ctx, req, l, short, l.Borrowed)
+	l.PrevSeq = uint64(prev)
+	return l, err
 }
 
 // borrow runs the two steps of a borrow (limiter.LeaseRequest.Unallocated), each in its own
@@ -208,7 +216,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 	ttl := limiter.InstanceTTL.Microseconds()
 	seqTTL := limiter.ReportSeqTTL.Microseconds()
 	c := rep.Cluster
-	var cost int64
+	cost := rep.Cost
 	for _, a := range rep.Apps {
 		cost += a.Cost
 	}
@@ -225,7 +233,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		calls = append(calls, scriptCall{
 			script: reportAppScript,
 			keys:   []string{s.keys.l2(c.ID, a.App), s.keys.appConn(c.ID, a.App)},
-			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl, rep.Seq, seqTTL},
+			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl, appSeq(rep, a), seqTTL},
 		})
 	}
 	cmds, err := s.runPipeline(ctx, calls)
@@ -253,7 +261,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		if err != nil {
 			return limiter.ClusterState{}, fmt.Errorf("redislua: report: app %q: %w", a.App, err)
 		}
-		if rep.Seq != 0 {
+		if appSeq(rep, a) != 0 {
 			if st.PrevSeq == nil {
 				st.PrevSeq = make(map[string]uint64, len(rep.Apps))
 			}
@@ -267,6 +275,14 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		}
 	}
 	return st, nil
+}
+
+// appSeq is the Seq of an app's figures in a report: its own, or the report's.
+func appSeq(rep limiter.Report, a limiter.AppReport) uint64 {
+	if a.Seq != 0 {
+		return a.Seq
+	}
+	return rep.Seq
 }
 
 // SetEmergency implements limiter.Store: the operator emergency lives in the cluster's l1 hash

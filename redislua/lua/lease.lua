@@ -1,10 +1,10 @@
 -- Lease: take tokens from one app's L2 bucket.
 -- KEYS[1] app l2 hash
--- ARGV: now_us|'' guaranteed burst factor want need warmup_us
--- Returns {granted, remaining, retry_after_us, reason, short, borrowed, debt}: short is what the app
+-- ARGV: now_us|'' guaranteed burst factor want need warmup_us instance stats_seq stats_requests seq_ttl_us
+-- Returns {granted, remaining, retry_after_us, reason, short, borrowed, debt, prev_seq}: short is what the app
 -- may borrow (need - avail when the bucket cannot cover need and no warm-up ramp is in progress,
 -- else 0), borrowed and debt the record's after the refill (limiter.LeaseRequest.Unallocated,
--- limiter.Lease).
+-- limiter.Lease); prev_seq the statistics' Seq kept before this call (limiter.Lease.PrevSeq).
 -- The warm-up (warmup_us > 0) follows limiter.AppPolicy.Warmup and memBucket.warm in the Go
 -- memory store operation by operation, so that both stores compute the same doubles.
 local now = now_us(ARGV[1])
@@ -14,6 +14,17 @@ local factor = tonumber(ARGV[4])
 local want = tonumber(ARGV[5])
 local need = tonumber(ARGV[6])
 local warmup = tonumber(ARGV[7])
+local stats_seq = tonumber(ARGV[9])
+
+-- Statistics carried by the lease (limiter.LeaseRequest.Stats), applied once per Seq, first.
+local prev_seq = 0
+if stats_seq ~= 0 then
+  local fresh
+  fresh, prev_seq = apply_seq(KEYS[1], ARGV[8], stats_seq, tonumber(ARGV[11]), now)
+  if fresh then
+    redis.call('HINCRBY', KEYS[1], 'requests', ARGV[10])
+  end
+end
 
 local s = load_l2(KEYS[1], burst, now)
 refill(s, guaranteed, burst, factor, now)
@@ -115,4 +126,4 @@ if granted < need then
   retry_us = math.min(9007199254740992, retry_us)
   reason = 'app_exhausted'
 end
-return { granted, remaining, fmt(retry_us), reason, short, fmt(s.borrowed), fmt(s.debt) }
+return { granted, remaining, fmt(retry_us), reason, short, fmt(s.borrowed), fmt(s.debt), fmt(prev_seq) }
