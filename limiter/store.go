@@ -225,9 +225,9 @@ type Return struct {
 // AppReport is one app's statistics for one report interval on one instance.
 type AppReport struct {
 	App      string
-	Requests int64 // admitted requests
-	Cost     int64 // admitted cost (L1's usage window, like Report.Cost)
-	InFlight int64 // requests in flight on this instance now (connlimit)
+	Requests int64  // admitted requests
+	Cost     int64  // admitted cost (L1's usage window, like Report.Cost)
+	InFlight int64  // requests in flight on this instance now (connlimit)
 	Seq      uint64 // the Seq of Requests; 0: the report's Seq
 }
 
