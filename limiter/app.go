@@ -61,9 +61,13 @@ type App struct {
 	leased, minted, consumed, returned, dropped atomic.Int64
 	requests                                    atomic.Int64 // admitted requests (reported as statistics)
 
-	// Owned by the sync loop (tickMu): what has been reported, the consumption rate.
-	sentReqs  atomic.Int64 // read by the hot path for the early-sync check
-	sentCost  int64
+	// Statistics delivery (appstats.go): requests in a batch so far, and the batches.
+	sentReqs atomic.Int64
+	statsMu  sync.Mutex
+	st       appStatsState
+
+	// Owned by the sync loop (tickMu): the cost in a report so far, the consumption rate.
+	costSent  int64
 	lastCons  atomic.Int64 // consumed at the last rate update
 	rate      float64      // moving average of consumed cost per second
 	rateTgt   atomic.Int64 // rate × horizon()
@@ -100,6 +104,7 @@ func (l *Limiter) newApp(id, label string, p AppPolicy, st *appStats, isolated b
 	a.rate = float64(cfg.Reserve) / LeaseHorizon.Seconds()
 	a.rateTgt.Store(cfg.Reserve)
 	a.refillAt.Store(-1 << 62)
+	a.st.statsAt = l.clock.Now() // a new app's first statistics wait for its leases
 	return a
 }
 
@@ -193,16 +198,9 @@ func (a *App) tryTake(cost, need int64) bool {
 // admitted counts an admitted take in the pending statistics.
 func (a *App) admitted(cost int64, l *Limiter) {
 	a.consumed.Add(cost)
-	r := a.requests.Add(1)
+	a.requests.Add(1)
 	if a.isolated {
 		a.lastUse.Store(l.clock.Now().UnixNano())
-	}
-	// Kick once per SyncBatch requests (not on every request past it while a report is due).
-	if n := r - a.sentReqs.Load(); n > 0 && n%l.batch.Load() == 0 {
-		select {
-		case l.kick <- struct{}{}:
-		default:
-		}
 	}
 }
 

@@ -98,7 +98,7 @@ type Config struct {
 	Reserve         int64         // lease target before the app's rate is measured (default 1000)
 	RefillThreshold float64       // refill in the background below this share of the lease target (0.2)
 	SyncInterval    time.Duration // report interval (default 100 ms)
-	SyncBatch       int64         // report early after this many admitted requests of one app (1000)
+	SyncBatch       int64         // flush an app's statistics at the next report once this many wait (1000)
 	LeaseTTL        time.Duration // unspent leased tokens older than this go back to L2 (10 s)
 	StoreTimeout    time.Duration // a request never waits longer on the Store (50 ms)
 	OnStoreFailure  FailureMode

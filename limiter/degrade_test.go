@@ -128,7 +128,9 @@ func TestFailModes(t *testing.T) {
 func TestStatsBacklogSentOnceAfterRecovery(t *testing.T) {
 	c := newClock()
 	ps := newProbe(c)
-	l := testLimiter(t, baseConfig(), ps, c, false)
+	cfg := baseConfig()
+	cfg.SyncBatch = 1 // every report flushes the app's statistics
+	l := testLimiter(t, cfg, ps, c, false)
 	a := mustApp(t, l, "a")
 	var admitted, cost int64
 	take := func(n int) {
@@ -142,7 +144,7 @@ func TestStatsBacklogSentOnceAfterRecovery(t *testing.T) {
 	take(5)
 	c.Advance(time.Second)
 	l.tick(c.Now())
-	if !hasApp(ps.lastReport.Load(), "a", 5, 10) {
+	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 5) || rep.Cost != 10 {
 		t.Fatalf("first report %+v", ps.lastReport.Load())
 	}
 	admitted, cost = 0, 0
@@ -161,27 +163,37 @@ func TestStatsBacklogSentOnceAfterRecovery(t *testing.T) {
 	if l.Level() == LevelFailOpen {
 		t.Fatal("still failed after the probe")
 	}
-	// The probe sent the batch of the first failed report again (20 requests, with its Seq);
-	// the next report sends the rest.
+	// The probe sent the cost batch of the first failed report again (20 requests' worth, with
+	// its Seq), and the statistics batch the failed calls had taken; the next report sends the
+	// rest, and nothing is sent twice.
 	first := ps.lastReport.Load()
-	if !hasApp(first, "a", 20, 40) {
-		t.Fatalf("first report after the outage %+v, want the first failed batch, 20 requests / 40 cost", first)
+	if first.Cost != 40 {
+		t.Fatalf("first report after the outage %+v, want the first failed batch's cost, 40", first)
 	}
 	c.Advance(time.Second)
 	l.tick(c.Now())
-	if rep := ps.lastReport.Load(); rep.Seq <= first.Seq || !hasApp(rep, "a", admitted-20, cost-40) {
-		t.Fatalf("backlog report %+v, want %d requests / %d cost after seq %d", rep, admitted-20, cost-40, first.Seq)
+	rep := ps.lastReport.Load()
+	if rep.Seq <= first.Seq || rep.Cost != cost-40 || requestsOf(first, "a")+requestsOf(rep, "a") != admitted {
+		t.Fatalf("backlog report %+v after %+v, want %d requests in both and %d cost", rep, first, admitted, cost-40)
 	}
 	c.Advance(time.Second)
 	l.tick(c.Now())
-	for _, r := range ps.lastReport.Load().Apps {
-		if r.App == "a" && (r.Requests != 0 || r.Cost != 0) {
-			t.Fatalf("backlog sent twice: %+v", r)
-		}
+	if n := requestsOf(ps.lastReport.Load(), "a"); n != 0 {
+		t.Fatalf("backlog sent twice: %d requests", n)
 	}
 	if got := storedRequests(t, ps, "a"); got != 5+admitted {
 		t.Fatalf("store counted %d requests, want %d", got, 5+admitted)
 	}
+}
+
+// requestsOf is the requests rep carries for app.
+func requestsOf(rep *Report, app string) (n int64) {
+	for _, a := range rep.Apps {
+		if a.App == app {
+			n += a.Requests
+		}
+	}
+	return n
 }
 
 // storedRequests is the requests the probe's memory store counted for an app.
@@ -195,29 +207,41 @@ func storedRequests(t *testing.T, ps *probeStore, app string) int64 {
 }
 
 // ackLostStore applies every Report, then fails it while ackLost is set: the reply was lost
-// (a timeout after Redis ran the script). It keeps the figures of app "a" per Seq, and notes
-// a Seq sent again with other figures.
+// (a timeout after Redis ran the script). It keeps the requests of app "a" per statistics Seq
+// (from reports and leases) and the cost per report Seq, and notes a Seq sent again with other
+// figures.
 type ackLostStore struct {
 	Store
-	ackLost  atomic.Bool
-	mu       sync.Mutex
-	bySeq    map[uint64][2]int64 // Seq → requests, cost of app "a"
-	mismatch string
+	ackLost   atomic.Bool
+	mu        sync.Mutex
+	reqBySeq  map[uint64]int64 // statistics Seq → requests of app "a"
+	costBySeq map[uint64]int64 // report Seq → cost
+	mismatch  string
+}
+
+func (s *ackLostStore) note(m map[uint64]int64, what string, seq uint64, v int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := m[seq]; ok && old != v {
+		s.mismatch = fmt.Sprintf("%s seq %d sent with %d, then with %d", what, seq, old, v)
+	}
+	m[seq] = v
+}
+
+func (s *ackLostStore) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
+	if r.App == "a" && r.Stats.Seq != 0 {
+		s.note(s.reqBySeq, "requests", r.Stats.Seq, r.Stats.Requests)
+	}
+	return s.Store.Lease(ctx, r)
 }
 
 func (s *ackLostStore) Report(ctx context.Context, r Report) (ClusterState, error) {
-	var fig [2]int64
 	for _, a := range r.Apps {
-		if a.App == "a" {
-			fig = [2]int64{a.Requests, a.Cost}
+		if a.App == "a" && a.Seq != 0 {
+			s.note(s.reqBySeq, "requests", a.Seq, a.Requests)
 		}
 	}
-	s.mu.Lock()
-	if old, ok := s.bySeq[r.Seq]; ok && old != fig {
-		s.mismatch = fmt.Sprintf("seq %d sent with %v, then with %v", r.Seq, old, fig)
-	}
-	s.bySeq[r.Seq] = fig
-	s.mu.Unlock()
+	s.note(s.costBySeq, "cost", r.Seq, r.Cost)
 	st, err := s.Store.Report(ctx, r)
 	if err == nil && s.ackLost.Load() {
 		return ClusterState{}, context.DeadlineExceeded
@@ -230,8 +254,10 @@ func (s *ackLostStore) Report(ctx context.Context, r Report) (ClusterState, erro
 func TestReportAckLostCountsOnce(t *testing.T) {
 	c := newClock()
 	ms := NewMemoryStore(c.Now)
-	st := &ackLostStore{Store: ms, bySeq: map[uint64][2]int64{}}
-	l := testLimiter(t, baseConfig(), st, c, false)
+	st := &ackLostStore{Store: ms, reqBySeq: map[uint64]int64{}, costBySeq: map[uint64]int64{}}
+	cfg := baseConfig()
+	cfg.SyncBatch = 1 // every report flushes the app's statistics
+	l := testLimiter(t, cfg, st, c, false)
 	a := mustApp(t, l, "a")
 	var admitted, cost int64
 	take := func(n int) {
@@ -266,9 +292,11 @@ func TestReportAckLostCountsOnce(t *testing.T) {
 		t.Fatalf("store counted %d requests, %d were admitted", got, admitted)
 	}
 	var sumReq, sumCost int64
-	for _, f := range st.bySeq {
-		sumReq += f[0]
-		sumCost += f[1]
+	for _, n := range st.reqBySeq {
+		sumReq += n
+	}
+	for _, n := range st.costBySeq {
+		sumCost += n
 	}
 	if st.mismatch != "" || sumReq != admitted || sumCost != cost {
 		t.Fatalf("figures per Seq sum to %d requests / %d cost, want %d / %d; %s", sumReq, sumCost, admitted, cost, st.mismatch)

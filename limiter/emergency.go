@@ -37,7 +37,7 @@ func (l *Limiter) SetEmergency(ctx context.Context, e Emergency) error {
 	l.tickMu.Lock()
 	defer l.tickMu.Unlock()
 	if !l.closed.Load() {
-		_ = l.report(l.clock.Now())
+		_ = l.report(l.clock.Now(), false)
 	}
 	return nil
 }

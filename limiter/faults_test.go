@@ -244,6 +244,7 @@ func TestLostStatisticsSentAgain(t *testing.T) {
 	fs := &forgetfulStore{probeStore: newProbe(c)}
 	cfg := baseConfig()
 	cfg.Logger = zap.New(core)
+	cfg.SyncBatch = 1 // every report flushes the app's statistics
 	l := testLimiter(t, cfg, fs, c, false)
 	a := mustApp(t, l, "a")
 	take := func(n int) {

@@ -70,6 +70,8 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	// Every request waiting on this lease shares it: after an idle period the rate-based
 	// target is a single token, and 32 waiters sharing one token would each lease in turn.
 	req.Want = max(req.Want, min(a.waiting.Load()-b, p.burst))
+	stats := a.takeStats() // the app's statistics travel with its lease
+	req.Stats = StatsBatch{Seq: stats.seq, Requests: stats.requests}
 	start := l.clock.Now()
 	err := l.callStore(func(ctx context.Context) (err error) {
 		c.res, err = l.store.Lease(ctx, req)
@@ -78,6 +80,7 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	now := l.clock.Now()
 	l.observe(now.Sub(start), err, false)
 	if err == nil {
+		a.statsDelivered(stats, c.res.PrevSeq, now)
 		a.applyLease(req, c.res, now)
 	}
 	c.err = err

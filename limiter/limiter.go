@@ -19,7 +19,6 @@ type Limiter struct {
 
 	cur   atomic.Pointer[snapshot]     // configuration and configured apps: read-mostly
 	state atomic.Pointer[ClusterState] // L1's state from the last report
-	batch atomic.Int64                 // SyncBatch, for the hot path
 
 	level   atomic.Uint32
 	levelMu sync.Mutex
@@ -39,16 +38,15 @@ type Limiter struct {
 	tickMu     sync.Mutex // serialises tick and Close
 	lastReport time.Time
 	lastRate   time.Time
-	prevIn     map[string]bool    // apps with in-flight requests in the last report
-	seq        uint64             // the last report Seq used
-	pending    *reportBatch       // statistics whose report has not succeeded yet
-	acked      []ackedBatch       // statistics the Store acknowledged in the last ackWindow, oldest first
-	ackedApps  map[string]ackMark // the apps of acked
-	resent     atomic.Int64       // requests whose statistics were sent again (the Store lost them)
+	prevIn     map[string]bool // apps with in-flight requests in the last report
+	seq        uint64          // the last report Seq used
+	pending    *clusterBatch   // the cost whose report has not succeeded yet
+	statsSeq   atomic.Uint64   // the last statistics Seq used (nextSeq)
+	lost       atomic.Int64    // requests whose statistics the Store lost, not yet logged
+	resent     atomic.Int64    // requests whose statistics were sent again (the Store lost them)
 
 	overrides // the admin API's overrides (overrides_limiter.go)
 
-	kick    chan struct{} // early report (SyncBatch reached)
 	stop    chan struct{}
 	done    chan struct{}
 	closed  atomic.Bool
@@ -113,7 +111,6 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 		clock:    clock,
 		isolated: make(map[string]*App),
 		unknown:  new(appStats),
-		kick:     make(chan struct{}, 1),
 		overrides: overrides{
 			reload: make(chan struct{}, 1),
 		},
@@ -129,6 +126,7 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 	// Report Seqs start at the time in µs, so that a later Limiter with the same instance id
 	// (a restart, a rebuilt pool) continues above its predecessor's (about 10 reports a second).
 	l.seq = uint64(max(now.UnixMicro(), 0))
+	l.statsSeq.Store(l.seq)
 	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg)}
 	for id, p := range cfg.Apps {
 		s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
@@ -136,7 +134,6 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 	if cfg.UnknownApp != UnknownReject {
 		s.shared = l.newApp("*", "*", cfg.Default, l.unknown, false, &cfg)
 	}
-	l.batch.Store(cfg.SyncBatch)
 	l.cur.Store(s)
 	l.base = cfg
 	return l, nil
@@ -259,7 +256,6 @@ func (l *Limiter) install(cfg Config) error {
 		}
 	}
 	l.isoMu.Unlock()
-	l.batch.Store(cfg.SyncBatch)
 	l.cur.Store(s)
 	// Their tokens go back to L2 at the next tick (settleRetired), not here: a reload must not
 	// wait on the Store, least of all while it is down.
@@ -314,18 +310,16 @@ func (l *Limiter) Close() error {
 		l.unwatch()
 	}
 	now := l.clock.Now()
-	// A pending batch is sent first (with its Seq); then what was admitted since. A Limiter
-	// with nothing to send makes no Store call (`caddy validate` provisions and closes one).
+	// The pending cost batch is sent first (with its Seq), then what was admitted since, with
+	// every app's statistics. A Limiter with nothing to send makes no Store call (`caddy
+	// validate` provisions and closes one).
 	var errs []error
-	if l.pending != nil {
-		resend := l.unsent()
-		err := l.report(now)
-		if err == nil && resend {
-			err = l.report(now)
+	if l.pending != nil || l.unsent() {
+		err := l.report(now, true)
+		if err == nil && l.unsent() {
+			err = l.report(now, true)
 		}
 		errs = append(errs, err)
-	} else if l.unsent() {
-		errs = append(errs, l.report(now))
 	}
 	for _, a := range l.apps() {
 		errs = append(errs, a.returnTokens(now, 0))
@@ -333,10 +327,10 @@ func (l *Limiter) Close() error {
 	return errors.Join(errs...)
 }
 
-// unsent reports whether some app has statistics not yet in a report batch (tickMu held).
+// unsent reports whether some app has statistics or cost not yet acknowledged (tickMu held).
 func (l *Limiter) unsent() bool {
 	for _, a := range l.apps() {
-		if a.requests.Load() != a.sentReqs.Load() || a.consumed.Load() > a.sentCost {
+		if !a.statsSettled() || a.consumed.Load() > a.costSent {
 			return true
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -177,14 +176,15 @@ func TestReloadKeepsBucketsAndReturnsRemoved(t *testing.T) {
 	}
 	// The removed app's pending statistics still go out.
 	l.tick(c.Now().Add(time.Second))
-	if rep := ps.lastReport.Load(); rep == nil || !hasApp(rep, "p3", 1, 5) {
+	if rep := ps.lastReport.Load(); rep == nil || !hasApp(rep, "p3", 1) {
 		t.Fatalf("removed app's statistics not reported: %+v", rep)
 	}
 }
 
-func hasApp(rep *Report, id string, req, cost int64) bool {
+// hasApp reports whether rep carries the statistics of app id with req requests.
+func hasApp(rep *Report, id string, req int64) bool {
 	for _, a := range rep.Apps {
-		if a.App == id && a.Requests == req && a.Cost == cost {
+		if a.App == id && a.Requests == req && a.Seq != 0 {
 			return true
 		}
 	}
@@ -227,8 +227,8 @@ func TestCloseReturnsTokensAndFlushesStats(t *testing.T) {
 	if tok, _ := a.Tokens(); tok != 0 || ps.returned.Load() != 24 {
 		t.Fatalf("after Close: %d held, %d returned; want 0 and 24", tok, ps.returned.Load())
 	}
-	if rep := ps.lastReport.Load(); rep == nil || !hasApp(rep, "a", 3, 6) {
-		t.Fatalf("Close did not flush statistics: %+v", rep)
+	if rep := ps.lastReport.Load(); rep == nil || !hasApp(rep, "a", 3) || rep.Cost != 6 {
+		t.Fatalf("Close did not flush statistics and cost: %+v", rep)
 	}
 	if d := a.Take(context.Background(), 1, 0); d.Allowed || d.Reason != ReasonRedisUnavailable {
 		t.Fatalf("take after Close = %+v", d)
@@ -342,86 +342,44 @@ func TestMaxWait(t *testing.T) {
 	}
 }
 
-func TestSyncBatchReportsEarly(t *testing.T) {
+// Statistics travel with leases; the report flushes an app's statistics once SyncBatch of them
+// wait (or after StatsInterval), and carries the cluster's cost in every report.
+func TestSyncBatchFlushesStats(t *testing.T) {
 	c := newClock()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.SyncBatch = 5
 	l := testLimiter(t, cfg, ps, c, false)
 	a := mustApp(t, l, "a")
+	interval := l.Config().SyncInterval
 	for range 4 {
 		a.Take(context.Background(), 1, 0)
 	}
+	c.Advance(interval + time.Millisecond)
 	l.tick(c.Now())
-	if ps.reps.Load() != 0 {
-		t.Fatal("reported before the interval or the batch")
+	if rep := ps.lastReport.Load(); rep == nil || hasApp(rep, "a", 4) || rep.Cost != 4 {
+		t.Fatalf("report before the batch: %+v; want the cost and no statistics", rep)
 	}
 	a.Take(context.Background(), 1, 0)
+	c.Advance(interval + time.Millisecond)
 	l.tick(c.Now())
-	if ps.reps.Load() != 1 || !hasApp(ps.lastReport.Load(), "a", 5, 5) {
-		t.Fatalf("batch did not trigger a report: %d reports, last %+v", ps.reps.Load(), ps.lastReport.Load())
+	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 5) || rep.Cost != 1 {
+		t.Fatalf("batch did not flush: %+v", rep)
 	}
-}
-
-type fakeConns struct {
-	mu        sync.Mutex
-	apps      map[string]int64
-	remote    map[string]int64
-	remoteSet bool
-}
-
-func (f *fakeConns) InFlight() (map[string]int64, int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.apps, 7
-}
-
-func (f *fakeConns) SetRemote(apps map[string]int64, cluster int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.remote, f.remoteSet = apps, true
-}
-
-func TestReportCarriesInFlight(t *testing.T) {
-	c := newClock()
-	ps := newProbe(c)
-	conns := &fakeConns{apps: map[string]int64{"a": 3, "stranger": 2}}
-	cfg := baseConfig()
-	cfg.Connections = conns
-	l := testLimiter(t, cfg, ps, c, false)
-	c.Advance(time.Second)
+	// Later requests wait for a lease (or the next batch).
+	a.Take(context.Background(), 1, 0)
+	c.Advance(interval + time.Millisecond)
 	l.tick(c.Now())
-	rep := ps.lastReport.Load()
-	if rep == nil || rep.InFlight != 7 {
-		t.Fatalf("report = %+v", rep)
+	if rep := ps.lastReport.Load(); len(rep.Apps) != 0 {
+		t.Fatalf("statistics flushed before the batch or the interval: %+v", rep)
 	}
-	got := map[string]int64{}
-	for _, a := range rep.Apps {
-		got[a.App] = a.InFlight
-	}
-	if got["a"] != 3 || got["stranger"] != 2 {
-		t.Fatalf("in-flight per app = %v", got)
-	}
-	conns.mu.Lock()
-	set := conns.remoteSet
-	conns.apps = map[string]int64{}
-	conns.mu.Unlock()
-	if !set {
-		t.Fatal("SetRemote not called")
-	}
-	// Counts that dropped to zero are sent once as zero, so the Store forgets them.
-	c.Advance(time.Second)
+	c.Advance(StatsInterval)
 	l.tick(c.Now())
-	got = map[string]int64{}
-	for _, a := range ps.lastReport.Load().Apps {
-		got[a.App] = a.InFlight + 1
-	}
-	if got["a"] != 1 || got["stranger"] != 1 {
-		t.Fatalf("zeroed in-flight not reported: %v", ps.lastReport.Load().Apps)
+	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 1) {
+		t.Fatalf("statistics not flushed after StatsInterval: %+v", rep)
 	}
 }
 
-// signalStore signals every successful Report.
 type signalStore struct {
 	Store
 	reported chan struct{}
@@ -440,16 +398,16 @@ func TestSyncLoopRuns(t *testing.T) {
 	c := newClock()
 	ss := &signalStore{Store: newStore(c), reported: make(chan struct{}, 1)}
 	cfg := baseConfig()
-	cfg.SyncBatch = 1
 	l, err := New(cfg, ss, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustApp(t, l, "a").Take(context.Background(), 1, 0)
+	c.Advance(time.Second) // the loop's next timer finds a report due
 	select {
 	case <-ss.reported:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the sync loop did not report after SyncBatch requests")
+		t.Fatal("the sync loop did not report")
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

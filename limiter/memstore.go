@@ -219,10 +219,7 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 	// slot per script), so a report half applied before a failure is completed by its resend.
 	for _, a := range rep.Apps {
 		r := m.statsRecord(memAppKey{rep.Cluster.ID, a.App}, now)
-		seq := rep.Seq
-		if a.Seq != 0 {
-			seq = a.Seq
-		}
+		seq := a.Seq
 		fresh, prev := r.seqs.apply(rep.Instance, seq, now)
 		if fresh {
 			r.requests += a.Requests

@@ -30,14 +30,14 @@ func TestPropLocalHit(t *testing.T) {
 		for i := range rapid.IntRange(1, 50).Draw(t, "n") {
 			cost := rapid.Int64Range(0, 200).Draw(t, "cost")
 			b0, leased0 := a.balance.Load(), a.leased.Load()
-			pend0 := a.consumed.Load() - a.sentCost
+			pend0 := a.consumed.Load() - a.costSent
 			d := a.Take(context.Background(), cost, 0)
 			if d.LocalHit {
 				got := a.balance.Load() - (a.leased.Load() - leased0)
 				if got != b0-cost {
 					t.Fatalf("step %d: local hit of %d: balance %d -> %d (net of refill), want %d", i, cost, b0, got, b0-cost)
 				}
-				if pend := a.consumed.Load() - a.sentCost; pend != pend0+cost {
+				if pend := a.consumed.Load() - a.costSent; pend != pend0+cost {
 					t.Fatalf("step %d: pending consumption %d -> %d, want +%d", i, pend0, pend, cost)
 				}
 			}

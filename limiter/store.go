@@ -228,7 +228,7 @@ type AppReport struct {
 	Requests int64  // admitted requests
 	Cost     int64  // admitted cost (L1's usage window, like Report.Cost)
 	InFlight int64  // requests in flight on this instance now (connlimit)
-	Seq      uint64 // the Seq of Requests; 0: the report's Seq
+	Seq      uint64 // numbers Requests like Report.Seq numbers the cost, per app (0: unnumbered)
 }
 
 // Report is one instance's periodic report for one cluster.
@@ -241,10 +241,11 @@ type Report struct {
 
 	// Seq numbers the instance's reports to the cluster, strictly increasing (at most 2^53);
 	// 0 is an unnumbered report, always applied. It makes reports idempotent: a Store applies
-	// the figures (Requests, Cost) of a Seq at most once. A report whose Seq is not above the
-	// last one the Store applied for the instance (per cluster for the usage window, per app
-	// for the statistics) still refreshes the heartbeat and the in-flight counts and returns
-	// L1's state, but adds nothing. A sender whose report failed does not know whether it was
+	// the cost (Cost and the apps' Cost) of a Seq at most once; an app's Requests are numbered
+	// the same way by AppReport.Seq, per app (and shared with LeaseRequest.Stats). A report
+	// whose Seq is not above the last one the Store applied for the instance (per cluster for
+	// the usage window, per app for the statistics) still refreshes the heartbeat and the
+	// in-flight counts and returns L1's state, but adds nothing. A sender whose report failed does not know whether it was
 	// applied (a timeout may come after the Store ran it), so it sends the same figures with
 	// the same Seq again, and new figures with a later Seq. A Store remembers an instance's
 	// last Seq for ReportSeqTTL after the instance last sent one (per app: also no longer than

@@ -4,12 +4,9 @@ import (
 	"context"
 	"math"
 	"time"
-
-	"go.uber.org/zap"
 )
 
-// loop is the sync loop: one per Limiter, ticking every SyncInterval, or early when an app's
-// admitted requests since its last report reach SyncBatch.
+// loop is the sync loop: one per Limiter, ticking every SyncInterval.
 func (l *Limiter) loop() {
 	defer close(l.done)
 	t := time.NewTimer(l.snap().cfg.SyncInterval)
@@ -23,34 +20,16 @@ func (l *Limiter) loop() {
 		case <-l.reload:
 			l.refreshOverrides()
 			continue
-		case <-l.kick:
-			l.tickForced(l.clock.Now(), true)
-			if !t.Stop() {
-				select {
-				case <-t.C:
-				default:
-				}
-			}
 		}
 		t.Reset(l.snap().cfg.SyncInterval)
 	}
 }
 
 // tick does the periodic work that is due at now: the report (every sync interval of the
-// current level; in fail-open it is the 1 s probe; early after SyncBatch requests), the
-// consumption rates and lease targets, lease expiry, isolated-app expiry, and the settlement of
-// retired apps. Tests call it directly with a manual clock.
+// current level; in fail-open it is the 1 s probe), the consumption rates and lease targets,
+// lease expiry, isolated-app expiry, and the settlement of retired apps. Tests call it directly
+// with a manual clock.
 func (l *Limiter) tick(now time.Time) {
-	force := false
-	select {
-	case <-l.kick:
-		force = true
-	default:
-	}
-	l.tickForced(now, force)
-}
-
-func (l *Limiter) tickForced(now time.Time, force bool) {
 	l.tickMu.Lock()
 	defer l.tickMu.Unlock()
 	if l.closed.Load() {
@@ -58,13 +37,10 @@ func (l *Limiter) tickForced(now time.Time, force bool) {
 	}
 	cfg := l.snap().cfg
 	level := l.Level()
-	if level == LevelFailOpen {
-		force = false // the probe runs once a second, however busy the apps are
-	}
 	// A timer firing a little early must not skip a whole interval.
-	if force || now.Sub(l.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
+	if now.Sub(l.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
 		l.lastReport = now // the last attempt: in fail-open, the probe runs once a second
-		if l.report(now) == nil {
+		if l.report(now, false) == nil {
 			l.watchOverrides()
 			if l.outdated() {
 				l.refreshOverrides()
@@ -81,56 +57,69 @@ func (l *Limiter) tickForced(now time.Time, force bool) {
 	l.expireIsolated(now, cfg)
 }
 
-// reportBatch is the statistics of one report Seq: sent until a report carrying them succeeds,
-// always with the same Seq, because a failed report may still have been applied (a timeout
-// after the Store ran it) and the Store applies a Seq once (Report.Seq).
-type reportBatch struct {
+// clusterBatch is the admitted cost of one report Seq (L1's usage window): sent until a report
+// carrying it succeeds, always with the same Seq, because a failed report may still have been
+// applied (a timeout after the Store ran it) and the Store applies a Seq once (Report.Seq).
+type clusterBatch struct {
 	seq  uint64
-	apps []AppReport // Requests and Cost; in-flight counts are added fresh at each attempt
+	cost int64
 }
 
-// report sends the pending batch again if the last report failed, otherwise a new batch of
-// every app's statistics since the last batch, plus the in-flight counts (tickMu held). Figures
-// admitted while a batch is pending wait for the next one.
-func (l *Limiter) report(now time.Time) error {
+// report sends one cluster report (tickMu held): the heartbeat, the pending cost batch (again if
+// the last report failed, otherwise the cost admitted since), the in-flight counts, and the
+// statistics of apps whose statistics no lease carried for StatsInterval (every app's when all
+// is set: Close). It applies L1's answer.
+func (l *Limiter) report(now time.Time, all bool) error {
 	s := l.snap()
 	var inflight map[string]int64
 	rep := Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance}
 	if src := s.cfg.Connections; src != nil {
 		inflight, rep.InFlight = src.InFlight()
 	}
+	apps := l.apps()
 	if l.pending == nil {
-		l.pending = l.newBatch()
+		l.seq++
+		b := &clusterBatch{seq: l.seq}
+		for _, a := range apps {
+			c := max(a.consumed.Load()-a.costSent, 0) // a refund waits for later consumption
+			a.costSent += c
+			b.cost += c
+		}
+		l.pending = b
 	}
-	rep.Seq = l.pending.seq
-	seen := make(map[string]bool, len(l.pending.apps)+len(inflight))
-	for _, a := range l.pending.apps {
-		a.InFlight = inflight[a.App]
-		seen[a.App] = true
-		rep.Apps = append(rep.Apps, a)
+	rep.Seq, rep.Cost = l.pending.seq, l.pending.cost
+
+	type flush struct {
+		a *App
+		b statsBatch
 	}
-	// In-flight counts of the other ids (including ids without a bucket of their own: shared
-	// unknown apps), and of ids that dropped to zero since the last report, so the Store
-	// forgets their old count.
+	var flushed []flush
+	retired := l.retiredApps()
+	seen := make(map[string]int, len(inflight))
+	for _, a := range apps {
+		if !a.statsDue(now, all || retired[a]) {
+			continue
+		}
+		if b := a.takeStats(); b.seq != 0 {
+			flushed = append(flushed, flush{a, b})
+			seen[a.id] = len(rep.Apps)
+			rep.Apps = append(rep.Apps, AppReport{App: a.id, Requests: b.requests, Seq: b.seq})
+		}
+	}
+	// In-flight counts of every id with requests in flight (including ids without a bucket of
+	// their own: shared unknown apps), and of ids that dropped to zero since the last report, so
+	// the Store forgets their old count.
 	for id, n := range inflight {
-		if !seen[id] {
-			seen[id] = true
+		if i, ok := seen[id]; ok {
+			rep.Apps[i].InFlight = n
+		} else {
+			seen[id] = len(rep.Apps)
 			rep.Apps = append(rep.Apps, AppReport{App: id, InFlight: n})
 		}
 	}
 	for id := range l.prevIn {
-		if !seen[id] {
-			seen[id] = true
-			rep.Apps = append(rep.Apps, AppReport{App: id})
-		}
-	}
-	// Apps of recently acknowledged batches, so that the Store's answer (PrevSeq) shows
-	// whether it still has them.
-	for id, m := range l.ackedApps {
-		if now.Sub(m.at) >= ackWindow {
-			delete(l.ackedApps, id)
-		} else if !seen[id] {
-			seen[id] = true
+		if _, ok := seen[id]; !ok {
+			seen[id] = len(rep.Apps)
 			rep.Apps = append(rep.Apps, AppReport{App: id})
 		}
 	}
@@ -144,16 +133,10 @@ func (l *Limiter) report(now time.Time) error {
 	if err != nil {
 		return err
 	}
-	l.resendLost(now, st.PrevSeq)
-	if len(l.pending.apps) > 0 {
-		l.acked = append(l.acked, ackedBatch{seq: l.pending.seq, at: now, apps: l.pending.apps})
-		if l.ackedApps == nil {
-			l.ackedApps = make(map[string]ackMark)
-		}
-		for _, a := range l.pending.apps {
-			l.ackedApps[a.App] = ackMark{seq: l.pending.seq, at: now}
-		}
+	for _, f := range flushed {
+		f.a.statsDelivered(f.b, st.PrevSeq[f.a.id], now)
 	}
+	l.logLost()
 	l.pending = nil
 	prev := make(map[string]bool, len(inflight))
 	for id, n := range inflight {
@@ -175,100 +158,18 @@ func (l *Limiter) report(now time.Time) error {
 	return nil
 }
 
-// ackWindow is how long the statistics of an acknowledged report are kept in case the Store
-// loses them: longer than a failover takes to be noticed (Sentinel, Redis Cluster), while
-// replication lag is milliseconds.
-const ackWindow = 10 * time.Second
-
-// ackedBatch is a report batch the Store acknowledged, kept for ackWindow.
-type ackedBatch struct {
-	seq  uint64
-	at   time.Time
-	apps []AppReport
-}
-
-// ackMark is an app's latest acknowledged batch with figures.
-type ackMark struct {
-	seq uint64
-	at  time.Time
-}
-
-// resendLost compares the Seqs the Store had applied (prev, per app) with the batches it
-// acknowledged: figures of a batch above an app's prev were lost (a failover to a replica that
-// had not received them) and go into the next batch again. Batches older than ackWindow are
-// forgotten (tickMu held). Without a loss it costs one map lookup per app of the report.
-func (l *Limiter) resendLost(now time.Time, prev map[string]uint64) {
-	n := 0
-	for n < len(l.acked) && now.Sub(l.acked[n].at) >= ackWindow {
-		n++
+// retiredApps is the set of apps a reload removed (their statistics are flushed at once).
+func (l *Limiter) retiredApps() map[*App]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.retired) == 0 {
+		return nil
 	}
-	l.acked = l.acked[n:]
-	loss := false
-	for id, p := range prev {
-		if m, ok := l.ackedApps[id]; ok && p < m.seq {
-			loss = true
-			break
-		}
+	m := make(map[*App]bool, len(l.retired))
+	for _, a := range l.retired {
+		m[a] = true
 	}
-	if !loss {
-		return
-	}
-	var byID map[string]*App
-	var lost, batches int64
-	for i := range l.acked {
-		b := &l.acked[i]
-		hit := false
-		for j := range b.apps {
-			a := &b.apps[j]
-			p, ok := prev[a.App]
-			if !ok || p >= b.seq || (a.Requests == 0 && a.Cost == 0) {
-				continue
-			}
-			if byID == nil {
-				byID = make(map[string]*App)
-				for _, app := range l.apps() {
-					byID[app.id] = app
-				}
-			}
-			if app := byID[a.App]; app != nil {
-				app.sentReqs.Add(-a.Requests) // the next batch carries them again
-				app.sentCost -= a.Cost
-				lost += a.Requests
-				hit = true
-			}
-			a.Requests, a.Cost = 0, 0
-		}
-		if hit {
-			batches++
-		}
-	}
-	if lost > 0 {
-		l.resent.Add(lost)
-		if log := l.logger(); log != nil {
-			log.Warn("rate_limit: the Store lost statistics it had acknowledged (a failover to a "+
-				"replica that had not received them); sending them again",
-				zap.String("cluster", l.snap().cfg.Cluster.ID),
-				zap.Int64("requests", lost), zap.Int64("batches", batches))
-		}
-	}
-}
-
-// newBatch takes every app's statistics since the last batch under the next Seq (tickMu held).
-// Refund lowers the pending cost; a negative balance waits for later consumption.
-func (l *Limiter) newBatch() *reportBatch {
-	l.seq++
-	b := &reportBatch{seq: l.seq}
-	for _, a := range l.apps() {
-		req := a.requests.Load() - a.sentReqs.Load()
-		cost := max(a.consumed.Load()-a.sentCost, 0)
-		if req == 0 && cost == 0 {
-			continue
-		}
-		a.sentReqs.Add(req)
-		a.sentCost += cost
-		b.apps = append(b.apps, AppReport{App: a.id, Requests: req, Cost: cost})
-	}
-	return b
+	return m
 }
 
 // rateTau is the time constant of the consumption-rate moving average.
@@ -360,8 +261,7 @@ func (l *Limiter) settleRetired(now time.Time) {
 		a.mu.Lock()
 		busy := a.call != nil
 		a.mu.Unlock()
-		settled := a.balance.Load() <= 0 && !busy &&
-			a.requests.Load() == a.sentReqs.Load() && a.consumed.Load() <= a.sentCost
+		settled := a.balance.Load() <= 0 && !busy && a.statsSettled() && a.consumed.Load() <= a.costSent
 		if !settled || now.Sub(a.retiredAt) < time.Minute {
 			keep = append(keep, a)
 		}

@@ -91,7 +91,8 @@ func TestDifferential(t *testing.T) {
 				}
 			case 3: // report
 				inst := rapid.SampledFrom(instances).Draw(rt, "instance")
-				rep := limiter.Report{Cluster: cluster, Instance: inst, InFlight: rapid.Int64Range(0, 20).Draw(rt, "inflight")}
+				rep := limiter.Report{Cluster: cluster, Instance: inst, InFlight: rapid.Int64Range(0, 20).Draw(rt, "inflight"),
+					Cost: rapid.Int64Range(0, 300).Draw(rt, "report-cost")}
 				// Unnumbered, a resend, the next Seq, or any Seq up to the next.
 				switch rapid.IntRange(0, 3).Draw(rt, "seqkind") {
 				case 1:
@@ -109,6 +110,9 @@ func TestDifferential(t *testing.T) {
 					}
 					ar := limiter.AppReport{App: a, Requests: rapid.Int64Range(0, 50).Draw(rt, "requests"),
 						Cost: rapid.Int64Range(0, 500).Draw(rt, "cost"), InFlight: rapid.Int64Range(0, 5).Draw(rt, "appinflight")}
+					if rapid.Bool().Draw(rt, "app-seq-"+a) { // the app's figures under the report's Seq, or none
+						ar.Seq = rep.Seq
+					}
 					rep.Apps = append(rep.Apps, ar)
 				}
 				sm, em := mem.Report(ctx, rep)

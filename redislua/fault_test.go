@@ -75,7 +75,7 @@ func runFault(t *testing.T, name string, breakRedis, heal func(*redistest.Server
 	// Exactly once, except what the Store lost after acknowledging it (a restart without
 	// persistence), which is sent again.
 	if got, want := cs.reported.Load()-l.ResentRequests(), r.admittedReqs.Load(); got != want {
-		t.Errorf("successful reports carried %d requests (%d sent again); %d were admitted", got, l.ResentRequests(), want)
+		t.Errorf("successful reports and leases carried %d requests (%d sent again); %d were admitted", got, l.ResentRequests(), want)
 	}
 	return res
 }

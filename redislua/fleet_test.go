@@ -19,13 +19,16 @@ import (
 type countingStore struct {
 	limiter.Store
 	leases, returns, reports, errs atomic.Int64
-	reported                       atomic.Int64 // Σ Requests of successful reports
+	reported                       atomic.Int64 // Σ requests carried by successful reports and leases
 }
 
 func (c *countingStore) Lease(ctx context.Context, r limiter.LeaseRequest) (limiter.Lease, error) {
 	c.leases.Add(1)
 	l, err := c.Store.Lease(ctx, r)
 	c.count(err)
+	if err == nil {
+		c.reported.Add(r.Stats.Requests)
+	}
 	return l, err
 }
 

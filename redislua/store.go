@@ -233,7 +233,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		calls = append(calls, scriptCall{
 			script: reportAppScript,
 			keys:   []string{s.keys.l2(c.ID, a.App), s.keys.appConn(c.ID, a.App)},
-			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl, appSeq(rep, a), seqTTL},
+			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl, a.Seq, seqTTL},
 		})
 	}
 	cmds, err := s.runPipeline(ctx, calls)
@@ -261,7 +261,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		if err != nil {
 			return limiter.ClusterState{}, fmt.Errorf("redislua: report: app %q: %w", a.App, err)
 		}
-		if appSeq(rep, a) != 0 {
+		if a.Seq != 0 {
 			if st.PrevSeq == nil {
 				st.PrevSeq = make(map[string]uint64, len(rep.Apps))
 			}
@@ -275,14 +275,6 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 		}
 	}
 	return st, nil
-}
-
-// appSeq is the Seq of an app's figures in a report: its own, or the report's.
-func appSeq(rep limiter.Report, a limiter.AppReport) uint64 {
-	if a.Seq != 0 {
-		return a.Seq
-	}
-	return rep.Seq
 }
 
 // SetEmergency implements limiter.Store: the operator emergency lives in the cluster's l1 hash

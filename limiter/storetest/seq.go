@@ -28,8 +28,14 @@ func seqCases() []testCase {
 	}
 }
 
+// reportSeq reports with Seq seq for the cluster and, unless an app has its own, for its apps.
 func (e *env) reportSeq(instance string, seq uint64, inFlight int64, apps ...limiter.AppReport) limiter.ClusterState {
 	e.t.Helper()
+	for i := range apps {
+		if apps[i].Seq == 0 {
+			apps[i].Seq = seq
+		}
+	}
 	st, err := e.s.Report(context.Background(), limiter.Report{
 		Cluster: e.cluster, Instance: instance, Apps: apps, InFlight: inFlight, Seq: seq,
 	})

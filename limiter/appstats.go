@@ -1,0 +1,126 @@
+package limiter
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Per-app statistics travel with the app's own Store calls: each lease carries the requests the
+// app admitted since its last batch (LeaseRequest.Stats), and only an app that has not leased
+// for StatsInterval has its batch flushed on its own, in the next report. Redis work then grows
+// with leases, that is with traffic, and not with apps × instances × report rate. Every batch
+// has a Seq and the Store applies it once: a batch whose call failed is sent again, with the
+// same Seq, by the app's next call. See docs/design.md, "Statistics".
+
+// StatsInterval is how long an app's statistics may wait for a lease to carry them before the
+// report flushes them on their own. It is longer than LeaseHorizon, so an app that keeps leasing
+// never needs a flush: with 10 s, an app at 10 requests/s (a lease every 20 s) would cost a
+// flush per 100 requests, twice the Redis budget of 5 calls per 1000 requests.
+const StatsInterval = 30 * time.Second
+
+// statsBatch is one app's statistics under one Seq.
+type statsBatch struct {
+	seq      uint64
+	requests int64
+	at       time.Time // when the Store acknowledged it
+}
+
+// appStatsState is an App's statistics delivery (statsMu).
+type appStatsState struct {
+	pend    *statsBatch  // sent, not acknowledged: sent again with its Seq
+	acked   []statsBatch // acknowledged in the last ackWindow, oldest first
+	statsAt time.Time    // when a call last delivered (or had nothing to deliver)
+}
+
+// ackWindow is how long an acknowledged batch is kept in case the Store loses it: longer than a
+// failover takes to be noticed (Sentinel, Redis Cluster), while replication lag is milliseconds.
+const ackWindow = 10 * time.Second
+
+// nextSeq numbers a statistics batch: one counter per Limiter, so an app's Seqs increase
+// whichever call carries them. It starts at the time in µs (see newLimiter).
+func (l *Limiter) nextSeq() uint64 { return l.statsSeq.Add(1) }
+
+// takeStats returns the batch the app's next call carries: the unacknowledged one again, or the
+// requests admitted since the last batch under a new Seq (a zero batch when there are none).
+func (a *App) takeStats() statsBatch {
+	a.statsMu.Lock()
+	defer a.statsMu.Unlock()
+	if a.st.pend != nil {
+		return *a.st.pend
+	}
+	n := a.requests.Load() - a.sentReqs.Load()
+	if n <= 0 {
+		return statsBatch{}
+	}
+	b := statsBatch{seq: a.l.nextSeq(), requests: n}
+	a.sentReqs.Add(n)
+	a.st.pend = &b
+	return b
+}
+
+// statsDelivered records that a call carrying b succeeded at now; prev is the Store's answer
+// (the Seq it had applied before). A batch acknowledged earlier whose Seq is above prev was lost
+// by the Store (a failover to a replica that had not received it): its requests go into the
+// next batch again.
+func (a *App) statsDelivered(b statsBatch, prev uint64, now time.Time) {
+	a.statsMu.Lock()
+	defer a.statsMu.Unlock()
+	a.st.statsAt = now
+	if b.seq == 0 {
+		return
+	}
+	n := 0
+	for n < len(a.st.acked) && now.Sub(a.st.acked[n].at) >= ackWindow {
+		n++
+	}
+	kept := a.st.acked[:0]
+	for _, old := range a.st.acked[n:] {
+		if old.seq > prev && old.seq != b.seq {
+			a.sentReqs.Add(-old.requests) // the next batch carries them again
+			a.l.lost.Add(old.requests)
+			continue
+		}
+		kept = append(kept, old)
+	}
+	a.st.acked = kept
+	if a.st.pend != nil && a.st.pend.seq == b.seq {
+		a.st.pend = nil
+		b.at = now
+		a.st.acked = append(a.st.acked, b)
+	}
+}
+
+// statsDue reports whether the report must flush the app's statistics: some are unsent, and no
+// call carried them for StatsInterval or SyncBatch of them wait (or all is set: Close, a
+// retired app).
+func (a *App) statsDue(now time.Time, all bool) bool {
+	a.statsMu.Lock()
+	defer a.statsMu.Unlock()
+	unsent := a.requests.Load() - a.sentReqs.Load()
+	if a.st.pend == nil && unsent <= 0 {
+		return false
+	}
+	return all || now.Sub(a.st.statsAt) >= StatsInterval || unsent >= a.l.snap().cfg.SyncBatch
+}
+
+// statsSettled reports whether every admitted request's statistics were acknowledged.
+func (a *App) statsSettled() bool {
+	a.statsMu.Lock()
+	defer a.statsMu.Unlock()
+	return a.st.pend == nil && a.requests.Load() == a.sentReqs.Load()
+}
+
+// logLost logs, once per tick, the statistics the Store lost and that go out again.
+func (l *Limiter) logLost() {
+	n := l.lost.Swap(0)
+	if n == 0 {
+		return
+	}
+	l.resent.Add(n)
+	if log := l.logger(); log != nil {
+		log.Warn("rate_limit: the Store lost statistics it had acknowledged (a failover to a "+
+			"replica that had not received them); sending them again",
+			zap.String("cluster", l.snap().cfg.Cluster.ID), zap.Int64("requests", n))
+	}
+}
