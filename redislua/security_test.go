@@ -3,6 +3,7 @@ package redislua
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +189,16 @@ func TestURLErrorRedacted(t *testing.T) {
 	err := Config{URL: "redis://user:s3cr3t-pw@host:notaport/0"}.Validate()
 	if err == nil || strings.Contains(err.Error(), "s3cr3t-pw") {
 		t.Fatalf("error %v: want one without the password", err)
+	}
+}
+
+// docs/security.md quotes the ACL the tests run as.
+func TestSecurityDocQuotesACL(t *testing.T) {
+	b, err := os.ReadFile("../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), ACLRules("ratelimit")) {
+		t.Fatalf("docs/security.md does not quote ACLRules(\"ratelimit\"):\n%s", ACLRules("ratelimit"))
 	}
 }
