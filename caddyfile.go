@@ -1,6 +1,7 @@
 package tierbucket
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -8,12 +9,15 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddytls"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/cost"
+	"github.com/tierbucket/caddy-tierbucket/redislua"
 )
 
 func init() {
@@ -79,7 +83,11 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        username <u>
 //	        password <p>
 //	        db <n>
-//	        tls [insecure_skip_verify]
+//	        tls
+//	        tls_trust_pool <module> [...]
+//	        tls_client_auth <certificate_file> <key_file>
+//	        tls_server_name <name>
+//	        tls_insecure_skip_verify
 //	        key_prefix <s>
 //	        timeout <duration>
 //	        pool_size <n>
@@ -394,10 +402,30 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			c.TLS = true
 			switch args := d.RemainingArgs(); {
 			case len(args) == 1 && args[0] == "insecure_skip_verify":
-				c.InsecureSkipVerify = true
+				// the older spelling of tls_insecure_skip_verify
+				if seen["tls_insecure_skip_verify"] {
+					return nil, d.Errf("redis: duplicate subdirective %q", "tls_insecure_skip_verify")
+				}
+				seen["tls_insecure_skip_verify"] = true
+				c.TLSInsecureSkipVerify = true
 			case len(args) > 0:
-				return nil, d.Errf("redis: tls takes only insecure_skip_verify, got %q", strings.Join(args, " "))
+				return nil, d.Errf("redis: tls takes no arguments (see tls_insecure_skip_verify), got %q", strings.Join(args, " "))
 			}
+		case "tls_trust_pool":
+			c.TrustPoolRaw, err = trustPoolArg(d)
+		case "tls_client_auth":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return nil, d.Errf("redis: tls_client_auth takes <certificate_file> <key_file>, got %d arguments", len(args))
+			}
+			c.TLSClientAuth = &redislua.ClientAuth{CertificateFile: args[0], KeyFile: args[1]}
+		case "tls_server_name":
+			c.TLSServerName, err = oneArg(d)
+		case "tls_insecure_skip_verify":
+			if d.NextArg() {
+				return nil, d.Errf("redis: tls_insecure_skip_verify takes no arguments, got %q", d.Val())
+			}
+			c.TLSInsecureSkipVerify = true
 		case "key_prefix":
 			c.KeyPrefix, err = oneArg(d)
 		case "timeout":
@@ -414,6 +442,24 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// trustPoolArg parses `tls_trust_pool <module> [args] [{ ... }]` as reverse_proxy's transport
+// does: the module is one of Caddy's tls.ca_pool.source modules (file, inline, ...).
+func trustPoolArg(d *caddyfile.Dispenser) (json.RawMessage, error) {
+	if !d.NextArg() {
+		return nil, d.Errf("redis: tls_trust_pool needs a CA pool module (file, inline, ...)")
+	}
+	stem := d.Val()
+	unm, err := caddyfile.UnmarshalModule(d, "tls.ca_pool.source."+stem)
+	if err != nil {
+		return nil, err
+	}
+	ca, ok := unm.(caddytls.CA)
+	if !ok {
+		return nil, d.Errf("redis: tls_trust_pool: module %s is not a CA pool source", stem)
+	}
+	return caddyconfig.JSONModuleObject(ca, "provider", stem, nil), nil
 }
 
 // openBlock checks that a block subdirective has no arguments and opens a block.

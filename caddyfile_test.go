@@ -199,7 +199,12 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"local unknown", "rate_limit {\n\tlocal {\n\t\tcache 5\n\t}\n}", `local: unknown subdirective "cache"`},
 		{"local duplicate", "rate_limit {\n\tlocal {\n\t\treserve 5\n\t\treserve 6\n\t}\n}", `local: duplicate subdirective "reserve"`},
 		{"redis unknown", "rate_limit {\n\tredis {\n\t\thost x\n\t}\n}", `redis: unknown subdirective "host"`},
-		{"redis tls arg", "rate_limit {\n\tredis {\n\t\ttls maybe\n\t}\n}", "tls takes only insecure_skip_verify"},
+		{"redis tls arg", "rate_limit {\n\tredis {\n\t\ttls maybe\n\t}\n}", "tls takes no arguments"},
+		{"redis tls_client_auth one file", "rate_limit {\n\tredis {\n\t\ttls_client_auth c.pem\n\t}\n}", "tls_client_auth takes <certificate_file> <key_file>"},
+		{"redis tls_trust_pool no module", "rate_limit {\n\tredis {\n\t\ttls_trust_pool\n\t}\n}", "tls_trust_pool needs a CA pool module"},
+		{"redis tls_trust_pool unknown module", "rate_limit {\n\tredis {\n\t\ttls_trust_pool vault x\n\t}\n}", "tls.ca_pool.source.vault"},
+		{"redis tls_insecure_skip_verify arg", "rate_limit {\n\tredis {\n\t\ttls_insecure_skip_verify yes\n\t}\n}", "tls_insecure_skip_verify takes no arguments"},
+		{"redis insecure twice", "rate_limit {\n\tredis {\n\t\ttls insecure_skip_verify\n\t\ttls_insecure_skip_verify\n\t}\n}", `duplicate subdirective "tls_insecure_skip_verify"`},
 		{"redis address empty", "rate_limit {\n\tredis {\n\t\taddress\n\t}\n}", "address needs at least one"},
 		{"block with argument", "rate_limit {\n\tlocal fast {\n\t}\n}", "local takes no arguments"},
 	}

@@ -74,6 +74,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	storeLatency.Describe(ch)
+	storeErrors.Describe(ch)
 }
 
 // Collect reads the counters of every live cluster.
@@ -88,6 +89,7 @@ func (collector) Collect(ch chan<- prometheus.Metric) {
 		collectCluster(ch, s)
 	}
 	storeLatency.Collect(ch)
+	storeErrors.Collect(ch)
 }
 
 func collectCluster(ch chan<- prometheus.Metric, s *clusterState) {

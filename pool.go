@@ -86,7 +86,7 @@ func (h *Handler) definition() (definition, error) {
 	}
 	def.key = poolKey{cluster: lc.Cluster.ID, store: "memory"}
 	if h.Redis != nil {
-		rc, err := h.Redis.resolve()
+		rc, err := h.Redis.resolve(h.ctxPtr())
 		if err != nil {
 			return def, err
 		}
@@ -139,6 +139,11 @@ func newClusterState(def definition) (*clusterState, error) {
 	lc := def.lim
 	if def.redis != nil {
 		redislua.SetLogger(caddy.Log().Named("rate_limit.redis"))
+		if def.redis.TLSInsecureSkipVerify && lc.Logger != nil {
+			lc.Logger.Warn("rate_limit: tls_insecure_skip_verify: the Redis server's certificate is not verified; "+
+				"anyone on the path to Redis can read and change the rate limits (use tls_trust_pool instead)",
+				zap.String("cluster", def.key.cluster))
+		}
 		st, err := redislua.Open(*def.redis)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q: redis: %v", def.key.cluster, err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddytls"
 
 	"github.com/tierbucket/caddy-tierbucket/redislua"
 )
@@ -16,10 +17,16 @@ import (
 type RedisConfig struct {
 	redislua.Config
 	Timeout caddy.Duration `json:"timeout,omitempty"` // shadows Config.Timeout
+
+	// TrustPoolRaw is the pool of CAs that Redis' certificate must chain to: one of Caddy's
+	// tls.ca_pool.source modules ({"provider": "file", "pem_files": [...]}, "inline", ...),
+	// as in reverse_proxy's transport. Default: the system's roots.
+	TrustPoolRaw json.RawMessage `json:"tls_trust_pool,omitempty" caddy:"namespace=tls.ca_pool.source inline_key=provider"`
 }
 
-// resolve replaces the placeholders and returns the redislua config, validated.
-func (c *RedisConfig) resolve() (redislua.Config, error) {
+// resolve replaces the placeholders, loads the trust pool module and returns the redislua
+// config, validated. A nil ctx (tests of the parsing) loads no module.
+func (c *RedisConfig) resolve(ctx *caddy.Context) (redislua.Config, error) {
 	repl := caddy.NewReplacer()
 	rc := c.Config
 	rc.Timeout = time.Duration(c.Timeout)
@@ -27,10 +34,41 @@ func (c *RedisConfig) resolve() (redislua.Config, error) {
 	for _, a := range c.Address {
 		rc.Address = append(rc.Address, repl.ReplaceKnown(a, ""))
 	}
-	for _, f := range []*string{&rc.URL, &rc.Sentinel, &rc.Username, &rc.Password} {
+	for _, f := range []*string{&rc.URL, &rc.Sentinel, &rc.Username, &rc.Password, &rc.TLSServerName} {
 		*f = repl.ReplaceKnown(*f, "")
 	}
-	return rc, rc.Validate()
+	if a := c.TLSClientAuth; a != nil {
+		rc.TLSClientAuth = &redislua.ClientAuth{
+			CertificateFile: repl.ReplaceKnown(a.CertificateFile, ""),
+			KeyFile:         repl.ReplaceKnown(a.KeyFile, ""),
+		}
+	}
+	if err := rc.Validate(); err != nil {
+		return rc, err
+	}
+	if len(c.TrustPoolRaw) > 0 {
+		if ctx == nil {
+			return rc, fmt.Errorf("redis.tls_trust_pool: no Caddy context to load it")
+		}
+		// Loaded from a copy: LoadModule clears the raw field it loads, and the handler's
+		// config must keep it (it is part of the cluster's definition).
+		holder := struct {
+			Raw json.RawMessage `caddy:"namespace=tls.ca_pool.source inline_key=provider"`
+		}{Raw: append(json.RawMessage(nil), c.TrustPoolRaw...)}
+		mod, err := ctx.LoadModule(&holder, "Raw")
+		if err != nil {
+			return rc, fmt.Errorf("redis.tls_trust_pool: %v", err)
+		}
+		ca, ok := mod.(caddytls.CA)
+		if !ok {
+			return rc, fmt.Errorf("redis.tls_trust_pool: module %T is not a CA pool source", mod)
+		}
+		rc.RootCAs = ca.CertPool()
+		if rc.RootCAs == nil {
+			return rc, fmt.Errorf("redis.tls_trust_pool: the module gave no certificates")
+		}
+	}
+	return rc, nil
 }
 
 // identity names the Store a redis config points at (everything but the credentials and the
@@ -48,4 +86,12 @@ func redisIdentity(rc redislua.Config) string {
 		return fmt.Sprint(id)
 	}
 	return "redis:" + string(b)
+}
+
+// ctxPtr is the handler's Caddy context, nil before setup gave it one.
+func (h *Handler) ctxPtr() *caddy.Context {
+	if h.ctx.Context == nil {
+		return nil
+	}
+	return &h.ctx
 }

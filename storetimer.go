@@ -2,6 +2,7 @@ package tierbucket
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,18 +18,39 @@ var storeLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 }, []string{"cluster", "op"})
 
-// timedStore wraps a Store and observes the latency of every call.
+// storeErrors is caddy_rate_limit_store_errors_total: every failed Store call, by operation,
+// permanent errors (credentials, permissions, certificates) and faults alike.
+var storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: metricsNS + "store_errors_total",
+	Help: "Failed Store calls, by operation (faults and permanent errors such as a refused password, a missing ACL permission or an untrusted certificate).",
+}, []string{"cluster", "op"})
+
+// timedStore wraps a Store, observes the latency of every call and counts the failed ones.
 type timedStore struct {
 	limiter.Store
-	lease, ret, report prometheus.Observer
+	lease, ret, report                         prometheus.Observer
+	leaseErr, retErr, reportErr                prometheus.Counter
+	emergencyErr, overridesErr, setOverrideErr prometheus.Counter
 }
 
 func newTimedStore(st limiter.Store, cluster string) *timedStore {
 	return &timedStore{
-		Store:  st,
-		lease:  storeLatency.WithLabelValues(cluster, "lease"),
-		ret:    storeLatency.WithLabelValues(cluster, "return"),
-		report: storeLatency.WithLabelValues(cluster, "report"),
+		Store:          st,
+		lease:          storeLatency.WithLabelValues(cluster, "lease"),
+		ret:            storeLatency.WithLabelValues(cluster, "return"),
+		report:         storeLatency.WithLabelValues(cluster, "report"),
+		leaseErr:       storeErrors.WithLabelValues(cluster, "lease"),
+		retErr:         storeErrors.WithLabelValues(cluster, "return"),
+		reportErr:      storeErrors.WithLabelValues(cluster, "report"),
+		emergencyErr:   storeErrors.WithLabelValues(cluster, "set_emergency"),
+		overridesErr:   storeErrors.WithLabelValues(cluster, "overrides"),
+		setOverrideErr: storeErrors.WithLabelValues(cluster, "set_override"),
+	}
+}
+
+func count(c prometheus.Counter, err error) {
+	if err != nil {
+		c.Inc()
 	}
 }
 
@@ -37,6 +59,7 @@ func (s *timedStore) Lease(ctx context.Context, req limiter.LeaseRequest) (limit
 	start := time.Now()
 	l, err := s.Store.Lease(ctx, req)
 	s.lease.Observe(time.Since(start).Seconds())
+	count(s.leaseErr, err)
 	return l, err
 }
 
@@ -45,6 +68,7 @@ func (s *timedStore) Return(ctx context.Context, ret limiter.Return) error {
 	start := time.Now()
 	err := s.Store.Return(ctx, ret)
 	s.ret.Observe(time.Since(start).Seconds())
+	count(s.retErr, err)
 	return err
 }
 
@@ -53,7 +77,32 @@ func (s *timedStore) Report(ctx context.Context, rep limiter.Report) (limiter.Cl
 	start := time.Now()
 	st, err := s.Store.Report(ctx, rep)
 	s.report.Observe(time.Since(start).Seconds())
+	count(s.reportErr, err)
 	return st, err
+}
+
+// SetEmergency counts the Store's SetEmergency errors.
+func (s *timedStore) SetEmergency(ctx context.Context, c limiter.ClusterPolicy, e limiter.Emergency) error {
+	err := s.Store.SetEmergency(ctx, c, e)
+	count(s.emergencyErr, err)
+	return err
+}
+
+// Overrides counts the Store's Overrides errors.
+func (s *timedStore) Overrides(ctx context.Context, cluster string) (limiter.Overrides, error) {
+	o, err := s.Store.Overrides(ctx, cluster)
+	count(s.overridesErr, err)
+	return o, err
+}
+
+// SetOverride counts the Store's SetOverride errors (a version conflict is an answer, not an
+// error of the Store).
+func (s *timedStore) SetOverride(ctx context.Context, cluster string, ch limiter.OverrideChange) (uint64, error) {
+	v, err := s.Store.SetOverride(ctx, cluster, ch)
+	if err != nil && !errors.Is(err, limiter.ErrVersionConflict) && !errors.Is(err, limiter.ErrTooManyOverrides) {
+		s.setOverrideErr.Inc()
+	}
+	return v, err
 }
 
 var _ limiter.Store = (*timedStore)(nil)

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -281,5 +282,61 @@ func TestLostStatisticsSentAgain(t *testing.T) {
 	l.tick(c.Now())
 	if l.ResentRequests() != 5 {
 		t.Fatalf("sent again after the window: %d", l.ResentRequests())
+	}
+}
+
+// A permanent Store error (a refused password, a missing permission, an untrusted certificate)
+// is a configuration error: one ERROR per episode with its cause and remedy (also when the
+// episode began as a fault), the rescue limits apply meanwhile, and the recovery after the
+// operator's fix is logged like any other.
+func TestPermanentErrorLoggedOnce(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	c := newClock()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Logger = zap.New(core)
+	l := testLimiter(t, cfg, ps, c, false)
+	a := mustApp(t, l, "a")
+	ps.fail.Store(true) // a fault first: Redis unreachable
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	ps.permanent.Store(true) // then it answers, refusing the password
+	admitted := 0
+	for range 5 {
+		c.Advance(time.Second)
+		l.tick(c.Now())
+		if a.Take(context.Background(), 1, 0).Allowed {
+			admitted++
+		}
+	}
+	if l.Level() != LevelFailOpen || admitted != 5 {
+		t.Fatalf("level %v, %d of 5 admitted by the rescue buckets", l.Level(), admitted)
+	}
+	errs := logs.FilterLevelExact(zapcore.ErrorLevel).All()
+	if len(errs) != 1 {
+		t.Fatalf("ERROR lines: %+v", logs.All())
+	}
+	f := errs[0].ContextMap()
+	if !strings.Contains(f["cause"].(string), "WRONGPASS") || f["remedy"] != "fix the password" || f["cluster"] != "c1" {
+		t.Fatalf("ERROR fields: %v", f)
+	}
+	ps.fail.Store(false)
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	if l.Level() == LevelFailOpen || logs.FilterMessageSnippet("leaving fail_open").Len() != 1 {
+		t.Fatalf("level %v after the fix; logs %+v", l.Level(), logs.All())
+	}
+
+	// A new episode that is permanent from its first error: the ERROR replaces the WARN.
+	ps.fail.Store(true)
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	if n := logs.FilterLevelExact(zapcore.ErrorLevel).Len(); n != 2 {
+		t.Fatalf("%d ERROR lines after a second episode, want 2: %+v", n, logs.All())
+	}
+	if n := logs.FilterMessageSnippet("Store unavailable").Len(); n != 1 {
+		t.Fatalf("%d WARN lines, want only the first episode's: %+v", n, logs.All())
 	}
 }

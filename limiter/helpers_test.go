@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ type probeStore struct {
 	clock                 *manualClock
 	leases, returns, reps atomic.Int64
 	fail                  atomic.Bool
+	permanent             atomic.Bool   // with fail: the error is errRefused (a PermanentError)
 	delay                 atomic.Int64  // manual-clock latency added to every call
 	block                 chan struct{} // when non-nil, Lease waits on it
 	entered               chan struct{} // when non-nil, Lease signals it (non-blocking)
@@ -53,10 +55,22 @@ func (p *probeStore) before() error {
 		p.clock.Advance(time.Duration(d))
 	}
 	if p.fail.Load() {
+		if p.permanent.Load() {
+			return fmt.Errorf("wrapped: %w", errRefused)
+		}
 		return errDown
 	}
 	return nil
 }
+
+// errRefused is a permanent Store error, as a Store that refuses the credentials returns.
+var errRefused = refusedError{}
+
+type refusedError struct{}
+
+func (refusedError) Error() string   { return "WRONGPASS invalid username-password pair" }
+func (refusedError) Permanent() bool { return true }
+func (refusedError) Remedy() string  { return "fix the password" }
 
 func (p *probeStore) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
 	p.leases.Add(1)

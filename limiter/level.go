@@ -92,6 +92,11 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	if err != nil {
 		if cur == LevelFailOpen {
 			l.episode.errs++ // counted, not logged one by one
+			if p, ok := AsPermanent(err); ok && !l.episode.permanent {
+				// The episode began as a fault; now the Store refuses the configuration.
+				l.episode.permanent = true
+				l.logPermanent(p)
+			}
 			return
 		}
 		l.enterFailOpen(err)
@@ -130,6 +135,7 @@ type failEpisode struct {
 	rejected         int64 // l.rescueRejects when it began
 	assumedAlone     bool  // the rescue buckets assumed this instance is alone
 	assumedInstances int
+	permanent        bool // a permanent error (PermanentError) was logged in this episode
 }
 
 // enterFailOpen switches to fail-open after a failed Store call (levelMu held) and logs it once.
@@ -158,13 +164,34 @@ func (l *Limiter) enterFailOpen(err error) {
 	if cfg.OnStoreFailure == FailLocal {
 		fields = append(fields, zap.Int("rescue_live_instances", st.LiveInstances))
 	}
-	log.Warn("rate_limit: Store unavailable, entering fail_open", fields...)
+	if p, ok := AsPermanent(err); ok {
+		l.episode.permanent = true
+		l.logPermanent(p)
+	} else {
+		log.Warn("rate_limit: Store unavailable, entering fail_open", fields...)
+	}
 	if l.episode.assumedAlone && cfg.OnStoreFailure == FailLocal {
 		log.Warn("rate_limit: this instance never reached the Store and knows no live-instance "+
 			"count: its rescue buckets allow each app's full guaranteed rate, so a fleet of N such "+
 			"instances may admit up to N times an app's quota until the Store answers",
 			zap.String("cluster", cfg.Cluster.ID))
 	}
+}
+
+// logPermanent logs a permanent Store error (levelMu held), once per fail_open episode: a
+// configuration error (credentials, permissions, certificates) that only an operator can fix.
+// The limiter keeps probing, so the fix is noticed and logged like any recovery.
+func (l *Limiter) logPermanent(p PermanentError) {
+	log := l.logger()
+	if log == nil {
+		return
+	}
+	cfg := l.snap().cfg
+	log.Error("rate_limit: the Store refuses this instance's configuration, entering fail_open until it is fixed",
+		zap.String("cluster", cfg.Cluster.ID),
+		zap.String("cause", p.Error()),
+		zap.String("remedy", p.Remedy()),
+		zap.String("on_redis_failure", cfg.OnStoreFailure.String()))
 }
 
 // leftFailOpen logs the end of a fail_open episode (levelMu held).

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -280,4 +281,26 @@ type ClusterState struct {
 	// ConfigVersion is the cluster's Overrides.Version: an instance whose overrides are at
 	// another version loads them again (a lost Watch notification, a Store that was away).
 	ConfigVersion uint64
+}
+
+// PermanentError is a Store error that retrying cannot fix: the Store refused this instance's
+// credentials, permissions or certificate (a configuration error, not a fault). The limiter
+// treats it like any Store error (fail_open, rescue limits, probes), but logs it at ERROR
+// with its remedy. A Store marks such errors by implementing this interface anywhere in the
+// error's chain.
+type PermanentError interface {
+	error
+	// Permanent reports whether the error is permanent.
+	Permanent() bool
+	// Remedy says what the operator has to change.
+	Remedy() string
+}
+
+// AsPermanent returns the permanent error in err's chain, if there is one.
+func AsPermanent(err error) (PermanentError, bool) {
+	var p PermanentError
+	if errors.As(err, &p) && p.Permanent() {
+		return p, true
+	}
+	return nil, false
 }

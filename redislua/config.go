@@ -2,6 +2,7 @@ package redislua
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // DefaultTimeout bounds what a request waits on Redis (DESIGN §8); background calls get longer.
@@ -23,15 +25,39 @@ type Config struct {
 	// URL is a redis:// or rediss:// URL (instead of Address).
 	URL string `json:"url,omitempty"`
 	// Sentinel is the master name: Address are then sentinels.
-	Sentinel           string        `json:"sentinel,omitempty"`
-	Username           string        `json:"username,omitempty"`
-	Password           string        `json:"password,omitempty"`
-	DB                 int           `json:"db,omitempty"`
-	TLS                bool          `json:"tls,omitempty"`
-	InsecureSkipVerify bool          `json:"insecure_skip_verify,omitempty"`
-	KeyPrefix          string        `json:"key_prefix,omitempty"` // default DefaultPrefix
-	Timeout            time.Duration `json:"timeout,omitempty"`    // what a request waits on Redis at most, default DefaultTimeout
-	PoolSize           int           `json:"pool_size,omitempty"`  // 0 = go-redis default (10 per CPU)
+	Sentinel string `json:"sentinel,omitempty"`
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	DB       int    `json:"db,omitempty"`
+	// TLS connects over TLS (also implied by a rediss:// URL and by any other TLS option).
+	TLS bool `json:"tls,omitempty"`
+	// TLSClientAuth is the client certificate presented to a server that requires one.
+	TLSClientAuth *ClientAuth `json:"tls_client_auth,omitempty"`
+	// TLSServerName is the name the server's certificate must have (default: the host of the
+	// address dialled).
+	TLSServerName string `json:"tls_server_name,omitempty"`
+	// TLSInsecureSkipVerify accepts any server certificate: for tests only.
+	TLSInsecureSkipVerify bool `json:"tls_insecure_skip_verify,omitempty"`
+	// RootCAs are the CAs a server certificate must chain to; nil = the system's. The Caddy
+	// module fills it from tls_trust_pool (Caddy's tls.ca_pool.source modules).
+	RootCAs *x509.CertPool `json:"-"`
+
+	KeyPrefix string        `json:"key_prefix,omitempty"` // default DefaultPrefix
+	Timeout   time.Duration `json:"timeout,omitempty"`    // what a request waits on Redis at most, default DefaultTimeout
+	PoolSize  int           `json:"pool_size,omitempty"`  // 0 = go-redis default (10 per CPU)
+}
+
+// ClientAuth names the PEM files of a client certificate and its key.
+type ClientAuth struct {
+	CertificateFile string `json:"certificate_file,omitempty"`
+	KeyFile         string `json:"key_file,omitempty"`
+}
+
+// UsesTLS reports whether the connection is made over TLS: tls, a rediss:// URL, or any TLS
+// option (as in Caddy's reverse_proxy transport, a TLS option turns TLS on).
+func (c Config) UsesTLS() bool {
+	return c.TLS || strings.HasPrefix(c.URL, "rediss://") || c.TLSClientAuth != nil ||
+		c.TLSServerName != "" || c.TLSInsecureSkipVerify || c.RootCAs != nil
 }
 
 // Validate checks the configuration; errors name the offending field.
@@ -53,7 +79,7 @@ func (c Config) Validate() error {
 	}
 	if c.URL != "" {
 		if _, err := redis.ParseURL(c.URL); err != nil {
-			bad("url", "%v", err)
+			bad("url", "%s", redactURL(err.Error(), c.URL))
 		}
 		if c.Sentinel != "" {
 			bad("sentinel", "needs the sentinels in address, not a url")
@@ -68,8 +94,8 @@ func (c Config) Validate() error {
 	if c.DB != 0 && len(c.Address) > 1 && c.Sentinel == "" {
 		bad("db", "a Redis Cluster (several addresses) has only db 0, got %d", c.DB)
 	}
-	if c.InsecureSkipVerify && !c.TLS && !strings.HasPrefix(c.URL, "rediss://") {
-		bad("insecure_skip_verify", "needs tls")
+	if a := c.TLSClientAuth; a != nil && (a.CertificateFile == "" || a.KeyFile == "") {
+		bad("tls_client_auth", "needs both a certificate file and a key file")
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{} \t\r\n") {
 		bad("key_prefix", "%q must not contain braces or white space", c.KeyPrefix)
@@ -110,7 +136,7 @@ func (c Config) withDefaults() Config {
 
 // newClient builds the client: a URL or one address is a standalone server, several addresses a
 // Redis Cluster, and a sentinel master name a failover client.
-func (c Config) newClient() (redis.UniversalClient, error) {
+func (c Config) newClient(clientCert *tls.Certificate) (redis.UniversalClient, error) {
 	// Retries are off: a script that reached the server but whose reply was lost must not run a
 	// second time (a lease would be debited twice), and a dial that failed is not repeated within
 	// one call (that only spends the call's timeout). The limiter retries on its own schedule.
@@ -120,14 +146,11 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 	// Timeout is measured as slow (degradation levels) instead of failing, and its reply is not
 	// lost (the limiter admits the waiting requests on credit meanwhile).
 	callTimeout := max(c.Timeout, time.Second)
-	var tlsConfig *tls.Config
-	if c.TLS {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipVerify}
-	}
+	tlsConfig := c.tlsConfig(clientCert)
 	if c.URL != "" {
 		o, err := redis.ParseURL(c.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redis.url: %w", err)
+			return nil, fmt.Errorf("redis.url: %s", redactURL(err.Error(), c.URL))
 		}
 		if c.Username != "" {
 			o.Username = c.Username
@@ -138,15 +161,16 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 		if c.DB != 0 {
 			o.DB = c.DB
 		}
-		if tlsConfig != nil && o.TLSConfig == nil {
+		if tlsConfig != nil {
+			if o.TLSConfig != nil && tlsConfig.ServerName == "" {
+				tlsConfig.ServerName = o.TLSConfig.ServerName // the URL's host
+			}
 			o.TLSConfig = tlsConfig
-		}
-		if o.TLSConfig != nil && c.InsecureSkipVerify {
-			o.TLSConfig.InsecureSkipVerify = true
 		}
 		o.MaxRetries, o.DialerRetries = -1, 1
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = callTimeout, callTimeout, callTimeout
 		o.ContextTimeoutEnabled = true
+		o.DisableIdentity, o.MaintNotificationsConfig = true, noMaintNotifications()
 		if c.PoolSize > 0 {
 			o.PoolSize = c.PoolSize
 		}
@@ -166,6 +190,10 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 		WriteTimeout:          callTimeout,
 		ContextTimeoutEnabled: true,
 		PoolSize:              c.PoolSize,
+		// No CLIENT SETINFO nor CLIENT MAINT_NOTIFICATIONS: the least-privilege ACL user
+		// (ACLCommands) is not allowed them, and every refused attempt lands in Redis' ACL LOG.
+		DisableIdentity:          true,
+		MaintNotificationsConfig: noMaintNotifications(),
 	}
 	if len(c.Address) > 1 && c.Sentinel == "" {
 		o := u.Cluster()
@@ -177,5 +205,54 @@ func (c Config) newClient() (redis.UniversalClient, error) {
 	return redis.NewUniversalClient(u), nil
 }
 
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
 // clusterReloadInterval is how often a Redis Cluster client reloads the slot map unprompted.
 const clusterReloadInterval = 5 * time.Second
+
+// tlsConfig is the client's TLS configuration, nil without TLS.
+func (c Config) tlsConfig(clientCert *tls.Certificate) *tls.Config {
+	if !c.UsesTLS() {
+		return nil
+	}
+	cfg := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		RootCAs:            c.RootCAs,
+		ServerName:         c.TLSServerName,
+		InsecureSkipVerify: c.TLSInsecureSkipVerify,
+	}
+	if clientCert != nil {
+		cfg.Certificates = []tls.Certificate{*clientCert}
+	}
+	return cfg
+}
+
+// loadClientCert loads tls_client_auth's key pair (nil without one). Errors name the files,
+// never their content.
+func (c Config) loadClientCert() (*tls.Certificate, error) {
+	a := c.TLSClientAuth
+	if a == nil {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(a.CertificateFile, a.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("redis.tls_client_auth: loading %s and %s: %v", a.CertificateFile, a.KeyFile, err)
+	}
+	return &cert, nil
+}
+
+// redactURL removes the URL's credentials from msg (a parse error may quote the URL).
+func redactURL(msg, raw string) string {
+	at := strings.LastIndex(raw, "@")
+	scheme := strings.Index(raw, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return msg
+	}
+	userinfo := raw[scheme+3 : at]
+	if userinfo == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, userinfo, "xxxxx")
+}

@@ -22,7 +22,7 @@ func (s *Store) Overrides(ctx context.Context, cluster string) (limiter.Override
 	all, err := s.client.HGetAll(ctx, s.keys.cfg(cluster)).Result()
 	if err != nil {
 		s.failed()
-		return limiter.Overrides{}, fmt.Errorf("redislua: overrides: %w", err)
+		return limiter.Overrides{}, fmt.Errorf("redislua: overrides: %w", classify(err))
 	}
 	o := limiter.Overrides{Entries: make(map[string][]byte, len(all))}
 	for k, v := range all {
@@ -53,7 +53,7 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, ch limiter.Over
 		string(ch.Value), set, ch.IfVersion, limiter.MaxOverrideEntries).Slice()
 	if err != nil {
 		s.failed()
-		return 0, fmt.Errorf("redislua: set override: %w", err)
+		return 0, fmt.Errorf("redislua: set override: %w", classify(err))
 	}
 	if len(vals) != 2 {
 		return 0, fmt.Errorf("redislua: set override: unexpected reply %v", vals)
@@ -61,7 +61,7 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, ch limiter.Over
 	status, _ := vals[0].(int64)
 	version, err := parseFloat(vals[1])
 	if err != nil {
-		return 0, fmt.Errorf("redislua: set override: %w", err)
+		return 0, fmt.Errorf("redislua: set override: %w", classify(err))
 	}
 	switch status {
 	case 0:

@@ -1,6 +1,9 @@
 package redislua
 
 import (
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"sync"
 
@@ -11,11 +14,12 @@ import (
 // settings share one client instead of opening a connection pool each.
 var pool = struct {
 	sync.Mutex
-	clients map[string]*pooledClient
-}{clients: map[string]*pooledClient{}}
+	clients map[string][]*pooledClient // by connection settings; RootCAs (not JSON) tell them apart
+}{clients: map[string][]*pooledClient{}}
 
 type pooledClient struct {
 	client redis.UniversalClient
+	roots  *x509.CertPool
 	refs   int
 }
 
@@ -27,6 +31,10 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	cert, err := cfg.loadClientCert()
+	if err != nil {
+		return nil, err
+	}
 	conn := cfg
 	conn.KeyPrefix = ""
 	b, err := json.Marshal(conn)
@@ -34,17 +42,28 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	key := string(b)
+	if cert != nil {
+		// A renewed certificate in the same files makes a new client.
+		h := sha256.Sum256(cert.Certificate[0])
+		key += hex.EncodeToString(h[:])
+	}
 
 	pool.Lock()
 	defer pool.Unlock()
-	pc := pool.clients[key]
+	var pc *pooledClient
+	for _, c := range pool.clients[key] {
+		if c.roots.Equal(cfg.RootCAs) {
+			pc = c
+			break
+		}
+	}
 	if pc == nil {
-		client, err := cfg.newClient()
+		client, err := cfg.newClient(cert)
 		if err != nil {
 			return nil, err
 		}
-		pc = &pooledClient{client: client}
-		pool.clients[key] = pc
+		pc = &pooledClient{client: client, roots: cfg.RootCAs}
+		pool.clients[key] = append(pool.clients[key], pc)
 	}
 	pc.refs++
 	s := New(pc.client, cfg.KeyPrefix)
@@ -56,7 +75,18 @@ func Open(cfg Config) (*Store, error) {
 			defer pool.Unlock()
 			pc.refs--
 			if pc.refs == 0 {
-				delete(pool.clients, key)
+				list := pool.clients[key]
+				for i, c := range list {
+					if c == pc {
+						list = append(list[:i], list[i+1:]...)
+						break
+					}
+				}
+				if len(list) == 0 {
+					delete(pool.clients, key)
+				} else {
+					pool.clients[key] = list
+				}
 				err = pc.client.Close()
 			}
 		})

@@ -72,7 +72,7 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 		limiter.ReportSeqTTL.Microseconds()).Slice()
 	if err != nil {
 		s.failed()
-		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", classify(err))
 	}
 	if len(vals) != 8 {
 		return limiter.Lease{}, fmt.Errorf("redislua: lease: unexpected reply %v", vals)
@@ -82,7 +82,7 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 	l.Remaining, _ = vals[1].(int64)
 	retry, err := parseFloat(vals[2])
 	if err != nil {
-		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", classify(err))
 	}
 	l.RetryAfter = time.Duration(retry) * time.Microsecond
 	if name, _ := vals[3].(string); name != "" {
@@ -122,7 +122,7 @@ func (s *Store) borrow(ctx context.Context, req limiter.LeaseRequest, l limiter.
 		s.nowArg(), req.App, fmtFloat(borrowed), fmtFloat(req.Policy.MaxBorrow), fmtFloat(req.Unallocated), short).Slice()
 	if err != nil {
 		s.failed()
-		return limiter.Lease{}, fmt.Errorf("redislua: borrow: %w", err)
+		return limiter.Lease{}, fmt.Errorf("redislua: borrow: %w", classify(err))
 	}
 	if len(vals) != 2 {
 		return limiter.Lease{}, fmt.Errorf("redislua: borrow: unexpected reply %v", vals)
@@ -142,7 +142,7 @@ func (s *Store) borrow(ctx context.Context, req limiter.LeaseRequest, l limiter.
 		req.Policy.WarmupUS(), fmtFloat(limiter.BorrowRepay)).Slice()
 	if err != nil {
 		s.failed()
-		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: %w", err)
+		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: %w", classify(err))
 	}
 	if len(vals) != 4 {
 		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: unexpected reply %v", vals)
@@ -201,7 +201,7 @@ func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
 		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens, ret.Policy.WarmupUS()).Err()
 	if err != nil {
 		s.failed()
-		return fmt.Errorf("redislua: return: %w", err)
+		return fmt.Errorf("redislua: return: %w", classify(err))
 	}
 	return nil
 }
@@ -239,12 +239,12 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 	cmds, err := s.runPipeline(ctx, calls)
 	if err != nil {
 		s.failed()
-		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", err)
+		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", classify(err))
 	}
 
 	st, err := parseClusterState(cmds[0])
 	if err != nil {
-		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", err)
+		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", classify(err))
 	}
 	for i, a := range rep.Apps {
 		vals, err := cmds[i+1].Slice()
@@ -293,7 +293,7 @@ func (s *Store) SetEmergency(ctx context.Context, c limiter.ClusterPolicy, e lim
 	err := setEmergencyScript.Run(ctx, s.client, []string{s.keys.l1(c.ID)}, s.nowArg(), active, e.Reason, until).Err()
 	if err != nil {
 		s.failed()
-		return fmt.Errorf("redislua: set emergency: %w", err)
+		return fmt.Errorf("redislua: set emergency: %w", classify(err))
 	}
 	return nil
 }

@@ -49,6 +49,11 @@ type Server struct {
 	nodeTimeout time.Duration // cluster-node-timeout of a cluster node
 	monitor     string        // sentinel: "<master name> <host> <port>"
 	replicaOf   string        // replica: "<host> <port>" of its master
+	// TLSPort is the server's TLS port (0 without TLS). The plain Port stays open for the
+	// harness (PING, CLUSTER INFO, ACL SETUSER); the code under test dials TLSPort.
+	TLSPort int
+	tls     *TLS
+	extra   []string // more redis-server arguments
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -84,6 +89,11 @@ type ClusterOptions struct {
 	// Forming returns as soon as the first node reports cluster_state:ok, while the others
 	// may still be converging: the moment a gateway started right after the cluster sees.
 	Forming bool
+	// TLS serves every node over TLS too, with tls-cluster yes (the bus and the announced
+	// client ports are TLS); nil = plain only.
+	TLS *TLS
+	// ExtraArgs are more redis-server arguments for every node (such as a --user).
+	ExtraArgs []string
 }
 
 // ClusterNodes is a running Redis Cluster: three masters and their replicas.
@@ -302,6 +312,8 @@ type serverOpts struct {
 	cluster     bool
 	nodeTimeout time.Duration
 	replicaOf   string // "host port", or "" for a master
+	tls         *TLS
+	extra       []string
 }
 
 // startIn starts a server configured by o on a free port in its own subdirectory of parent,
@@ -317,7 +329,13 @@ func startIn(parent string, tmpl serverOpts) (*Server, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		s := &Server{Port: port, dir: dir, cluster: tmpl.cluster, nodeTimeout: tmpl.nodeTimeout, replicaOf: tmpl.replicaOf}
+		s := &Server{Port: port, dir: dir, cluster: tmpl.cluster, nodeTimeout: tmpl.nodeTimeout, replicaOf: tmpl.replicaOf,
+			tls: tmpl.tls, extra: tmpl.extra}
+		if s.tls != nil {
+			if s.TLSPort, err = freePort(tmpl.cluster); err != nil {
+				return nil, err
+			}
+		}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -374,6 +392,10 @@ func (s *Server) start() error {
 	if s.replicaOf != "" {
 		args = append(append(args, "--replicaof"), strings.Fields(s.replicaOf)...)
 	}
+	if s.tls != nil {
+		args = append(args, s.tls.serverArgs(s.TLSPort, s.cluster)...)
+	}
+	args = append(args, s.extra...)
 	if s.monitor != "" {
 		// A sentinel reads (and rewrites) a config file naming the master it monitors.
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile redis.log\n"+
@@ -482,24 +504,31 @@ func newClusterWith(parent string, opts ClusterOptions) ([]*Server, error) {
 	}
 	var nodes []*Server
 	for i := 0; i < 3*(1+opts.Replicas); i++ {
-		s, err := startIn(parent, serverOpts{cluster: true, nodeTimeout: opts.NodeTimeout})
+		s, err := startIn(parent, serverOpts{cluster: true, nodeTimeout: opts.NodeTimeout, tls: opts.TLS, extra: opts.ExtraArgs})
 		if err != nil {
 			stopAll(nodes)
 			return nil, err
 		}
 		nodes = append(nodes, s)
 	}
-	args := append([]string{"--cluster", "create"}, addrs(nodes)...)
+	var args []string
+	create := addrs(nodes)
+	if opts.TLS != nil {
+		// With tls-cluster the nodes meet and announce each other on their TLS ports.
+		args = opts.TLS.cliArgs()
+		create = TLSAddrs(nodes)
+	}
+	args = append(append(args, "--cluster", "create"), create...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(opts.Replicas), "--cluster-yes")
-	create := exec.Command("redis-cli", args...)
+	createCmd := exec.Command("redis-cli", args...)
 	var out strings.Builder
-	create.Stdout, create.Stderr = &out, &out
-	if err := create.Start(); err != nil {
+	createCmd.Stdout, createCmd.Stderr = &out, &out
+	if err := createCmd.Start(); err != nil {
 		stopAll(nodes)
 		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v", err)
 	}
 	created := make(chan error, 1)
-	go func() { created <- create.Wait() }()
+	go func() { created <- createCmd.Wait() }()
 	if !opts.Forming {
 		if err := <-created; err != nil {
 			stopAll(nodes)

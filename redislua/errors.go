@@ -1,0 +1,117 @@
+package redislua
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// ErrorKind names a class of permanent errors: Redis refused this client's configuration, and
+// no retry can succeed until an operator changes it (the credentials, the user's ACL, the
+// certificates).
+type ErrorKind string
+
+// The permanent error kinds.
+const (
+	KindAuth        ErrorKind = "authentication" // WRONGPASS, NOAUTH
+	KindPermission  ErrorKind = "permission"     // NOPERM
+	KindCertificate ErrorKind = "certificate"    // the server's certificate is not trusted or does not match
+	KindTLS         ErrorKind = "tls"            // the TLS handshake failed (client certificate refused, TLS against a plain port)
+)
+
+// PermanentError is a Store error that retrying cannot fix; it implements
+// limiter.PermanentError. Its message is the underlying error's (go-redis and crypto/tls never
+// put a password or key material in one).
+type PermanentError struct {
+	Kind ErrorKind
+	Err  error
+}
+
+func (e *PermanentError) Error() string   { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error   { return e.Err }
+func (e *PermanentError) Permanent() bool { return true }
+
+// Remedy says what the operator has to change.
+func (e *PermanentError) Remedy() string {
+	switch e.Kind {
+	case KindAuth:
+		return "check the redis block's username and password (or the url's credentials) against the Redis ACL user; " +
+			"a placeholder such as {env.REDIS_PASSWORD} must be set in Caddy's environment"
+	case KindPermission:
+		return "grant the Redis ACL user the key pattern ~<key_prefix>:*, the channel pattern &<key_prefix>:* " +
+			"and the command list in docs/security.md"
+	case KindCertificate:
+		return "give the CA that signed the Redis server's certificate with tls_trust_pool, and make sure the " +
+			"certificate names the address dialled (or set tls_server_name)"
+	case KindTLS:
+		return "check that the address is Redis' TLS port, and, if Redis requires client certificates " +
+			"(tls-auth-clients), that tls_client_auth names a certificate signed by a CA Redis trusts"
+	}
+	return "fix the redis block"
+}
+
+var _ limiter.PermanentError = (*PermanentError)(nil)
+
+// classify returns err as a *PermanentError when it is one (Redis refused the credentials,
+// the permissions or the certificates), otherwise err unchanged.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var p *PermanentError
+	if errors.As(err, &p) {
+		return err
+	}
+	if k, ok := permanentKind(err); ok {
+		return &PermanentError{Kind: k, Err: err}
+	}
+	return err
+}
+
+func permanentKind(err error) (ErrorKind, bool) {
+	var (
+		rerr     redis.Error
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		alert    tls.AlertError
+		record   tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
+		return KindCertificate, true
+	case errors.As(err, &alert):
+		// The server refused the handshake: its alert says why (certificate required, bad
+		// certificate, unknown CA).
+		return KindTLS, true
+	case errors.As(err, &record):
+		return KindTLS, true // not a TLS server: TLS configured against a plain port
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "remote error: tls: ") {
+		// The server sent a TLS alert (certificate required, bad certificate, unknown CA).
+		return KindTLS, true
+	}
+	if strings.Contains(msg, "The user executing the script can't run this command") {
+		return KindPermission, true // a command inside a script, refused by the ACL
+	}
+	if errors.As(err, &rerr) {
+		msg = rerr.Error()
+	}
+	for _, p := range []struct {
+		code string
+		kind ErrorKind
+	}{{"WRONGPASS", KindAuth}, {"NOAUTH", KindAuth}, {"NOPERM", KindPermission}} {
+		// A reply's code comes first; inside a script's error it follows the script's prefix.
+		if strings.HasPrefix(msg, p.code+" ") || strings.Contains(msg, " "+p.code+" ") || strings.Contains(msg, "-"+p.code+" ") {
+			return p.kind, true
+		}
+	}
+	return "", false
+}

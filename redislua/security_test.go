@@ -1,0 +1,204 @@
+package redislua
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/limiter/storetest"
+)
+
+// aclUser creates the user "rl" with password pw and exactly ACLRules(prefix) on every server.
+func aclUser(t *testing.T, pw, prefix string, servers ...*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		args := append([]string{"ACL", "SETUSER", "rl", ">" + pw}, strings.Fields(ACLRules(prefix))...)
+		if _, err := s.Do(args...); err != nil {
+			t.Fatalf("ACL SETUSER: %v", err)
+		}
+	}
+}
+
+// openT opens a Store on cfg and closes it at the end of the test.
+func openT(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// probeLease is one lease with a short deadline: its error, if any.
+func probeLease(s *Store) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err := s.Lease(ctx, limiter.LeaseRequest{
+		Cluster: limiter.ClusterPolicy{ID: "c"}, App: "a", Policy: testPolicy, Factor: 1, Want: 1, Need: 1, Instance: "i",
+	})
+	return err
+}
+
+// wantPermanent checks that err is a permanent error of kind k whose message contains text.
+func wantPermanent(t *testing.T, err error, k ErrorKind, text string) {
+	t.Helper()
+	p, ok := limiter.AsPermanent(err)
+	var pe *PermanentError
+	if !ok || !errors.As(err, &pe) || pe.Kind != k {
+		t.Fatalf("error %v: want a permanent %s error", err, k)
+	}
+	if !strings.Contains(err.Error(), text) || p.Remedy() == "" {
+		t.Fatalf("error %q (remedy %q): want one mentioning %q, with a remedy", err, p.Remedy(), text)
+	}
+}
+
+// The whole behavioural suite, over TLS with a private CA and required client certificates, as
+// the least-privilege ACL user: every script and command the Store uses is allowed by
+// ACLRules, over a verified connection.
+func TestTLSACLSuiteStandalone(t *testing.T) {
+	p := redistest.NewTLS(t, t.TempDir())
+	p.AuthClients = true
+	srv := redistest.StandaloneWith(t, p)
+	aclUser(t, "pw-standalone", "sec", srv)
+	st := openT(t, Config{
+		Address: []string{srv.TLSAddr()}, Username: "rl", Password: "pw-standalone", KeyPrefix: "sec",
+		RootCAs: p.CertPool(), TLSClientAuth: &ClientAuth{CertificateFile: p.ClientCert, KeyFile: p.ClientKey},
+	})
+	storetest.Run(t, func(t *testing.T, now func() time.Time) limiter.Store {
+		return New(st.Client(), "sec", WithClock(now))
+	})
+	noACLDenials(t, srv)
+}
+
+func TestTLSACLSuiteCluster(t *testing.T) {
+	redistest.Slow(t, "starts a 3-node TLS Redis Cluster")
+	p := redistest.NewTLS(t, t.TempDir())
+	c := redistest.StartCluster(t, redistest.ClusterOptions{TLS: p})
+	aclUser(t, "pw-cluster", "sec", c.Nodes...)
+	st := openT(t, Config{
+		Address: redistest.TLSAddrs(c.Nodes), Username: "rl", Password: "pw-cluster", KeyPrefix: "sec",
+		RootCAs: p.CertPool(),
+	})
+	storetest.Run(t, func(t *testing.T, now func() time.Time) limiter.Store {
+		return New(st.Client(), "sec", WithClock(now))
+	})
+	noACLDenials(t, c.Nodes...)
+}
+
+// noACLDenials checks that Redis refused the user nothing (its ACL LOG is empty): the client
+// sends no command outside ACLRules, not even one whose refusal it would ignore.
+func noACLDenials(t *testing.T, servers ...*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		v, err := s.Do("ACL", "LOG")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, _ := v.([]any); len(l) != 0 {
+			t.Fatalf("%s: Redis refused commands (ACL LOG): %v", s.Addr(), v)
+		}
+	}
+}
+
+// The permanent errors: each is classified, with its cause in the message and a remedy.
+func TestPermanentErrors(t *testing.T) {
+	p := redistest.NewTLS(t, t.TempDir())
+	p.AuthClients = true
+	srv := redistest.StandaloneWith(t, p)
+	aclUser(t, "right", "sec", srv)
+	good := Config{
+		Address: []string{srv.TLSAddr()}, Username: "rl", Password: "right", KeyPrefix: "sec",
+		RootCAs: p.CertPool(), TLSClientAuth: &ClientAuth{CertificateFile: p.ClientCert, KeyFile: p.ClientKey},
+	}
+	if err := probeLease(openT(t, good)); err != nil {
+		t.Fatalf("the good config: %v", err)
+	}
+
+	t.Run("wrong CA", func(t *testing.T) {
+		cfg := good
+		cfg.RootCAs = redistest.NewTLS(t, t.TempDir()).CertPool()
+		wantPermanent(t, probeLease(openT(t, cfg)), KindCertificate, "certificate signed by unknown authority")
+	})
+	t.Run("system roots", func(t *testing.T) {
+		cfg := good
+		cfg.RootCAs, cfg.TLS = nil, true
+		wantPermanent(t, probeLease(openT(t, cfg)), KindCertificate, "certificate")
+	})
+	t.Run("wrong server name", func(t *testing.T) {
+		cfg := good
+		cfg.TLSServerName = "other.test"
+		wantPermanent(t, probeLease(openT(t, cfg)), KindCertificate, "other.test")
+	})
+	t.Run("right server name", func(t *testing.T) {
+		cfg := good
+		cfg.TLSServerName = "redis.test"
+		if err := probeLease(openT(t, cfg)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("no client certificate", func(t *testing.T) {
+		cfg := good
+		cfg.TLSClientAuth = nil
+		wantPermanent(t, probeLease(openT(t, cfg)), KindTLS, "certificate")
+	})
+	t.Run("wrong password", func(t *testing.T) {
+		cfg := good
+		cfg.Password = "wrong"
+		err := probeLease(openT(t, cfg))
+		wantPermanent(t, err, KindAuth, "WRONGPASS")
+		if strings.Contains(err.Error(), "wrong") && !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Fatalf("the password is in the error: %v", err)
+		}
+	})
+	t.Run("missing permission", func(t *testing.T) {
+		// The user may run the scripts, but not every command they call.
+		if _, err := srv.Do("ACL", "SETUSER", "narrow", "on", ">narrowpw", "~sec:*", "&sec:*", "-@all",
+			"+hello", "+auth", "+ping", "+evalsha", "+eval", "+time", "+hget"); err != nil {
+			t.Fatal(err)
+		}
+		cfg := good
+		cfg.Username, cfg.Password = "narrow", "narrowpw"
+		wantPermanent(t, probeLease(openT(t, cfg)), KindPermission, "can't run this command")
+	})
+	t.Run("key outside the prefix", func(t *testing.T) {
+		cfg := good
+		cfg.KeyPrefix = "other"
+		wantPermanent(t, probeLease(openT(t, cfg)), KindPermission, "NOPERM")
+	})
+	t.Run("a refused connection is transient", func(t *testing.T) {
+		cfg := good
+		cfg.Address = []string{"127.0.0.1:1"}
+		err := probeLease(openT(t, cfg))
+		if err == nil {
+			t.Fatal("no error")
+		}
+		if _, ok := limiter.AsPermanent(err); ok {
+			t.Fatalf("%v: classified permanent", err)
+		}
+	})
+}
+
+// A URL's credentials never appear in a validation error.
+func TestURLErrorRedacted(t *testing.T) {
+	err := Config{URL: "redis://user:s3cr3t-pw@host:notaport/0"}.Validate()
+	if err == nil || strings.Contains(err.Error(), "s3cr3t-pw") {
+		t.Fatalf("error %v: want one without the password", err)
+	}
+}
+
+// docs/security.md quotes the ACL the tests run as.
+func TestSecurityDocQuotesACL(t *testing.T) {
+	b, err := os.ReadFile("../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), ACLRules("ratelimit")) {
+		t.Fatalf("docs/security.md does not quote ACLRules(\"ratelimit\"):\n%s", ACLRules("ratelimit"))
+	}
+}
