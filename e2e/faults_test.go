@@ -96,6 +96,11 @@ func faultSite(top faultTopology) string {
 			guaranteed %g
 			burst %g
 		}
+		# Every report flushes the apps' statistics (they would otherwise wait for the next
+		# lease, up to 30 s), so that Redis's counts can be checked while the load runs.
+		local {
+			sync_batch 1
+		}
 		redis {
 			%s
 			key_prefix %s
@@ -186,8 +191,8 @@ func runFault(t *testing.T, top faultTopology, row faultRow, gws []*gateway) fau
 
 	res.statsLost = "n/a (Redis restarted empty)"
 	if top.keepsData {
-		// The statistics of the last interval travel with the next reports. The warm-up
-		// requests of startFleet count too.
+		// The statistics of the last interval travel with the next reports (sync_batch 1).
+		// The warm-up requests of startFleet count too.
 		want := svc.ok.Load() + hot.ok.Load() + warmUps*int64(len(gws))
 		stats := top.reader(t)
 		var got int64

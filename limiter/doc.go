@@ -1,4 +1,4 @@
-// Package limiter is the L3 tier of tierbucket (DESIGN §5): per-app local token buckets filled
+// Package limiter is the L3 tier of tierbucket: per-app local token buckets filled
 // by leases from the Store (L2 app buckets and the L1 cluster ledger), plus the Store contract
 // and the in-memory Store.
 //
@@ -14,9 +14,10 @@
 //     tokens plus what L2 held at the last lease cover them: the refusal was about the refused
 //     request's need, and a cheaper request L2 can still cover may lease (a short lease made
 //     so keeps the refusal's later retry time and reason).
-//   - Lease target: the app's consumption rate (moving average) × 3 sync intervals (before a
-//     rate is measured: the guaranteed rate), × 2 / × 5 when the Store is slow, at most Reserve
-//     and at most burst / (2 × live instances), at least 1 and the need.
+//   - Lease target: the app's consumption rate (moving average) × its horizon (LeaseHorizon, or
+//     3 sync intervals while L2 is near empty; before a rate is measured: Reserve), × 2 / × 5
+//     when the Store is slow, at most burst / (2 × live instances), at least 1 and the need
+//     (docs/design.md, "Lease sizes").
 //   - A request costing more than the burst is admitted when a full burst can be taken; the
 //     excess is local debt, paid by the next lease. Charge (settlement) also never rejects:
 //     its shortfall becomes debt. Refund restores the balance exactly.
@@ -52,16 +53,11 @@
 //   - Background Store calls (leases, reports, returns) are bounded by max(StoreTimeout, 1 s)
 //     so that a slow Store can be measured; no request waits longer than StoreTimeout. With a
 //     StoreTimeout below 100 ms the significant level is therefore seen only between probes.
-//   - Statistics: a report takes what was admitted since the last batch as a new batch under
-//     the next Seq (Report.Seq; Seqs start at the clock's time in µs, so a later Limiter with
-//     the same instance id continues above). A failed report may still have been applied (a
-//     timeout after the Store ran it), so the batch is sent again, with the same Seq and the
-//     same figures, until a report succeeds; the Store applies a Seq once, and what is
-//     admitted meanwhile waits for the next batch. Two Limiters reporting to one cluster under
-//     one instance id at the same time would hide each other's figures. Refund lowers the
-//     pending cost (a negative balance waits for later consumption); the request count is not
-//     lowered.
-//   - Close sends the pending batch, then the statistics admitted since, and returns every
+//   - Statistics travel with the app's leases, numbered and applied once; only an app whose
+//     statistics waited StatsInterval or SyncBatch requests is flushed by the cluster report
+//     (docs/design.md, "Statistics"). Refund lowers the pending cost (a negative balance waits
+//     for later consumption); the request count is not lowered.
+//   - Close sends the pending cost and every app's statistics, and returns every
 //     local token (dropping them if the Return fails); it does not close the Store. Takes
 //     after Close are rejected with ReasonRedisUnavailable.
 package limiter
