@@ -25,6 +25,9 @@ type memLedger struct {
 	poolTS   int64
 	borrowed map[string]float64
 
+	// Connection slot holdings by scope ("" = the cluster) and instance (LeaseSlots).
+	slots map[string]map[string]int64
+
 	seqs    memSeqs                           // instance → last applied report Seq
 	nodes   map[string]int64                  // instance → last heartbeat
 	conn    map[string]int64                  // instance → cluster in-flight

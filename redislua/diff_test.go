@@ -16,7 +16,7 @@ import (
 
 // TestDifferential drives the memory store and the Redis store with one random sequence of
 // leases, returns, reports (numbered or not, with resent Seqs), policy changes (warm-up included),
-// operator emergencies (set, expiring, cleared), admin overrides and clock steps, and requires identical answers and
+// operator emergencies (set, expiring, cleared), admin overrides, connection slots and clock steps, and requires identical answers and
 // identical stored buckets (bit for bit: both compute in IEEE doubles in the same order).
 func TestDifferential(t *testing.T) {
 	client := standaloneClient(t)
@@ -61,7 +61,7 @@ func TestDifferential(t *testing.T) {
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for step := 0; step < steps; step++ {
 			app := rapid.SampledFrom(apps).Draw(rt, "app")
-			switch op := rapid.IntRange(0, 7).Draw(rt, "op"); op {
+			switch op := rapid.IntRange(0, 8).Draw(rt, "op"); op {
 			case 0, 1: // lease
 				req := limiter.LeaseRequest{
 					Cluster: cluster, App: app, Policy: policies[app],
@@ -139,6 +139,15 @@ func TestDifferential(t *testing.T) {
 				em1, er1 := mem.SetEmergency(ctx, cluster, em), red.SetEmergency(ctx, cluster, em)
 				if (em1 == nil) != (er1 == nil) {
 					rt.Fatalf("step %d SetEmergency(%+v): memory %v, redis %v", step, em, em1, er1)
+				}
+			case 8: // connection slots of the app's scope or the cluster's
+				r := limiter.SlotRequest{Cluster: cluster.ID, App: rapid.SampledFrom([]string{"", app}).Draw(rt, "scope"),
+					Instance: rapid.SampledFrom(instances).Draw(rt, "instance"),
+					Want:     rapid.Int64Range(0, 12).Draw(rt, "want"), Limit: rapid.Int64Range(0, 10).Draw(rt, "limit")}
+				sm, em := mem.LeaseSlots(ctx, r)
+				sr, er := red.LeaseSlots(ctx, r)
+				if (em == nil) != (er == nil) || sm != sr {
+					rt.Fatalf("step %d LeaseSlots(%+v): memory %+v %v, redis %+v %v", step, r, sm, em, sr, er)
 				}
 			case 7: // an admin override set or removed, at the current version or a stale one
 				ch := limiter.OverrideChange{Key: rapid.SampledFrom([]string{"cluster", "app:" + app}).Draw(rt, "key")}

@@ -27,6 +27,16 @@ func (k keys) cfg(cluster string) string { return k.prefix + ":" + k.clusterTag(
 func (k keys) events(cluster string) string {
 	return k.prefix + ":" + k.clusterTag(cluster) + ":events"
 }
+
+// slots is the hash of one scope's connection slot holdings ("" = the cluster's); in the
+// cluster's slot, beside the nodes set.
+func (k keys) slots(cluster, app string) string {
+	if app == "" {
+		return k.prefix + ":" + k.clusterTag(cluster) + ":slots"
+	}
+	return k.prefix + ":" + k.clusterTag(cluster) + ":slots:" + app
+}
+
 func (k keys) l2(cluster, app string) string { return k.prefix + ":" + k.appTag(cluster, app) + ":l2" }
 func (k keys) appConn(cluster, app string) string {
 	return k.prefix + ":" + k.appTag(cluster, app) + ":conn"

@@ -20,6 +20,7 @@ var (
 	borrowPoolScript    = loadScript("borrow_pool.lua")
 	borrowCreditScript  = loadScript("borrow_credit.lua")
 	setOverrideScript   = loadScript("set_override.lua")
+	leaseSlotsScript    = loadScript("lease_slots.lua")
 )
 
 func loadScript(name string) *redis.Script {

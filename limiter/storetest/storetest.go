@@ -57,7 +57,7 @@ type testCase struct {
 
 func cases() []testCase {
 	return append(append(append(append(append(l2Cases(), l1Cases()...), seqCases()...), warmupCases()...), operatorCases()...),
-		append(append(borrowCases(), overrideCases()...), statsCases()...)...)
+		append(append(append(borrowCases(), overrideCases()...), statsCases()...), slotCases()...)...)
 }
 
 // clock is a manual clock: time moves only through advance.

@@ -1,0 +1,51 @@
+package limiter
+
+import "context"
+
+// LeaseSlots sets the instance's holding of one scope's connection slots (see slotStore).
+// Holdings live in the cluster ledger (Redis: the :slots hashes in the cluster's slot, beside
+// the nodes set that says who is live).
+func (m *MemoryStore) LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease, error) {
+	if err := ctx.Err(); err != nil {
+		return SlotLease{}, err
+	}
+	if err := r.Validate(); err != nil {
+		return SlotLease{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.nowUS()
+	l := m.ledger(r.Cluster)
+	if l.slots == nil {
+		l.slots = map[string]map[string]int64{}
+	}
+	held := l.slots[r.App]
+	if held == nil {
+		held = map[string]int64{}
+		l.slots[r.App] = held
+	}
+	ttl := InstanceTTL.Microseconds()
+	var others int64
+	for inst, n := range held {
+		if inst == r.Instance {
+			continue
+		}
+		if hb, ok := l.nodes[inst]; !ok || now-hb > ttl {
+			delete(held, inst)
+			continue
+		}
+		others += n
+	}
+	grant := min(r.Want, max(r.Limit-others, 0))
+	if grant > 0 {
+		held[r.Instance] = grant
+	} else {
+		delete(held, r.Instance)
+	}
+	if len(held) == 0 {
+		delete(l.slots, r.App)
+	}
+	return SlotLease{Held: grant, Others: others}, nil
+}
+
+var _ slotStore = (*MemoryStore)(nil)

@@ -1,0 +1,68 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+)
+
+// Connection slots: fleet-wide in-flight limits without a Store call per request. Each instance
+// holds a number of slots per scope (an app, or the cluster); acquiring and releasing inside
+// the holding are local, and the instance asks the Store for a new holding only when its slots
+// run out or it holds far more than it uses. The Store grants a holding only while the
+// holdings of all live instances stay within the limit (docs/design.md, "Connection slots").
+
+// SlotRequest sets this instance's holding of one scope's slots.
+type SlotRequest struct {
+	Cluster  string
+	App      string // the app; "" is the cluster's scope
+	Instance string
+	Want     int64 // the holding asked for; 0 gives every slot back
+	Limit    int64 // the scope's fleet-wide limit
+}
+
+// SlotLease is the Store's answer: the holding granted, and what the other live instances hold.
+type SlotLease struct {
+	Held   int64 // min(Want, Limit - Others), at least 0
+	Others int64 // Σ the holdings of the other live instances
+}
+
+// slotStore is implemented by Stores that lease connection slots (both stores do).
+type slotStore interface {
+	// LeaseSlots sets the instance's holding of the scope to min(Want, max(Limit - others, 0)),
+	// where others is Σ the holdings of the other instances that are live (heartbeat no older
+	// than InstanceTTL; the caller counts as live); holdings of instances that are not are
+	// dropped. A holding of 0 is removed.
+	LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease, error)
+}
+
+// Validate reports a malformed SlotRequest.
+func (r SlotRequest) Validate() error {
+	switch {
+	case r.Instance == "":
+		return fmt.Errorf("slots of cluster %q: empty instance id", r.Cluster)
+	case r.Want < 0 || r.Limit < 0 || r.Want > maxAmount || r.Limit > maxAmount:
+		return fmt.Errorf("slots of %q: want %d, limit %d: must be >= 0 and <= 2^53", r.App, r.Want, r.Limit)
+	}
+	return nil
+}
+
+// LeaseSlots asks the Store for a holding of want slots of app's scope ("" for the cluster),
+// bounded by the Store timeout. It is connlimit's SlotSource.
+func (l *Limiter) LeaseSlots(app string, want, limit int64) (SlotLease, error) {
+	ss, ok := l.store.(slotStore)
+	if !ok {
+		return SlotLease{}, fmt.Errorf("limiter: the Store does not lease connection slots")
+	}
+	s := l.snap()
+	var res SlotLease
+	start := l.clock.Now()
+	err := l.callStore(func(ctx context.Context) (err error) {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		defer cancel()
+		res, err = ss.LeaseSlots(ctx, SlotRequest{Cluster: s.cfg.Cluster.ID, App: app,
+			Instance: s.cfg.Instance, Want: want, Limit: limit})
+		return err
+	})
+	l.observe(l.clock.Now().Sub(start), err, false)
+	return res, err
+}

@@ -1,0 +1,100 @@
+package storetest
+
+import (
+	"context"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// Connection slots (LeaseSlots): holdings of live instances stay within the limit; a dead
+// instance's holding is dropped once its heartbeat is older than InstanceTTL.
+
+func slotCases() []testCase {
+	return []testCase{
+		{"SlotsWithinLimit", slotsWithinLimit},
+		{"SlotsDeadInstanceReturns", slotsDeadInstanceReturns},
+		{"SlotsScopesIndependent", slotsScopesIndependent},
+		{"SlotsInvalid", slotsInvalid},
+	}
+}
+
+func (e *env) slots(instance, app string, want, limit int64) limiter.SlotLease {
+	e.t.Helper()
+	ss, ok := e.s.(interface {
+		LeaseSlots(context.Context, limiter.SlotRequest) (limiter.SlotLease, error)
+	})
+	if !ok {
+		e.t.Fatal("the Store does not lease connection slots")
+	}
+	l, err := ss.LeaseSlots(context.Background(), limiter.SlotRequest{Cluster: e.cluster.ID, App: app,
+		Instance: instance, Want: want, Limit: limit})
+	if err != nil {
+		e.t.Fatalf("LeaseSlots(%s, %q, want %d, limit %d): %v", instance, app, want, limit, err)
+	}
+	return l
+}
+
+func (e *env) wantSlots(got limiter.SlotLease, held, others int64) {
+	e.t.Helper()
+	if got.Held != held || got.Others != others {
+		e.t.Fatalf("slots %+v; want held %d, others %d", got, held, others)
+	}
+}
+
+func slotsWithinLimit(e *env) {
+	e.report("i1", 0)
+	e.report("i2", 0)
+	// The caller counts as live before its first heartbeat; to the others it is not live yet.
+	e.wantSlots(e.slots("i3", e.app, 4, 10), 4, 0)
+	e.wantSlots(e.slots("i1", e.app, 5, 10), 5, 0) // i3's holding is dropped
+	e.report("i3", 0)
+	e.wantSlots(e.slots("i3", e.app, 4, 10), 4, 5)
+	e.wantSlots(e.slots("i1", e.app, 5, 10), 5, 4)
+	e.wantSlots(e.slots("i2", e.app, 5, 10), 1, 9) // only what is left
+	e.wantSlots(e.slots("i1", e.app, 2, 10), 2, 5) // giving back is always granted
+	e.wantSlots(e.slots("i2", e.app, 5, 10), 4, 6)
+	e.wantSlots(e.slots("i3", e.app, 0, 10), 0, 6) // all back
+	e.wantSlots(e.slots("i1", e.app, 6, 10), 6, 4)
+	// A lower limit (a reload) grants nothing more until the holdings fit again.
+	e.wantSlots(e.slots("i2", e.app, 5, 5), 0, 6)
+	e.wantSlots(e.slots("i1", e.app, 6, 5), 5, 0)
+}
+
+func slotsDeadInstanceReturns(e *env) {
+	e.report("i1", 0)
+	e.report("i2", 0)
+	e.wantSlots(e.slots("i1", e.app, 8, 10), 8, 0)
+	e.wantSlots(e.slots("i2", e.app, 8, 10), 2, 8)
+	// i1 stops reporting; i2 goes on.
+	e.clk.advance(limiter.InstanceTTL)
+	e.report("i2", 0)
+	e.wantSlots(e.slots("i2", e.app, 8, 10), 2, 8) // i1 is still live at exactly the TTL
+	e.clk.advance(time.Millisecond)
+	e.report("i2", 0)
+	e.wantSlots(e.slots("i2", e.app, 8, 10), 8, 0)
+}
+
+func slotsScopesIndependent(e *env) {
+	e.report("i1", 0)
+	e.report("i2", 0)
+	e.wantSlots(e.slots("i1", "", 7, 10), 7, 0) // the cluster's scope
+	e.wantSlots(e.slots("i2", e.app, 9, 10), 9, 0)
+	e.wantSlots(e.slots("i2", "other", 10, 10), 10, 0)
+	e.wantSlots(e.slots("i2", "", 7, 10), 3, 7)
+}
+
+func slotsInvalid(e *env) {
+	ss := e.s.(interface {
+		LeaseSlots(context.Context, limiter.SlotRequest) (limiter.SlotLease, error)
+	})
+	for _, r := range []limiter.SlotRequest{
+		{Cluster: e.cluster.ID, App: e.app, Want: 1, Limit: 1},
+		{Cluster: e.cluster.ID, App: e.app, Instance: "i1", Want: -1, Limit: 1},
+		{Cluster: e.cluster.ID, App: e.app, Instance: "i1", Want: 1, Limit: -1},
+	} {
+		if _, err := ss.LeaseSlots(context.Background(), r); err == nil {
+			e.t.Errorf("LeaseSlots(%+v) = nil error", r)
+		}
+	}
+}

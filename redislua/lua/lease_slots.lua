@@ -1,0 +1,33 @@
+-- Connection slots: sets one instance's holding of a scope (an app, or the cluster).
+-- KEYS[1] slots hash (instance -> holding), KEYS[2] nodes zset (instance -> heartbeat µs); both
+-- in the cluster's slot, so that liveness is known here.
+-- ARGV: now_us|'' instance want limit ttl_us
+-- Holdings of instances whose heartbeat is older than ttl_us (or absent) are dropped; the caller
+-- counts as live. Returns {held, others}: held = min(want, max(limit - others, 0)).
+local now = now_us(ARGV[1])
+local instance = ARGV[2]
+local want = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local ttl = tonumber(ARGV[5])
+
+local all = redis.call('HGETALL', KEYS[1])
+local others = 0
+for i = 1, #all, 2 do
+  local inst = all[i]
+  if inst ~= instance then
+    local hb = tonumber(redis.call('ZSCORE', KEYS[2], inst))
+    if hb == nil or now - hb > ttl then
+      redis.call('HDEL', KEYS[1], inst)
+    else
+      others = others + tonumber(all[i + 1])
+    end
+  end
+end
+local held = math.min(want, math.max(limit - others, 0))
+if held > 0 then
+  redis.call('HSET', KEYS[1], instance, held)
+  redis.call('PEXPIRE', KEYS[1], 3600000)
+else
+  redis.call('HDEL', KEYS[1], instance)
+end
+return { held, others }
