@@ -162,6 +162,7 @@ func newClusterState(def definition) (*clusterState, error) {
 		return nil, fmt.Errorf("cluster %q: %v", def.key.cluster, err)
 	}
 	s.lim = lim
+	s.conns.UseSlots(lim) // fleet-wide in-flight limits through leased slots
 	s.hist = startSampler(s)
 	return s, nil
 }
@@ -170,6 +171,7 @@ func newClusterState(def definition) (*clusterState, error) {
 // limiter returns its unspent tokens to L2 and sends its last statistics.
 func (s *clusterState) Destruct() error {
 	s.hist.close()
+	s.conns.GiveBackSlots()
 	errs := []error{s.lim.Close()}
 	s.conns.Close()
 	errs = append(errs, s.store.Close())

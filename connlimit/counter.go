@@ -27,9 +27,14 @@ type counts struct {
 	peak     atomic.Int64 // max of current ever seen
 	rejected atomic.Int64 // acquisitions refused by this scope's limit
 	leaked   atomic.Int64 // tickets force-released by the sweep
-	remote   atomic.Int64 // in flight on the other live instances (last SetRemote)
+	remote   atomic.Int64 // in flight on (or, with slots, held by) the other live instances
 	limit    atomic.Int64 // last limit applied (for Snapshot)
-	_        [16]byte     // keep hot counters of neighbours off this cache line
+	held     atomic.Int64 // slots this instance holds (UseSlots)
+	_        [8]byte      // keep hot counters of neighbours off this cache line
+
+	slotMu       sync.Mutex // one slot lease at a time per scope; guards idle, refusedUntil
+	idle         int        // trims in a row with nothing in flight
+	refusedUntil int64      // Counter clock: until then a holding that cannot grow is not asked for
 }
 
 // tryAcquire adds one to current if current + remote stays below limit, without ever showing
@@ -98,6 +103,9 @@ type Counter struct {
 	maxApps int    // MaxApps; lowered by tests
 	onSweep func() // test hook: called by the loop after each Sweep
 
+	slots    atomic.Pointer[SlotSource] // fleet-wide slots (UseSlots); nil: local + reported counts
+	trimOnce sync.Once
+
 	reset     chan struct{} // Update → loop: the sweep interval may have changed
 	stop      chan struct{}
 	done      chan struct{}
@@ -157,7 +165,8 @@ func sanitize(cfg Config) Config {
 }
 
 // Acquire takes one in-flight slot for app (appLimit is the app's max_connections; <= 0 means
-// Config.App). It admits only if, for the cluster and then for the app, local + remote < limit;
+// Config.App). It admits only if, for the app and then for the cluster, local + remote < limit
+// (with slots: a slot of this instance's holding is free, or the holding can grow);
 // otherwise it returns (nil, reason), counts the rejection in the scope that refused, and
 // leaves every current count as it was. The caller must Release the ticket when the request
 // ends. 0 allocations for an app already seen.
@@ -168,16 +177,17 @@ func (c *Counter) Acquire(app string, appLimit int64) (*Ticket, limiter.Reason) 
 	}
 	a := c.app(app)
 	a.setLimit(appLimit)
-	nc, ok := c.cluster.tryAcquire(cfg.Cluster)
+	// The app first: a request its app refuses takes no cluster slot (and grows no holding).
+	na, ok := c.take(&a.counts, app, appLimit)
 	if !ok {
-		c.cluster.rejected.Add(1)
-		return nil, limiter.ReasonClusterLimitExceeded
-	}
-	na, ok := a.tryAcquire(appLimit)
-	if !ok {
-		c.cluster.current.Add(-1) // roll back: the request never got in
 		a.rejected.Add(1)
 		return nil, limiter.ReasonAppLimitExceeded
+	}
+	nc, ok := c.take(&c.cluster, "", cfg.Cluster)
+	if !ok {
+		a.current.Add(-1) // roll back: the request never got in
+		c.cluster.rejected.Add(1)
+		return nil, limiter.ReasonClusterLimitExceeded
 	}
 	// Peaks only count admitted requests, so a rolled-back cluster slot never shows as a peak.
 	c.cluster.raisePeak(nc)

@@ -67,16 +67,16 @@ func (m *connMachine) Acquire(t *rapid.T) {
 	a := m.apps[app]
 	tk, r := m.c.Acquire(app, limit)
 	switch {
+	case a.current()+a.remote >= eff: // the app is checked first
+		if tk != nil || r != limiter.ReasonAppLimitExceeded {
+			t.Fatalf("Acquire = %v, %v; want app_limit_exceeded", tk, r)
+		}
+		a.rejected++
 	case m.cluster.current()+m.cluster.remote >= propCluster:
 		if tk != nil || r != limiter.ReasonClusterLimitExceeded {
 			t.Fatalf("Acquire = %v, %v; want cluster_limit_exceeded", tk, r)
 		}
 		m.cluster.rejected++
-	case a.current()+a.remote >= eff:
-		if tk != nil || r != limiter.ReasonAppLimitExceeded {
-			t.Fatalf("Acquire = %v, %v; want app_limit_exceeded", tk, r)
-		}
-		a.rejected++
 	default:
 		if tk == nil || r != limiter.ReasonNone {
 			t.Fatalf("Acquire = %v, %v; want a ticket", tk, r)

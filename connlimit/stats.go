@@ -10,7 +10,8 @@ type Stats struct {
 	Rejected int64  // acquisitions refused by this scope's own limit
 	Leaked   int64  // tickets force-released by the leak sweep
 	Limit    int64  // the limit (for an app: the last one Acquire applied)
-	Remote   int64  // in flight on the other live instances (last SetRemote)
+	Remote   int64  // in flight on (with slots: held by) the other live instances
+	Held     int64  // slots this instance holds (with slots)
 }
 
 func (c *counts) stats(app string) Stats {
@@ -22,6 +23,7 @@ func (c *counts) stats(app string) Stats {
 		Leaked:   c.leaked.Load(),
 		Limit:    c.limit.Load(),
 		Remote:   c.remote.Load(),
+		Held:     c.held.Load(),
 	}
 }
 
@@ -39,8 +41,12 @@ func (c *Counter) Snapshot() []Stats {
 
 // InFlight returns this instance's current counts, for the limiter's periodic report. Every
 // app seen so far is listed, zeros included, so that the fleet's record of a count that fell
-// to zero is overwritten rather than left stale.
+// to zero is overwritten rather than left stale. With slots (UseSlots) the fleet learns nothing
+// from reports: nil and 0.
 func (c *Counter) InFlight() (apps map[string]int64, cluster int64) {
+	if c.slots.Load() != nil {
+		return nil, 0
+	}
 	m := *c.apps.Load()
 	apps = make(map[string]int64, len(m))
 	for name, a := range m {
@@ -53,6 +59,9 @@ func (c *Counter) InFlight() (apps map[string]int64, cluster int64) {
 // missing from apps has remote 0; an app only the fleet knows gets its counters now, so its
 // first local request already sees the fleet's count.
 func (c *Counter) SetRemote(apps map[string]int64, cluster int64) {
+	if c.slots.Load() != nil {
+		return // remote is what the other instances hold (the last slot lease)
+	}
 	for name, n := range apps {
 		if n > 0 {
 			c.app(name) // create it; bounded like Acquire (MaxApps)

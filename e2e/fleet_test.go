@@ -30,9 +30,9 @@ func newFleet(t *testing.T, addr, prefix, cluster string) *fleet {
 }
 
 func (f *fleet) nodesKey() string       { return f.prefix + ":{" + f.cluster + "}:nodes" }
-func (f *fleet) clusterConnKey() string { return f.prefix + ":{" + f.cluster + "}:conn" }
-func (f *fleet) appConnKey(app string) string {
-	return f.prefix + ":{" + f.cluster + "/" + app + "}:conn"
+func (f *fleet) clusterSlotsKey() string { return f.prefix + ":{" + f.cluster + "}:slots" }
+func (f *fleet) appSlotsKey(app string) string {
+	return f.prefix + ":{" + f.cluster + "}:slots:" + app
 }
 
 // instanceOf finds the fleet instance id of a gateway: ids are "<host>-<pid>-<random>".
@@ -107,9 +107,8 @@ func (f *fleet) sync(gws ...*gateway) {
 	}
 }
 
-// connCounts reads a conn hash: instance id → in-flight count. An app's entries are
-// "<count>:<last report µs>", the cluster's a plain count.
-func (f *fleet) connCounts(key string) map[string]int64 {
+// slotHoldings reads a slots hash: instance id → connection slots held.
+func (f *fleet) slotHoldings(key string) map[string]int64 {
 	f.t.Helper()
 	m, err := f.rdb.HGetAll(context.Background(), key).Result()
 	if err != nil {

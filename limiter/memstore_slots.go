@@ -2,7 +2,7 @@ package limiter
 
 import "context"
 
-// LeaseSlots sets the instance's holding of one scope's connection slots (see slotStore).
+// LeaseSlots sets the instance's holding of one scope's connection slots (see Store.LeaseSlots).
 // Holdings live in the cluster ledger (Redis: the :slots hashes in the cluster's slot, beside
 // the nodes set that says who is live).
 func (m *MemoryStore) LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease, error) {
@@ -47,5 +47,3 @@ func (m *MemoryStore) LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease,
 	}
 	return SlotLease{Held: grant, Others: others}, nil
 }
-
-var _ slotStore = (*MemoryStore)(nil)

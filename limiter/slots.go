@@ -26,15 +26,6 @@ type SlotLease struct {
 	Others int64 // Σ the holdings of the other live instances
 }
 
-// slotStore is implemented by Stores that lease connection slots (both stores do).
-type slotStore interface {
-	// LeaseSlots sets the instance's holding of the scope to min(Want, max(Limit - others, 0)),
-	// where others is Σ the holdings of the other instances that are live (heartbeat no older
-	// than InstanceTTL; the caller counts as live); holdings of instances that are not are
-	// dropped. A holding of 0 is removed.
-	LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease, error)
-}
-
 // Validate reports a malformed SlotRequest.
 func (r SlotRequest) Validate() error {
 	switch {
@@ -49,9 +40,11 @@ func (r SlotRequest) Validate() error {
 // LeaseSlots asks the Store for a holding of want slots of app's scope ("" for the cluster),
 // bounded by the Store timeout. It is connlimit's SlotSource.
 func (l *Limiter) LeaseSlots(app string, want, limit int64) (SlotLease, error) {
-	ss, ok := l.store.(slotStore)
-	if !ok {
-		return SlotLease{}, fmt.Errorf("limiter: the Store does not lease connection slots")
+	if l.closed.Load() {
+		return SlotLease{}, ErrClosed
+	}
+	if l.Level() == LevelFailOpen {
+		return SlotLease{}, errFailOpen // the probe brings the Store back; no request waits on it
 	}
 	s := l.snap()
 	var res SlotLease
@@ -59,10 +52,16 @@ func (l *Limiter) LeaseSlots(app string, want, limit int64) (SlotLease, error) {
 	err := l.callStore(func(ctx context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		defer cancel()
-		res, err = ss.LeaseSlots(ctx, SlotRequest{Cluster: s.cfg.Cluster.ID, App: app,
+		res, err = l.store.LeaseSlots(ctx, SlotRequest{Cluster: s.cfg.Cluster.ID, App: app,
 			Instance: s.cfg.Instance, Want: want, Limit: limit})
 		return err
 	})
 	l.observe(l.clock.Now().Sub(start), err, false)
 	return res, err
 }
+
+// errFailOpen is LeaseSlots' answer while the Store is known to be unavailable.
+var errFailOpen = fmt.Errorf("limiter: the Store is unavailable (fail_open)")
+
+// LiveInstances is the fleet's live-instance count from the last report (at least 1).
+func (l *Limiter) LiveInstances() int { return max(l.state.Load().LiveInstances, 1) }

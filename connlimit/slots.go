@@ -1,0 +1,185 @@
+package connlimit
+
+import (
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// Fleet-wide limits through leased slots. With a SlotSource, each scope (the cluster, each app)
+// holds a number of slots granted by the Store, which keeps the holdings of all live instances
+// within the limit. Acquire and Release inside the holding are local. A scope whose slots run
+// out asks for a larger holding (one call at a time per scope, bounded by the Store timeout);
+// Trim gives back what a scope holds far beyond its use. At steady state no Store call is made
+// per request, nor per app per interval. See docs/design.md, "Connection slots".
+
+// SlotSource leases connection slots from the fleet's Store (the limiter).
+type SlotSource interface {
+	// LeaseSlots sets this instance's holding of app's scope ("" = the cluster) to at most want.
+	LeaseSlots(app string, want, limit int64) (limiter.SlotLease, error)
+	// LiveInstances is the fleet's live-instance count as last known.
+	LiveInstances() int
+}
+
+// TrimInterval is how often the holdings are checked for surplus.
+const TrimInterval = time.Second
+
+// idleTrims is how many trims in a row find a scope with nothing in flight before its whole
+// holding goes back.
+const idleTrims = 3
+
+// UseSlots makes the Counter enforce its limits fleet-wide through src, and starts trimming
+// holdings every TrimInterval. Without it, limits count this instance only plus the other
+// instances' reported counts (SetRemote).
+func (c *Counter) UseSlots(src SlotSource) {
+	c.slots.Store(&src)
+	c.trimOnce.Do(func() { go c.trimLoop() })
+}
+
+// tryHeld takes one slot of the holding if current stays below it.
+func (s *counts) tryHeld() (int64, bool) {
+	for {
+		cur := s.current.Load()
+		if cur >= s.held.Load() {
+			return cur, false
+		}
+		if s.current.CompareAndSwap(cur, cur+1) {
+			return cur + 1, true
+		}
+	}
+}
+
+// take takes one slot of scope s (its name for the Store: app, or "" for the cluster).
+func (c *Counter) take(s *counts, name string, limit int64) (int64, bool) {
+	src := c.slots.Load()
+	if src == nil {
+		return s.tryAcquire(limit)
+	}
+	if n, ok := s.tryHeld(); ok {
+		return n, true
+	}
+	return c.grow(*src, s, name, limit)
+}
+
+// grow asks for a larger holding: one more slot than is in use plus headroom (an eighth of the
+// use, none below 8 in flight, at most limit / (2 × live instances)), so that a fleet at its
+// limit is not short of the slots other instances hold idle. While the Store is unavailable the
+// others' last known holdings bound this instance instead.
+func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64) (int64, bool) {
+	s.slotMu.Lock()
+	defer s.slotMu.Unlock()
+	if n, ok := s.tryHeld(); ok { // a concurrent grow brought slots
+		return n, true
+	}
+	now := c.clock()
+	if now < s.refusedUntil {
+		return s.current.Load(), false // refused lately: rejections stay local
+	}
+	cur := s.current.Load()
+	want := min(cur+1+headroom(cur, limit, src.LiveInstances()), limit)
+	res, err := src.LeaseSlots(name, want, limit)
+	if err != nil {
+		return s.tryAcquire(limit)
+	}
+	s.held.Store(res.Held)
+	s.remote.Store(res.Others)
+	n, ok := s.tryHeld()
+	if !ok {
+		// The fleet is at the limit: ask again after refusalBackoff, not for every request.
+		s.refusedUntil = now + int64(refusalBackoff)
+	}
+	return n, ok
+}
+
+// refusalBackoff is how long a scope whose holding could not grow rejects locally before it
+// asks the Store again (slots others give back reach it then; its own releases at once).
+const refusalBackoff = 100 * time.Millisecond
+
+// fairShare is limit / (2 × live instances), at least 1.
+func fairShare(limit int64, live int) int64 {
+	return max(limit/(2*int64(max(live, 1))), 1)
+}
+
+// headroom is how many slots beyond its use (and the one it asks for) a scope holds.
+func headroom(cur, limit int64, live int) int64 {
+	return min(cur/8, fairShare(limit, live))
+}
+
+func (c *Counter) trimLoop() {
+	t := time.NewTicker(TrimInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			c.Trim()
+		}
+	}
+}
+
+// Trim gives back surplus slots: a scope holding more than twice its headroom (plus two) beyond
+// its use keeps the headroom and one; a scope with nothing in flight for idleTrims trims in a row
+// gives everything back. The background loop calls it every TrimInterval; tests call it directly.
+func (c *Counter) Trim() {
+	src := c.slots.Load()
+	if src == nil {
+		return
+	}
+	cfg := c.cfg.Load()
+	live := (*src).LiveInstances()
+	c.trim(*src, &c.cluster, "", cfg.Cluster, live)
+	for name, a := range *c.apps.Load() {
+		c.trim(*src, &a.counts, name, a.limit.Load(), live)
+	}
+}
+
+func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live int) {
+	s.slotMu.Lock()
+	defer s.slotMu.Unlock()
+	held, cur := s.held.Load(), s.current.Load()
+	if held == 0 {
+		return
+	}
+	want := held
+	if cur == 0 {
+		if s.idle++; s.idle >= idleTrims {
+			want = 0
+		}
+	} else {
+		s.idle = 0
+	}
+	// More than twice the headroom (plus two) beyond use: keep the headroom only.
+	if room := headroom(cur, limit, live); held > cur+2*room+2 {
+		want = min(want, cur+room+1)
+	}
+	if want == held {
+		return
+	}
+	if res, err := src.LeaseSlots(name, want, limit); err == nil {
+		s.held.Store(res.Held)
+		s.remote.Store(res.Others)
+	}
+}
+
+// GiveBackSlots returns every holding to the Store (at shutdown), so that the other instances
+// need not wait InstanceTTL for them.
+func (c *Counter) GiveBackSlots() {
+	src := c.slots.Load()
+	if src == nil {
+		return
+	}
+	give := func(s *counts, name string, limit int64) {
+		s.slotMu.Lock()
+		defer s.slotMu.Unlock()
+		if s.held.Load() > 0 {
+			if _, err := (*src).LeaseSlots(name, 0, limit); err == nil {
+				s.held.Store(0)
+			}
+		}
+	}
+	give(&c.cluster, "", c.cfg.Load().Cluster)
+	for name, a := range *c.apps.Load() {
+		give(&a.counts, name, a.limit.Load())
+	}
+}

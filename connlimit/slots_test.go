@@ -1,0 +1,174 @@
+package connlimit
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
+)
+
+// instanceSlots is a SlotSource of one instance on a shared MemoryStore; heartbeat is its
+// report (the live-instance set).
+type instanceSlots struct {
+	st    *limiter.MemoryStore
+	id    string
+	calls atomic.Int64
+}
+
+func (s *instanceSlots) LeaseSlots(app string, want, limit int64) (limiter.SlotLease, error) {
+	s.calls.Add(1)
+	return s.st.LeaseSlots(context.Background(), limiter.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit})
+}
+
+func (s *instanceSlots) LiveInstances() int { return 2 }
+
+func (s *instanceSlots) heartbeat(t *testing.T) {
+	t.Helper()
+	if _, err := s.st.Report(context.Background(), limiter.Report{Cluster: limiter.ClusterPolicy{ID: "c"}, Instance: s.id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type manualNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (m *manualNow) now() time.Time { m.mu.Lock(); defer m.mu.Unlock(); return m.t }
+func (m *manualNow) add(d time.Duration) {
+	m.mu.Lock()
+	m.t = m.t.Add(d)
+	m.mu.Unlock()
+}
+
+// Property 13: the slots held by live instances never exceed the limit; acquiring and releasing
+// inside a holding make no Store call; a dead instance's slots come back after InstanceTTL.
+func TestSlotsFleetWide(t *testing.T) {
+	clk := &manualNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	st := limiter.NewMemoryStore(clk.now)
+	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
+	a.heartbeat(t)
+	b.heartbeat(t)
+	ca, cb := New(Config{App: 10, Cluster: 100}, clk.now), New(Config{App: 10, Cluster: 100}, clk.now)
+	t.Cleanup(ca.Close)
+	t.Cleanup(cb.Close)
+	ca.UseSlots(a)
+	cb.UseSlots(b)
+
+	live := []*Counter{ca, cb}
+	held := func() int64 { // what the live instances hold
+		var n int64
+		for _, c := range live {
+			for _, s := range c.Snapshot() {
+				if s.App == "x" {
+					n += s.Held
+				}
+			}
+		}
+		return n
+	}
+	var tickets []*Ticket
+	acquire := func(c *Counter) bool {
+		tk, r := c.Acquire("x", 0)
+		if tk == nil {
+			if r != limiter.ReasonAppLimitExceeded {
+				t.Fatalf("refused with %v", r)
+			}
+			return false
+		}
+		tickets = append(tickets, tk)
+		if h := held(); h > 10 {
+			t.Fatalf("the instances hold %d slots of a limit of 10", h)
+		}
+		return true
+	}
+	n := 0
+	for i := 0; i < 30; i++ { // alternate: both instances grow their holdings
+		if acquire([]*Counter{ca, cb}[i%2]) {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Fatalf("admitted %d across the fleet, want the limit 10", n)
+	}
+	// Inside a holding: no Store call; a full fleet's rejections stay local too.
+	callsA, callsB := a.calls.Load(), b.calls.Load()
+	for range 5 {
+		last := tickets[len(tickets)-1]
+		c := last.c
+		last.Release()
+		tickets = tickets[:len(tickets)-1]
+		if !acquire(c) {
+			t.Fatal("a released slot could not be taken again on its instance")
+		}
+		if acquire(ca) || acquire(cb) {
+			t.Fatal("admitted beyond the limit")
+		}
+	}
+	if a.calls.Load()+b.calls.Load() != callsA+callsB {
+		t.Fatalf("%d Store calls for acquires inside the holdings", a.calls.Load()+b.calls.Load()-callsA-callsB)
+	}
+
+	// b dies holding its slots: a gets them once b's heartbeat is older than InstanceTTL.
+	for _, tk := range tickets {
+		if tk.c == ca {
+			tk.Release()
+		}
+	}
+	clk.add(limiter.InstanceTTL + time.Millisecond)
+	a.heartbeat(t)
+	live = []*Counter{ca}
+	got := 0
+	for acquire(ca) {
+		got++
+	}
+	if got != 10 {
+		t.Fatalf("after b died, a admitted %d, want the whole limit 10", got)
+	}
+}
+
+// Trim gives back a holding far beyond use, and all of it after idleTrims idle trims; the other
+// instance can then use it.
+func TestSlotsTrim(t *testing.T) {
+	clk := &manualNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	st := limiter.NewMemoryStore(clk.now)
+	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
+	a.heartbeat(t)
+	b.heartbeat(t)
+	ca, cb := New(Config{App: 8, Cluster: 100}, clk.now), New(Config{App: 8, Cluster: 100}, clk.now)
+	t.Cleanup(ca.Close)
+	t.Cleanup(cb.Close)
+	ca.UseSlots(a)
+	cb.UseSlots(b)
+	var mine []*Ticket
+	for range 8 {
+		if tk, _ := ca.Acquire("x", 0); tk != nil {
+			mine = append(mine, tk)
+		}
+	}
+	if len(mine) != 8 {
+		t.Fatalf("a alone admitted %d of 8", len(mine))
+	}
+	if tk, _ := cb.Acquire("x", 0); tk != nil {
+		t.Fatal("b admitted beyond the limit")
+	}
+	for _, tk := range mine {
+		tk.Release()
+	}
+	for range idleTrims {
+		ca.Trim()
+	}
+	clk.add(refusalBackoff) // b's refusal above is over
+	var theirs int
+	for range 8 {
+		if tk, _ := cb.Acquire("x", 0); tk != nil {
+			theirs++
+		}
+	}
+	if theirs != 8 {
+		t.Fatalf("after a's holding went back, b admitted %d of 8", theirs)
+	}
+}
