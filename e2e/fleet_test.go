@@ -29,7 +29,7 @@ func newFleet(t *testing.T, addr, prefix, cluster string) *fleet {
 	return &fleet{t: t, rdb: rdb, prefix: prefix, cluster: cluster}
 }
 
-func (f *fleet) nodesKey() string       { return f.prefix + ":{" + f.cluster + "}:nodes" }
+func (f *fleet) nodesKey() string        { return f.prefix + ":{" + f.cluster + "}:nodes" }
 func (f *fleet) clusterSlotsKey() string { return f.prefix + ":{" + f.cluster + "}:slots" }
 func (f *fleet) appSlotsKey(app string) string {
 	return f.prefix + ":{" + f.cluster + "}:slots:" + app
