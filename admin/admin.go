@@ -214,7 +214,8 @@ type ConnectionView struct {
 	Current  int64  `json:"current"`
 	Peak     int64  `json:"peak"`
 	Limit    int64  `json:"limit"`
-	Remote   int64  `json:"remote"` // in flight on the other live instances (their last reports)
+	Remote   int64  `json:"remote"` // slots the other live instances hold (as of this instance's last slot lease)
+	Held     int64  `json:"held"`   // slots this instance holds
 	Rejected int64  `json:"rejected"`
 	Leaked   int64  `json:"leaked"`
 }

@@ -455,5 +455,5 @@ func connectionsView(c Cluster) ConnectionsView {
 
 func connectionView(s connlimit.Stats) ConnectionView {
 	return ConnectionView{App: s.App, Current: s.Current, Peak: s.Peak, Limit: s.Limit,
-		Remote: s.Remote, Rejected: s.Rejected, Leaked: s.Leaked}
+		Remote: s.Remote, Held: s.Held, Rejected: s.Rejected, Leaked: s.Leaked}
 }
