@@ -15,6 +15,10 @@ type scenario struct {
 	name  string
 	quota int
 	desc  string
+	// withinQuota: every request is within the app's quota, so every response (warm-up, i.e.
+	// the cold start, included) must be 2xx; a variant's round with any other answer does not
+	// count towards its throughput ratio.
+	withinQuota bool
 }
 
 // variant is one Caddy build plus the limiter block that goes in front of `respond "ok" 200`.
@@ -46,6 +50,22 @@ var variants = []variant{
 		name: "tierbucket-memory-headers-off", title: "tierbucket, memory store, `headers off`", bin: "tierbucket",
 		tierbucket: true,
 		block:      func(q int, _ string) string { return tierbucketBlock(q, "", "headers off") },
+	},
+	{
+		// Not in run.sh's default list: the header modes, to measure what each costs with Redis.
+		name: "tierbucket-redis-headers-off", title: "tierbucket, Redis store, `headers off`", bin: "tierbucket",
+		tierbucket: true, redis: true,
+		block: func(q int, addr string) string { return tierbucketBlock(q, addr, "headers off") },
+	},
+	{
+		name: "tierbucket-redis-headers-draft", title: "tierbucket, Redis store, `headers draft`", bin: "tierbucket",
+		tierbucket: true, redis: true,
+		block: func(q int, addr string) string { return tierbucketBlock(q, addr, "headers draft") },
+	},
+	{
+		name: "tierbucket-redis-headers-legacy", title: "tierbucket, Redis store, `headers legacy`", bin: "tierbucket",
+		tierbucket: true, redis: true,
+		block: func(q int, addr string) string { return tierbucketBlock(q, addr, "headers legacy") },
 	},
 	{
 		name: "mholt", title: "mholt/caddy-ratelimit v0.1.0 (in memory)", bin: "mholt",
