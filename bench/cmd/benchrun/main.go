@@ -75,13 +75,17 @@ func main() {
 	for _, s := range []scenario{
 		{name: "unlimited", quota: o.highQuota, desc: "limit never reached: pure overhead", withinQuota: true},
 		{name: "limited", quota: o.lowQuota, desc: "limit reached: most requests rejected"},
+		{name: "apps1", quota: 100000, hosts: 1, withinQuota: true,
+			desc: "one app (Host app1), quota 100000: Redis calls per 1000 requests"},
+		{name: "apps200", quota: 100000, hosts: 200, withinQuota: true,
+			desc: "200 apps, wrk rotating Host app1 … app200 per request, `unknown_app isolated`, `app *` guaranteed 100000"},
 	} {
 		if contains(strings.Split(scenarioList, ","), s.name) {
 			o.scenarios = append(o.scenarios, s)
 		}
 	}
 	if len(o.scenarios) == 0 {
-		log.Fatalf("no known scenario in %q (unlimited, limited)", scenarioList)
+		log.Fatalf("no known scenario in %q (unlimited, limited, apps1, apps200)", scenarioList)
 	}
 	if err := run(o); err != nil {
 		log.Fatal(err)
@@ -194,7 +198,7 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	defer c.proc.stop()
 
 	if o.warmup > 0 {
-		wr, err := wrk.run(httpPort, o.warmup, logf)
+		wr, err := wrk.run(httpPort, s.hosts, o.warmup, logf)
 		if err != nil {
 			return smp, fmt.Errorf("warm-up: %v", err)
 		}
@@ -219,7 +223,7 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	if err != nil {
 		return smp, err
 	}
-	if smp.wrk, err = wrk.run(httpPort, o.duration, logf); err != nil {
+	if smp.wrk, err = wrk.run(httpPort, s.hosts, o.duration, logf); err != nil {
 		return smp, err
 	}
 	caddyCPU1, err := c.proc.cpuTime()
