@@ -11,6 +11,11 @@ import (
 
 const syncRate = 10.0 // reports per instance per second (sync_interval 100 ms)
 
+// reportWindow (s) is how long an app stays in an instance's reports after its last request in
+// the code measured here: every report carries the apps of the batches acknowledged in the last
+// 10 s (limiter's ackWindow) besides those with new traffic. The model's P counts those pairs.
+const reportWindow = 10.0
+
 func (r result) perSec(n int64) float64 { return float64(n) / r.steady.d.Seconds() }
 
 // per1000 is Redis script calls per 1000 requests sent in the phase.
@@ -162,9 +167,8 @@ func report(suite string, args []string, started time.Time, rs []result) string 
 
 // model fits total steady scripts/s = R + b × P + c × L: R = instances × 10 reports/s, one
 // cluster script each (known from the code: a report is one pipeline with the cluster script
-// once); P = instance-app pairs with at least one request per 100 ms sync interval, per second,
-// from the rates actually driven (a report carries one script per such app, and per app of a
-// recently acknowledged batch, which b absorbs); L = leases/s (measured). b and c are fitted by
+// once); P = per-app report entries per second (pairs seen in the last reportWindow × 10/s);
+// L = leases/s (measured). b and c are fitted by
 // least squares (non-negative), then the model is extrapolated per shard.
 func model(rs []result) string {
 	var X [][2]float64
@@ -173,7 +177,7 @@ func model(rs []result) string {
 		var p float64
 		T := r.elapsed.Seconds()
 		for i := range r.appSpecs {
-			per := float64(r.sent[i]) / T / float64(r.instances) / syncRate
+			per := float64(r.sent[i]) / T / float64(r.instances) * reportWindow
 			p += float64(r.instances) * syncRate * (1 - math.Exp(-per))
 		}
 		R = append(R, float64(r.instances)*syncRate)
@@ -184,10 +188,11 @@ func model(rs []result) string {
 	var sb strings.Builder
 	sb.WriteString("## Cost model\n\n")
 	sb.WriteString("total scripts/s = R + b × P + c × L, with R = instances × 10 reports/s (one cluster script per report, " +
-		"on the cluster's slot: one shard; known from the code, not fitted), P = instance-app pairs with at least one " +
-		"request in a 100 ms sync interval, per second (from the per-app rates actually driven: Σ N·10·(1 − e^(−rate/(N·10)))), " +
+		"on the cluster's slot: one shard; known from the code, not fitted), P = per-app entries the reports carry per " +
+		"second: instance-app pairs with a request in the last 10 s (an app stays in an instance's reports for 10 s after " +
+		"its last batch) × 10 reports/s, from the per-app rates actually driven: Σ N·10·(1 − e^(−rate·10 s/N)), " +
 		"L = leases/s (measured). b and c fitted by non-negative least squares to the runs above.\n\n")
-	fmt.Fprintf(&sb, "b = %.3f scripts per active instance-app pair per interval, c = %.3f scripts per lease\n\n", b, c)
+	fmt.Fprintf(&sb, "b = %.3f scripts per report entry, c = %.3f scripts per lease\n\n", b, c)
 	sb.WriteString("| instances | apps | measured scripts/s | model | R | P | L |\n|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, r := range rs {
 		m := R[i] + b*X[i][0] + c*X[i][1]
@@ -202,7 +207,7 @@ func model(rs []result) string {
 		r := rates(10000, total, "zipf", 1)
 		var p float64
 		for _, x := range r {
-			p += 1000 * syncRate * (1 - math.Exp(-x/(1000*syncRate)))
+			p += 1000 * syncRate * (1 - math.Exp(-x*reportWindow/1000))
 		}
 		l := lpr * total
 		perApp := (b*p + c*l) / 3
