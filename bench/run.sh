@@ -40,6 +40,10 @@ else
 	skipped="tierbucket was not measured: its build failed or has no http.handlers.rate_limit module yet (bench/bin/tierbucket-build.log)."
 fi
 variants=$variants,mholt,redis_rate
+# An alternative tierbucket build to compare with (variant tierbucket-alt-redis, not run by default).
+if [ -n "${ALT_BIN:-}" ]; then
+	cp "$ALT_BIN" bin/tierbucket-alt
+fi
 VARIANTS=${VARIANTS:-$variants}
 
 cd "$here/.."

@@ -70,6 +70,14 @@ var variants = []variant{
 		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers legacy") },
 	},
 	{
+		// Not in run.sh's default list: an alternative build of tierbucket (ALT_BIN=<caddy binary>
+		// bash bench/run.sh copies it to bench/bin/tierbucket-alt), with its default settings, to
+		// measure a patch side by side with the current code.
+		name: "tierbucket-alt-redis", title: "tierbucket, alternative build (ALT_BIN), Redis store", bin: "tierbucket-alt",
+		tierbucket: true, redis: true,
+		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "") },
+	},
+	{
 		name: "mholt", title: "mholt/caddy-ratelimit v0.1.0 (in memory)", bin: "mholt",
 		block: func(s scenario, _ string) string {
 			return fmt.Sprintf(`rate_limit {
