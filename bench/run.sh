@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side load test of Caddy with and without rate limiters (see bench/README.md).
 # Usage: bash bench/run.sh            (from anywhere; results in bench/results/<date>.md)
-# Settings (environment): DURATION=5s ROUNDS=6 WARMUP=1s THREADS=2 CONNS=50
+# Settings (environment): DURATION=5s ROUNDS=7 WARMUP=1s THREADS=2 CONNS=50
 #   HIGH_QUOTA=1000000 LOW_QUOTA=200 SCENARIOS=unlimited,limited VARIANTS=plain,tierbucket-memory,... (default: all that build)
 set -euo pipefail
 
@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 
 DURATION=${DURATION:-5s}
-ROUNDS=${ROUNDS:-6}
+ROUNDS=${ROUNDS:-7}
 WARMUP=${WARMUP:-1s}
 THREADS=${THREADS:-2}
 CONNS=${CONNS:-50}
@@ -40,6 +40,10 @@ else
 	skipped="tierbucket was not measured: its build failed or has no http.handlers.rate_limit module yet (bench/bin/tierbucket-build.log)."
 fi
 variants=$variants,mholt,redis_rate
+# An alternative tierbucket build to compare with (variant tierbucket-alt-redis, not run by default).
+if [ -n "${ALT_BIN:-}" ]; then
+	cp "$ALT_BIN" bin/tierbucket-alt
+fi
 VARIANTS=${VARIANTS:-$variants}
 
 cd "$here/.."

@@ -27,6 +27,7 @@ type sample struct {
 	caddyCPU  time.Duration // CPU time Caddy used during the run
 	redisCPU  time.Duration // CPU time redis-server used during the run
 	localHits float64       // delta of caddy_rate_limit_local_hits_total (tierbucket only)
+	warmBad   int64         // non-2xx responses and socket errors of the warm-up run (cold start)
 	decisions float64       // delta of caddy_rate_limit_requests_total (tierbucket only)
 }
 
@@ -49,7 +50,7 @@ func main() {
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the results")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "measured wrk run per variant and round")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run before each measured run")
-	flag.IntVar(&o.rounds, "rounds", 6, "rounds; each round runs every variant once per scenario")
+	flag.IntVar(&o.rounds, "rounds", 7, "rounds; each round runs every variant once per scenario")
 	flag.IntVar(&o.threads, "threads", 2, "wrk threads")
 	flag.IntVar(&o.conns, "conns", 50, "wrk connections")
 	flag.IntVar(&o.highQuota, "high-quota", 1000000, "quota (req/s) of the 'limit never reached' scenario")
@@ -72,15 +73,19 @@ func main() {
 		o.notes = append(o.notes, skipped)
 	}
 	for _, s := range []scenario{
-		{name: "unlimited", quota: o.highQuota, desc: "limit never reached: pure overhead"},
+		{name: "unlimited", quota: o.highQuota, desc: "limit never reached: pure overhead", withinQuota: true},
 		{name: "limited", quota: o.lowQuota, desc: "limit reached: most requests rejected"},
+		{name: "apps1", quota: 100000, hosts: 1, withinQuota: true,
+			desc: "one app (Host app1), quota 100000: Redis calls per 1000 requests"},
+		{name: "apps200", quota: 100000, hosts: 200, withinQuota: true,
+			desc: "200 apps, wrk rotating Host app1 … app200 per request, `unknown_app isolated`, `app *` guaranteed 100000"},
 	} {
 		if contains(strings.Split(scenarioList, ","), s.name) {
 			o.scenarios = append(o.scenarios, s)
 		}
 	}
 	if len(o.scenarios) == 0 {
-		log.Fatalf("no known scenario in %q (unlimited, limited)", scenarioList)
+		log.Fatalf("no known scenario in %q (unlimited, limited, apps1, apps200)", scenarioList)
 	}
 	if err := run(o); err != nil {
 		log.Fatal(err)
@@ -193,9 +198,11 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	defer c.proc.stop()
 
 	if o.warmup > 0 {
-		if _, err := wrk.run(httpPort, o.warmup, logf); err != nil {
+		wr, err := wrk.run(httpPort, s.hosts, o.warmup, logf)
+		if err != nil {
 			return smp, fmt.Errorf("warm-up: %v", err)
 		}
+		smp.warmBad = wr.StatusErrors + wr.SocketErrors
 	}
 	var hits0, dec0 float64
 	if v.tierbucket {
@@ -216,7 +223,7 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	if err != nil {
 		return smp, err
 	}
-	if smp.wrk, err = wrk.run(httpPort, o.duration, logf); err != nil {
+	if smp.wrk, err = wrk.run(httpPort, s.hosts, o.duration, logf); err != nil {
 		return smp, err
 	}
 	caddyCPU1, err := c.proc.cpuTime()

@@ -15,6 +15,12 @@ type scenario struct {
 	name  string
 	quota int
 	desc  string
+	// withinQuota: every request is within the app's quota, so every response (warm-up, i.e.
+	// the cold start, included) must be 2xx; a variant's round with any other answer does not
+	// count towards its throughput ratio.
+	withinQuota bool
+	// hosts > 1: wrk rotates the Host header over hosts app ids (app1 … appN), one per request.
+	hosts int
 }
 
 // variant is one Caddy build plus the limiter block that goes in front of `respond "ok" 200`.
@@ -24,51 +30,75 @@ type variant struct {
 	bin        string // binary name under bench/bin
 	redis      bool   // talks to the bench's redis-server
 	tierbucket bool   // exposes caddy_rate_limit_* metrics
-	block      func(quota int, redisAddr string) string
+	block      func(s scenario, redisAddr string) string
 }
 
 // variants lists every variant in table order; "plain" must be first (the baseline).
 var variants = []variant{
 	{
 		name: "plain", title: "Caddy (no limiter)", bin: "plain",
-		block: func(int, string) string { return "" },
+		block: func(scenario, string) string { return "" },
 	},
 	{
 		name: "tierbucket-memory", title: "tierbucket, memory store", bin: "tierbucket", tierbucket: true,
-		block: func(q int, _ string) string { return tierbucketBlock(q, "", "") },
+		block: func(s scenario, _ string) string { return tierbucketBlock(s, "", "") },
 	},
 	{
 		name: "tierbucket-redis", title: "tierbucket, Redis store", bin: "tierbucket", tierbucket: true, redis: true,
-		block: func(q int, addr string) string { return tierbucketBlock(q, addr, "") },
+		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "") },
 	},
 	{
 		// Not in run.sh's default list: shows what the rate-limit response headers cost.
 		name: "tierbucket-memory-headers-off", title: "tierbucket, memory store, `headers off`", bin: "tierbucket",
 		tierbucket: true,
-		block:      func(q int, _ string) string { return tierbucketBlock(q, "", "headers off") },
+		block:      func(s scenario, _ string) string { return tierbucketBlock(s, "", "headers off") },
+	},
+	{
+		// Not in run.sh's default list: the header modes, to measure what each costs with Redis.
+		name: "tierbucket-redis-headers-off", title: "tierbucket, Redis store, `headers off`", bin: "tierbucket",
+		tierbucket: true, redis: true,
+		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers off") },
+	},
+	{
+		name: "tierbucket-redis-headers-draft", title: "tierbucket, Redis store, `headers draft`", bin: "tierbucket",
+		tierbucket: true, redis: true,
+		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers draft") },
+	},
+	{
+		name: "tierbucket-redis-headers-legacy", title: "tierbucket, Redis store, `headers legacy`", bin: "tierbucket",
+		tierbucket: true, redis: true,
+		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers legacy") },
+	},
+	{
+		// Not in run.sh's default list: an alternative build of tierbucket (ALT_BIN=<caddy binary>
+		// bash bench/run.sh copies it to bench/bin/tierbucket-alt), with its default settings, to
+		// measure a patch side by side with the current code.
+		name: "tierbucket-alt-redis", title: "tierbucket, alternative build (ALT_BIN), Redis store", bin: "tierbucket-alt",
+		tierbucket: true, redis: true,
+		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "") },
 	},
 	{
 		name: "mholt", title: "mholt/caddy-ratelimit v0.1.0 (in memory)", bin: "mholt",
-		block: func(q int, _ string) string {
+		block: func(s scenario, _ string) string {
 			return fmt.Sprintf(`rate_limit {
 		zone bench {
 			key {http.request.host}
 			window 1s
 			events %d
 		}
-	}`, q)
+	}`, s.quota)
 		},
 	},
 	{
 		name: "redis_rate", title: "redis_rate v10, one Redis call per request", bin: "redisrate", redis: true,
-		block: func(q int, addr string) string {
+		block: func(s scenario, addr string) string {
 			return fmt.Sprintf(`redis_rate_bench {
 		address %s
 		key {http.request.host}
 		rate %d
 		burst %d
 		period 1s
-	}`, addr, q, q)
+	}`, addr, s.quota, s.quota)
 		},
 	},
 }
@@ -76,17 +106,24 @@ var variants = []variant{
 // tierbucketBlock is the rate_limit block: one app with guaranteed = burst = quota; cost 1 per
 // request (operations http, GET base 1) so that cost tokens equal requests in every variant;
 // extra is one more subdirective line, if any.
-func tierbucketBlock(quota int, redisAddr, extra string) string {
+//
+// A scenario with hosts (app ids app1 … appN) uses `unknown_app isolated` and an `app *` template
+// instead: each host gets its own bucket, as a multi-tenant gateway with unlisted tenants does.
+func tierbucketBlock(s scenario, redisAddr, extra string) string {
 	var b strings.Builder
+	app, unknown := appHost, ""
+	if s.hosts >= 1 {
+		app, unknown = "*", "\n\t\tunknown_app isolated"
+	}
 	fmt.Fprintf(&b, `rate_limit {
-		key {http.request.host}
+		key {http.request.host}%s
 		app %s {
 			guaranteed %d
 			burst %d
 		}
 		cost {
 			operations http
-		}`, appHost, quota, quota)
+		}`, unknown, app, s.quota, s.quota)
 	if extra != "" {
 		fmt.Fprintf(&b, "\n\t\t%s", extra)
 	}
@@ -114,7 +151,7 @@ http://:%d {
 	%s
 	respond "ok" 200
 }
-`, adminPort, httpPort, v.block(s.quota, redisAddr))
+`, adminPort, httpPort, v.block(s, redisAddr))
 }
 
 // findVariant returns the variant with the given name.

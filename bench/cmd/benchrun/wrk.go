@@ -22,6 +22,17 @@ const wrkScript = `done = function(summary, latency, requests)
 end
 `
 
+// rotateScript (prepended to wrkScript) makes every request carry the next of n Host values
+// app1 … appN (per wrk thread, each thread starting at its own offset).
+const rotateScript = `local n = %d
+local i = math.random(n)
+request = function()
+  i = i %% n + 1
+  wrk.headers["Host"] = "app" .. i
+  return wrk.format()
+end
+`
+
 // wrkResult is what one wrk run measured.
 type wrkResult struct {
 	Requests     int64
@@ -43,6 +54,7 @@ func (r wrkResult) AdmittedRPS() float64 {
 type wrkRunner struct {
 	threads, conns int
 	script         string
+	dir            string
 }
 
 func newWrkRunner(dir string, threads, conns int) (*wrkRunner, error) {
@@ -50,11 +62,21 @@ func newWrkRunner(dir string, threads, conns int) (*wrkRunner, error) {
 	if err := os.WriteFile(script, []byte(wrkScript), 0o644); err != nil {
 		return nil, err
 	}
-	return &wrkRunner{threads: threads, conns: conns, script: script}, nil
+	return &wrkRunner{threads: threads, conns: conns, script: script, dir: dir}, nil
 }
 
-// run loads http://127.0.0.1:port/ for d; the full wrk output is appended to log.
-func (w *wrkRunner) run(port int, d time.Duration, log *os.File) (wrkResult, error) {
+// run loads http://127.0.0.1:port/ for d (hosts > 1: rotating the Host header over hosts app
+// ids); the full wrk output is appended to log.
+func (w *wrkRunner) run(port, hosts int, d time.Duration, log *os.File) (wrkResult, error) {
+	script, host := w.script, appHost
+	if hosts > 1 {
+		script = filepath.Join(w.dir, fmt.Sprintf("rotate-%d.lua", hosts))
+		if err := os.WriteFile(script, []byte(fmt.Sprintf(rotateScript, hosts)+wrkScript), 0o644); err != nil {
+			return wrkResult{}, err
+		}
+	} else if hosts == 1 {
+		host = "app1"
+	}
 	secs := int(d.Round(time.Second) / time.Second)
 	if secs < 1 {
 		secs = 1
@@ -63,7 +85,7 @@ func (w *wrkRunner) run(port int, d time.Duration, log *os.File) (wrkResult, err
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "wrk",
 		"-t", fmt.Sprint(w.threads), "-c", fmt.Sprint(w.conns), "-d", fmt.Sprintf("%ds", secs),
-		"--latency", "-s", w.script, "-H", "Host: "+appHost,
+		"--latency", "-s", script, "-H", "Host: "+host,
 		fmt.Sprintf("http://127.0.0.1:%d/", port))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
