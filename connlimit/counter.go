@@ -32,9 +32,9 @@ type counts struct {
 	held     atomic.Int64 // slots this instance holds (UseSlots)
 	_        [8]byte      // keep hot counters of neighbours off this cache line
 
-	slotMu       sync.Mutex // one slot lease at a time per scope; guards idle, refusedUntil
-	idle         int        // trims in a row with nothing in flight
-	refusedUntil int64      // Counter clock: until then a holding that cannot grow is not asked for
+	slotSem      chan struct{} // one slot lease at a time per scope (cap 1); guards idle, refusedUntil
+	idle         int           // trims in a row with nothing in flight
+	refusedUntil int64         // Counter clock: until then a holding that cannot grow is not asked for
 }
 
 // tryAcquire adds one to current if current + remote stays below limit, without ever showing
@@ -141,6 +141,7 @@ func newCounter(cfg Config, now func() time.Time, onSweep func()) *Counter {
 	cfg = sanitize(cfg)
 	c.cfg.Store(&cfg)
 	c.cluster.limit.Store(cfg.Cluster)
+	c.cluster.slotSem = make(chan struct{}, 1)
 	apps := map[string]*appCounts{}
 	c.apps.Store(&apps)
 	go c.loop(cfg.SweepInterval)
@@ -284,6 +285,7 @@ func (c *Counter) addApp(name string) *appCounts {
 		name = UnknownApp
 	}
 	a := &appCounts{name: name}
+	a.slotSem = make(chan struct{}, 1)
 	a.limit.Store(c.cfg.Load().App)
 	apps := make(map[string]*appCounts, len(old)+1)
 	for k, v := range old {

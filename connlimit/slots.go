@@ -19,6 +19,8 @@ type SlotSource interface {
 	LeaseSlots(app string, want, limit int64) (limiter.SlotLease, error)
 	// LiveInstances is the fleet's live-instance count as last known.
 	LiveInstances() int
+	// StoreTimeout bounds how long a request waits on a slot lease.
+	StoreTimeout() time.Duration
 }
 
 // TrimInterval is how often the holdings are checked for surplus.
@@ -66,8 +68,23 @@ func (c *Counter) take(s *counts, name string, limit int64) (int64, bool) {
 // limit is not short of the slots other instances hold idle. While the Store is unavailable the
 // others' last known holdings bound this instance instead.
 func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64) (int64, bool) {
-	s.slotMu.Lock()
-	defer s.slotMu.Unlock()
+	// Another request of this scope may be asking the Store: wait for it at most the Store
+	// timeout, then decide locally, within what the others held at the last lease.
+	select {
+	case s.slotSem <- struct{}{}:
+	default:
+		t := time.NewTimer(src.StoreTimeout())
+		select {
+		case s.slotSem <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			if n, ok := s.tryHeld(); ok {
+				return n, true
+			}
+			return s.tryAcquire(limit)
+		}
+	}
+	defer func() { <-s.slotSem }()
 	if n, ok := s.tryHeld(); ok { // a concurrent grow brought slots
 		return n, true
 	}
@@ -83,12 +100,17 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64) (int
 	}
 	s.held.Store(res.Held)
 	s.remote.Store(res.Others)
-	n, ok := s.tryHeld()
-	if !ok {
+	if n, ok := s.tryHeld(); ok {
+		return n, true
+	}
+	if res.Held < want {
 		// The fleet is at the limit: ask again after refusalBackoff, not for every request.
 		s.refusedUntil = now + int64(refusalBackoff)
+		return s.current.Load(), false
 	}
-	return n, ok
+	// Granted in full, but requests that stopped waiting for this lease took the slots
+	// meanwhile: decide locally, as they did.
+	return s.tryAcquire(limit)
 }
 
 // refusalBackoff is how long a scope whose holding could not grow rejects locally before it
@@ -135,8 +157,8 @@ func (c *Counter) Trim() {
 }
 
 func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live int) {
-	s.slotMu.Lock()
-	defer s.slotMu.Unlock()
+	s.slotSem <- struct{}{}
+	defer func() { <-s.slotSem }()
 	held, cur := s.held.Load(), s.current.Load()
 	if held == 0 {
 		return
@@ -170,8 +192,8 @@ func (c *Counter) GiveBackSlots() {
 		return
 	}
 	give := func(s *counts, name string, limit int64) {
-		s.slotMu.Lock()
-		defer s.slotMu.Unlock()
+		s.slotSem <- struct{}{}
+		defer func() { <-s.slotSem }()
 		if s.held.Load() > 0 {
 			if _, err := (*src).LeaseSlots(name, 0, limit); err == nil {
 				s.held.Store(0)

@@ -25,6 +25,8 @@ func (s *instanceSlots) LeaseSlots(app string, want, limit int64) (limiter.SlotL
 
 func (s *instanceSlots) LiveInstances() int { return 2 }
 
+func (s *instanceSlots) StoreTimeout() time.Duration { return time.Second }
+
 func (s *instanceSlots) heartbeat(t *testing.T) {
 	t.Helper()
 	if _, err := s.st.Report(context.Background(), limiter.Report{Cluster: limiter.ClusterPolicy{ID: "c"}, Instance: s.id}); err != nil {

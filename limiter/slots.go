@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Connection slots: fleet-wide in-flight limits without a Store call per request. Each instance
@@ -47,8 +48,10 @@ func (l *Limiter) LeaseSlots(app string, want, limit int64) (SlotLease, error) {
 		return SlotLease{}, errFailOpen // the probe brings the Store back; no request waits on it
 	}
 	s := l.snap()
+	// Slot leases do not feed the degradation level: token leases and reports do. (Fed with
+	// slot leases cut short at the Store timeout, the level under a slow Store misjudged the
+	// Store and the fleet over-admitted tokens in the fault matrix.)
 	var res SlotLease
-	start := l.clock.Now()
 	err := l.callStore(func(ctx context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		defer cancel()
@@ -56,12 +59,14 @@ func (l *Limiter) LeaseSlots(app string, want, limit int64) (SlotLease, error) {
 			Instance: s.cfg.Instance, Want: want, Limit: limit})
 		return err
 	})
-	l.observe(l.clock.Now().Sub(start), err, false)
 	return res, err
 }
 
 // errFailOpen is LeaseSlots' answer while the Store is known to be unavailable.
 var errFailOpen = fmt.Errorf("limiter: the Store is unavailable (fail_open)")
+
+// StoreTimeout is how long a request may wait on the Store (connlimit's slot leases).
+func (l *Limiter) StoreTimeout() time.Duration { return l.snap().cfg.StoreTimeout }
 
 // LiveInstances is the fleet's live-instance count from the last report (at least 1).
 func (l *Limiter) LiveInstances() int { return max(l.state.Load().LiveInstances, 1) }
