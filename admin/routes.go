@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/console"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
@@ -35,6 +36,7 @@ const wildcardApp = "*"
 //	POST /rate_limit/emergency/deactivate    (no body, or {}) → EmergencyView
 //	GET  /rate_limit/history?seconds=N       HistoryView
 //	GET  /rate_limit/stream                  text/event-stream of StreamEvent
+//	GET  /rate_limit/ui/                     the web console (ui.go)
 //
 // Every route takes ?cluster=<id>, which may be omitted when this process runs exactly one
 // cluster.
@@ -107,10 +109,13 @@ func (a API) match(w http.ResponseWriter, r *http.Request, rest string) (rt rout
 // take 405 (with Allow), then the cluster selection (400/404), then the route itself.
 func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 	rest, _ := strings.CutPrefix(r.URL.Path, prefix) // the route's pattern: always there
+	if isUI(rest) {                                  // the web console: static files, no cluster
+		return serveUI(w, r, rest, console.Files())
+	}
 	rt, ok := a.match(w, r, rest)
 	if !ok {
-		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sclusters/<id>, %sconnections, %semergency, %shistory, %sstream)",
-			r.URL.Path, prefix, prefix, prefix, prefix, prefix, prefix)
+		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sclusters/<id>, %sconnections, %semergency, %shistory, %sstream, %sui/)",
+			r.URL.Path, prefix, prefix, prefix, prefix, prefix, prefix, prefix)
 	}
 	var act action
 	switch r.Method {

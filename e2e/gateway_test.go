@@ -34,12 +34,21 @@ type gateway struct {
 	dir                 string // the test's directory (configs, logs, Caddy's data)
 	adminPort, sitePort int
 	reloads             int
+	adminBlock          string // the admin option's block ("" none): see startGatewayAdmin
 }
 
 // gatewayConfig is the whole Caddyfile of a gateway: global options and one site.
 func gatewayConfig(adminPort, sitePort int, site string) string {
+	return gatewayConfigAdmin(adminPort, sitePort, site, "")
+}
+
+// gatewayConfigAdmin is gatewayConfig with a block for the admin option (its lines, or "").
+func gatewayConfigAdmin(adminPort, sitePort int, site, adminBlock string) string {
+	if adminBlock != "" {
+		adminBlock = " {\n" + adminBlock + "\n\t}"
+	}
 	return fmt.Sprintf(`{
-	admin 127.0.0.1:%d
+	admin 127.0.0.1:%d%s
 	auto_https off
 	persist_config off
 	skip_install_trust
@@ -50,7 +59,7 @@ func gatewayConfig(adminPort, sitePort int, site string) string {
 http://127.0.0.1:%d {
 %s
 }
-`, adminPort, sitePort, sitePort, site)
+`, adminPort, adminBlock, sitePort, sitePort, site)
 }
 
 // reload replaces the gateway's site with `caddy reload`, as an operator would.
@@ -58,7 +67,7 @@ func (g *gateway) reload(site string) {
 	g.t.Helper()
 	g.reloads++
 	path := filepath.Join(g.dir, fmt.Sprintf("Caddyfile.reload%d", g.reloads))
-	if err := os.WriteFile(path, []byte(gatewayConfig(g.adminPort, g.sitePort, site)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(gatewayConfigAdmin(g.adminPort, g.sitePort, site, g.adminBlock)), 0o644); err != nil {
 		g.t.Fatal(err)
 	}
 	cmd := exec.Command(caddyBin, "reload", "--config", path, "--adapter", "caddyfile",
@@ -74,11 +83,18 @@ func (g *gateway) reload(site string) {
 // printed if the test failed.
 func startGateway(t *testing.T, name, site string) *gateway {
 	t.Helper()
+	return startGatewayAdmin(t, name, site, "")
+}
+
+// startGatewayAdmin is startGateway with the lines of a block for the admin option, in which
+// "{port}" stands for the admin endpoint's port.
+func startGatewayAdmin(t *testing.T, name, site, adminBlock string) *gateway {
+	t.Helper()
 	requireCaddy(t)
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // a picked port may be taken before Caddy binds it
-		g, err := tryStartGateway(t, name, site, dir, attempt)
+		g, err := tryStartGateway(t, name, site, adminBlock, dir, attempt)
 		if err == nil {
 			return g
 		}
@@ -91,9 +107,10 @@ func startGateway(t *testing.T, name, site string) *gateway {
 	return nil
 }
 
-func tryStartGateway(t *testing.T, name, site, dir string, attempt int) (*gateway, error) {
+func tryStartGateway(t *testing.T, name, site, adminBlock, dir string, attempt int) (*gateway, error) {
 	adminPort, sitePort := freePort(t), freePort(t)
-	conf := gatewayConfig(adminPort, sitePort, site)
+	adminBlock = strings.ReplaceAll(adminBlock, "{port}", strconv.Itoa(adminPort))
+	conf := gatewayConfigAdmin(adminPort, sitePort, site, adminBlock)
 	confPath := filepath.Join(dir, fmt.Sprintf("Caddyfile.%d", attempt))
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -118,7 +135,7 @@ func tryStartGateway(t *testing.T, name, site, dir string, attempt int) (*gatewa
 		admin:   fmt.Sprintf("http://127.0.0.1:%d", adminPort),
 		base:    fmt.Sprintf("http://127.0.0.1:%d", sitePort),
 		logPath: logPath,
-		dir:     dir, adminPort: adminPort, sitePort: sitePort,
+		dir:     dir, adminPort: adminPort, sitePort: sitePort, adminBlock: adminBlock,
 	}
 	go func() {
 		cmd.Wait()

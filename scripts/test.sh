@@ -1,24 +1,48 @@
 #!/usr/bin/env bash
-# Installs what the tests need (redis-server) and runs every test of the module.
+# Installs what the tests need (redis-server, chromium, the console's npm packages) and runs every
+# test of the module and of the web console.
 # Used by CI (.ci/run) and by developers: `./scripts/test.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The Redis store's tests and the fleet e2e tests start their own redis-server processes; the
-# S3 end-to-end tests drive boto3.
-if ! command -v redis-server >/dev/null 2>&1 || ! python3 -c 'import boto3' >/dev/null 2>&1; then
+# S3 end-to-end tests drive boto3; the console's browser tests run Debian's chromium.
+if ! command -v redis-server >/dev/null 2>&1 || ! python3 -c 'import boto3' >/dev/null 2>&1 ||
+	! command -v chromium >/dev/null 2>&1; then
+	pkgs="redis-server redis-tools python3-boto3 chromium"
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools python3-boto3 >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
 	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
 		sudo apt-get update -qq
-		sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools python3-boto3 >/dev/null
+		sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
 	else
-		echo "scripts/test.sh: redis-server is not installed and this user cannot install it;" >&2
-		echo "  the Redis tests will skip (or fail under CI=true)." >&2
+		echo "scripts/test.sh: redis-server or chromium is not installed and this user cannot install them;" >&2
+		echo "  the Redis and browser tests will skip (or fail under CI=true)." >&2
 	fi
 fi
 # Debian's package starts a system redis on :6379; the tests never use it.
+
+# The web console (console/): its packages from the lockfile, lint, type check, unit tests, and
+# the build, which must be what is committed in console/dist (embedded in the Go binary). Its
+# browser tests run with the Go end-to-end tests below (TestConsoleBrowser).
+echo "== console: npm ci, lint, type check, unit tests, build"
+if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' 2>/dev/null; then
+	echo "scripts/test.sh: the console needs Node.js >= 20.19 with npm (found: $(node --version 2>/dev/null || echo none))" >&2
+	exit 1
+fi
+(
+	cd console
+	npm ci --no-audit --no-fund
+	npm run lint
+	npm run typecheck
+	npm test
+	npm run build
+)
+if ! git diff --exit-code --stat -- console/dist || [ -n "$(git status --porcelain -- console/dist)" ]; then
+	echo "scripts/test.sh: console/dist differs from what the sources build to: run 'npm run build' in console/ and commit console/dist" >&2
+	exit 1
+fi
 
 echo "== go vet"
 go vet ./...

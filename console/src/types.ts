@@ -1,0 +1,149 @@
+// The admin API's JSON shapes (docs/admin-api.md), as the console reads them.
+
+export interface Level {
+  name: string
+  number: number
+}
+
+export interface Emergency {
+  active: boolean
+  source: string // "operator" | "auto" while active, else ""
+  reason: string
+  until: string | null
+}
+
+export interface ClusterView {
+  cluster: string
+  instance: string
+  store: string
+  capacity: number
+  unknown_app: string
+  degradation_level: Level
+  usage: number
+  factors: number[]
+  emergency: Emergency
+  live_instances: number
+  local_hit_ratio: number
+  leases: number
+  lease_tokens: number
+  store_latency_seconds: number
+}
+
+export interface Policy {
+  guaranteed: number
+  burst: number
+  priority: number
+  max_borrow: number
+  max_connections: number
+  warmup: string
+}
+
+export type PolicyField = keyof Policy
+
+export interface AppView {
+  id: string
+  policy: Policy | null
+  source: 'caddyfile' | 'override' | 'api'
+  override: Partial<Record<PolicyField, unknown>> | null
+  local_tokens: number
+  local_debt: number
+  requests: { allowed: number; rejected: number; reasons: Record<string, number> }
+  cost: number
+  local_hits: number
+  leases: number
+  lease_tokens: number
+  borrowed: number
+  debt: number
+  in_flight: number
+  peak: number
+  connections_rejected: number
+  leaked: number
+}
+
+export interface AppsView {
+  cluster: string
+  apps: AppView[]
+}
+
+export interface RemovedView {
+  id: string
+  removed: true
+}
+
+export interface ClusterPolicy {
+  capacity: number
+  reserved_ratio: number
+  emergency_threshold: number
+  emergency_ratios: number[]
+}
+
+export type ClusterPolicyField = keyof ClusterPolicy
+
+export interface ClusterPolicyView {
+  cluster: string
+  policy: ClusterPolicy
+  source: 'caddyfile' | 'override'
+  override: Partial<Record<ClusterPolicyField, unknown>> | null
+}
+
+export interface ConnectionView {
+  app?: string
+  current: number
+  peak: number
+  limit: number
+  remote: number
+  rejected: number
+  leaked: number
+}
+
+export interface ConnectionsView {
+  cluster: string
+  total: ConnectionView
+  apps: ConnectionView[]
+}
+
+/** One second of this instance's figures and L1's. */
+export interface Sample {
+  t: number
+  allowed: number
+  rejected: number
+  reasons: Record<string, number>
+  cost: number
+  usage: number
+  capacity: number
+  level: number
+  emergency: boolean
+  live_instances: number
+  in_flight: number
+  connection_limit: number
+  local_hit_ratio: number
+}
+
+/** One second of one app's figures. */
+export interface AppSample {
+  t: number
+  allowed: number
+  rejected: number
+  reasons: Record<string, number>
+  cost: number
+  local_tokens: number
+  in_flight: number
+  limit: number
+  borrowed: number
+  debt: number
+  guaranteed: number
+  burst: number
+}
+
+export interface HistoryView {
+  cluster: string
+  interval_seconds: number
+  samples: Sample[]
+  apps: Record<string, AppSample[]>
+}
+
+export interface StreamEvent {
+  cluster: string
+  sample: Sample
+  apps: Record<string, AppSample>
+}

@@ -1,0 +1,131 @@
+import { expect, test, type APIRequestContext, type Page } from '@playwright/test'
+
+// Started by e2e/console_test.go: the console of a real Caddy (memory store) whose apps alpha
+// (guaranteed 20, burst 40) and beta get steady traffic.
+const CONSOLE_URL = process.env.CONSOLE_URL ?? ''
+const SITE_URL = process.env.SITE_URL ?? ''
+const SHOTS = process.env.SCREENSHOTS_DIR ?? ''
+const ADMIN = CONSOLE_URL.replace(/\/rate_limit\/ui\/?$/, '')
+
+// Outside CI, `npm run e2e` alone has no Caddy to test: it skips; under CI=true it fails instead.
+test.skip((!CONSOLE_URL || !SITE_URL) && !process.env.CI, 'run by the Go test TestConsoleBrowser (e2e/console_test.go)')
+
+async function shot(page: Page, name: string) {
+  if (SHOTS) await page.screenshot({ path: `${SHOTS}/${name}.png` })
+}
+
+/** Sends n requests for app at once and returns how many were refused with 429. */
+async function burst(request: APIRequestContext, app: string, n: number): Promise<number> {
+  const codes = await Promise.all(
+    Array.from({ length: n }, () => request.get(`${SITE_URL}/console-e2e`, { headers: { 'X-App-Id': app } }).then((r) => r.status())),
+  )
+  return codes.filter((c) => c === 429).length
+}
+
+async function points(page: Page, testid: string): Promise<number> {
+  return Number(await page.getByTestId(testid).getAttribute('data-points'))
+}
+
+test('dashboard: the configured apps, live feed and non-empty charts', async ({ page }) => {
+  const external: string[] = []
+  page.on('request', (r) => {
+    if (!r.url().startsWith(ADMIN)) external.push(r.url())
+  })
+  await page.goto(CONSOLE_URL)
+  await expect(page.getByTestId('feed')).toHaveAttribute('data-state', 'live', { timeout: 15_000 })
+  await expect(page.getByTestId('top-apps').locator('tr[data-app="alpha"]')).toBeVisible()
+  await expect(page.getByTestId('top-apps').locator('tr[data-app="beta"]')).toBeVisible()
+  for (const id of ['chart-requests', 'chart-cost', 'chart-usage']) {
+    await expect.poll(() => points(page, id), { message: id }).toBeGreaterThan(0)
+  }
+  await expect(page.getByTestId('card-admitted')).toContainText('req/s')
+  await expect(page.getByTestId('card-usage')).toContainText('%')
+  await expect(page.getByTestId('card-instances')).toContainText('1')
+  await shot(page, 'dashboard')
+  expect(external, 'requests outside the admin endpoint').toEqual([])
+})
+
+test('apps: the table lists the configured policy', async ({ page }) => {
+  await page.goto(CONSOLE_URL + '#/apps')
+  const alpha = page.getByTestId('apps-table').locator('tr[data-app="alpha"]')
+  await expect(alpha).toContainText('20 tokens/s')
+  await expect(alpha).toContainText('caddyfile')
+  await expect(page.getByTestId('apps-table').locator('tr[data-app="beta"]')).toBeVisible()
+  await shot(page, 'apps')
+})
+
+test('app: editing the quota changes what the limiter enforces; removing the override restores it', async ({ page, request }) => {
+  // With the config's policy (guaranteed 20, burst 40) a burst of 15 passes.
+  await expect.poll(() => burst(request, 'alpha', 15), { timeout: 10_000 }).toBe(0)
+
+  await page.goto(CONSOLE_URL + '#/apps/alpha')
+  const form = page.getByTestId('app-form')
+  await expect(form.locator('input[name="burst"]')).toHaveValue('40')
+  for (const id of ['chart-app-requests', 'chart-app-tokens']) {
+    await expect.poll(() => points(page, id), { message: id }).toBeGreaterThan(0)
+  }
+
+  // The API's validation error is shown on its field, and nothing changes.
+  await form.locator('input[name="burst"]').fill('5')
+  await form.getByRole('button', { name: 'Save override' }).click()
+  await expect(form.locator('[data-field-error="burst"]')).toContainText('guaranteed')
+  const before = await (await request.get(`${ADMIN}/rate_limit/apps/alpha`)).json()
+  expect(before.source).toBe('caddyfile')
+
+  // A valid change: guaranteed 0.1, burst 2.
+  await form.locator('input[name="guaranteed"]').fill('0.1')
+  await form.locator('input[name="burst"]').fill('2')
+  await form.getByRole('button', { name: 'Save override' }).click()
+  await expect(form.getByTestId('saved')).toBeVisible()
+  const after = await (await request.get(`${ADMIN}/rate_limit/apps/alpha`)).json()
+  expect(after.source).toBe('override')
+  expect(after.policy.burst).toBe(2)
+  // The limiter enforces it: most of a burst of 15 is refused now.
+  await expect.poll(() => burst(request, 'alpha', 15), { timeout: 10_000 }).toBeGreaterThanOrEqual(10)
+  await shot(page, 'app')
+
+  await page.getByRole('button', { name: 'Remove override' }).click()
+  await page.getByRole('button', { name: 'Remove', exact: true }).click()
+  await expect(page.getByTestId('removed')).toBeVisible()
+  const restored = await (await request.get(`${ADMIN}/rate_limit/apps/alpha`)).json()
+  expect(restored.source).toBe('caddyfile')
+  expect(restored.policy.burst).toBe(40)
+  // The probes drained the bucket: with the config's refill (20 tokens/s) it is full again
+  // within 2 s, and a burst of 15 passes.
+  await expect.poll(() => burst(request, 'alpha', 15), { intervals: [2000], timeout: 20_000 }).toBe(0)
+})
+
+test('cluster: policy and connections', async ({ page }) => {
+  await page.goto(CONSOLE_URL + '#/cluster')
+  await expect(page.getByTestId('cluster-form').locator('input[name="capacity"]')).toHaveValue('1000')
+  await expect(page.getByTestId('connections').locator('tr[data-app="alpha"]')).toBeVisible()
+  // An invalid ratio is refused by the API and shown on its field.
+  await page.getByTestId('cluster-form').locator('input[name="reserved_ratio"]').fill('1.5')
+  await page.getByTestId('cluster-form').getByRole('button', { name: 'Save' }).click()
+  await expect(page.getByTestId('cluster-form').locator('[data-field-error="reserved_ratio"]')).toBeVisible()
+  await page.getByTestId('cluster-form').getByRole('button', { name: 'Reset' }).click()
+  await shot(page, 'cluster')
+})
+
+test('emergency: activate with confirmation, then deactivate', async ({ page, request }) => {
+  const state = async () => (await (await request.get(`${ADMIN}/rate_limit/emergency`)).json()) as { active: boolean; source: string; reason: string }
+  expect((await state()).active).toBe(false)
+
+  await page.goto(CONSOLE_URL + '#/emergency')
+  await page.locator('input[name="reason"]').fill('console e2e')
+  await page.locator('select[name="duration"]').selectOption('5m')
+  await page.getByRole('button', { name: 'Activate emergency…' }).click()
+  await expect(page.getByTestId('emergency-confirm')).toContainText('5 minutes')
+  expect((await state()).active, 'nothing happens before the confirmation').toBe(false)
+  await page.getByRole('button', { name: 'Yes, activate' }).click()
+
+  await expect.poll(async () => (await state()).active, { timeout: 10_000 }).toBe(true)
+  expect(await state()).toMatchObject({ source: 'operator', reason: 'console e2e' })
+  await expect(page.getByTestId('emergency-state')).toHaveAttribute('data-active', 'true', { timeout: 10_000 })
+  await expect(page.getByTestId('emergency-banner')).toBeVisible({ timeout: 10_000 })
+  await shot(page, 'emergency')
+
+  await page.getByTestId('deactivate').click()
+  await expect.poll(async () => (await state()).active, { timeout: 10_000 }).toBe(false)
+  await expect(page.getByTestId('emergency-state')).toHaveAttribute('data-active', 'false', { timeout: 10_000 })
+})
