@@ -108,6 +108,18 @@ func (l *Limiter) newApp(id, label string, p AppPolicy, st *appStats, isolated b
 	return a
 }
 
+// setPolicy applies a new policy (a reload, an admin override). A refusal recorded under the
+// old one no longer holds: its retry time was computed from the old refill rate (an override
+// to 0.1 tokens/s, removed again, would otherwise keep the app refused for 20 s).
+func (a *App) setPolicy(p AppPolicy) {
+	if old := a.pol.Load(); old != nil && old.AppPolicy == p {
+		return
+	}
+	a.pol.Store(newAppPolicy(p))
+	a.retryUntil.Store(0)
+	a.short.Store(false)
+}
+
 // horizon is how long a lease lasts at the app's rate: LeaseHorizon, or only three sync
 // intervals while L2 is near empty (the last lease came back short). An app at its quota then
 // leases in small batches, so that its instances share what L2 refills fairly, and each of

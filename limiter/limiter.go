@@ -222,7 +222,7 @@ func (l *Limiter) install(cfg Config) error {
 	var gone []*App
 	for id, p := range cfg.Apps {
 		if a := old.apps[id]; a != nil {
-			a.pol.Store(newAppPolicy(p))
+			a.setPolicy(p)
 			s.apps[id] = a
 		} else {
 			s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
@@ -249,10 +249,10 @@ func (l *Limiter) install(cfg Config) error {
 	} else {
 		s.shared = old.shared
 		if s.shared != nil {
-			s.shared.pol.Store(newAppPolicy(cfg.Default))
+			s.shared.setPolicy(cfg.Default)
 		}
 		for _, a := range l.isolated {
-			a.pol.Store(newAppPolicy(cfg.Default))
+			a.setPolicy(cfg.Default)
 		}
 	}
 	l.isoMu.Unlock()

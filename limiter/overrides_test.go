@@ -283,3 +283,28 @@ func TestPropOverridesConverge(t *testing.T) {
 		}
 	})
 }
+
+// A refusal recorded under a policy does not outlive it: after an override to a tiny rate is
+// removed, the app is served at its configured rate at once.
+func TestPolicyChangeClearsRefusal(t *testing.T) {
+	ls, _, c := fleetOf(t, 1, baseConfig())
+	l := ls[0]
+	syncAll(ls, c)
+	if _, err := l.SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: ptr(0.1), Burst: ptr(2.0)}); err != nil {
+		t.Fatal(err)
+	}
+	a := mustApp(t, l, "a")
+	for range 5 {
+		a.Take(context.Background(), 1, 0)
+	}
+	if d := a.Take(context.Background(), 1, 0); d.Allowed || d.RetryAfter < time.Second {
+		t.Fatalf("at 0.1/s after its burst: %+v, want a refusal for seconds", d)
+	}
+	if _, err := l.SetAppOverride(context.Background(), "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Second) // 100 tokens at the configured rate
+	if d := a.Take(context.Background(), 1, 0); !d.Allowed {
+		t.Fatalf("after the override was removed: %+v, want admitted", d)
+	}
+}
