@@ -84,8 +84,9 @@ const (
 // LeaseHorizon is how long a lease lasts at the app's current rate: the lease target is the
 // rate × LeaseHorizon (capped for fairness at burst / (2 × live instances)). It is set by the
 // Redis budget, not by the sync interval: at most 5 Store calls per 1000 requests means a lease
-// and its renewal must cover 200 requests, 20 s of an app at 10 requests per second.
-const LeaseHorizon = 20 * time.Second
+// must cover 200 requests, 20 s of an app at 10 requests per second, with the instance's cluster
+// reports on top; 30 s leaves that room.
+const LeaseHorizon = 30 * time.Second
 
 // Config is the configuration of one cluster's Limiter. Zero fields take their defaults.
 type Config struct {

@@ -349,6 +349,7 @@ func TestSyncBatchFlushesStats(t *testing.T) {
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.SyncBatch = 5
+	cfg.Reserve = 500 // one lease covers the test: no lease carries the statistics
 	l := testLimiter(t, cfg, ps, c, false)
 	a := mustApp(t, l, "a")
 	interval := l.Config().SyncInterval

@@ -197,13 +197,15 @@ func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
 	}
 }
 
-// expireLeases returns tokens leased longer than LeaseTTL ago and still unspent. The
-// approximation: one lease time per app (the last grant); when it is older than LeaseTTL, all
-// tokens above the app's current rate-based target go back to L2,
-// and the kept tokens start a new TTL.
+// expireLeases returns the unspent tokens of apps that stopped using them: the last lease is
+// older than LeaseTTL and the app is idle (its rate would not spend one token in LeaseTTL). An
+// app that is still spending keeps its lease, which lasts about LeaseHorizon at its rate (a
+// lease returned while being spent would only be leased again). Tokens above the app's current
+// target go back; the kept ones start a new TTL.
 func (l *Limiter) expireLeases(now time.Time, apps []*App, cfg Config) {
 	for _, a := range apps {
-		if a.balance.Load() <= 0 || now.UnixNano()-a.lastLease.Load() < int64(cfg.LeaseTTL) {
+		if a.balance.Load() <= 0 || now.UnixNano()-a.lastLease.Load() < int64(cfg.LeaseTTL) ||
+			a.rate*cfg.LeaseTTL.Seconds() >= 1 {
 			continue
 		}
 		_ = a.returnTokens(now, a.rateTgt.Load())

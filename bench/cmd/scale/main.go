@@ -37,6 +37,7 @@ func main() {
 		perApp   = flag.Float64("per-app", 10, "calls suite: requests per second per app")
 		hot      = flag.Float64("hot", 40000, "calls suite: the hot app's requests per second (0: skip)")
 		appsList = flag.String("apps-list", "1,200,2000,20000", "calls suite: active app counts")
+		burstSec = flag.Float64("burst-seconds", 1, "every app's burst in seconds of its guaranteed rate (at least 10 tokens)")
 		shared   = flag.Bool("shared-client", false, "all instances share one store client (default: one each)")
 	)
 	flag.Parse()
@@ -80,7 +81,7 @@ func main() {
 	log.Printf("3-master Redis Cluster on %s", strings.Join(addrs, " "))
 
 	var specs []spec
-	base := spec{warmup: *warmup, duration: *duration, zipfS: *zipfS, shared: *shared}
+	base := spec{warmup: *warmup, duration: *duration, zipfS: *zipfS, shared: *shared, burstSeconds: *burstSec}
 	switch *suite {
 	case "fleet":
 		for _, nm := range [][2]int{{10, 100}, {10, 10000}, {100, 100}, {100, 10000}} {

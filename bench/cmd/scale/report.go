@@ -136,7 +136,7 @@ func report(suite string, args []string, started time.Time, rs []result) string 
 	if hasOver {
 		b.WriteString("## Accuracy per app class (whole run, warm-up included)\n\n")
 		b.WriteString("Every 5th app by rank is driven at twice its quota (guaranteed = offered/2), the others at half of it " +
-			"(guaranteed = 2 × offered); burst = max(guaranteed, 10). Over quota: admitted ÷ (burst + guaranteed × T) " +
+			"(guaranteed = 2 × offered); burst = max(guaranteed × -burst-seconds, 10). Over quota: admitted ÷ (burst + guaranteed × T) " +
 			"(1.00 = exact; the target is ±5%), with the per-app 5th/50th/95th percentiles over apps allowed ≥ 100 " +
 			"requests. Within quota: admitted ÷ sent (1.00 = no request rejected).\n\n")
 		b.WriteString("| instances | apps | class | apps | over quota: admitted ÷ allowed [p5 p50 p95 (n)] | within quota: admitted ÷ sent |\n|---:|---:|---|---:|---|---:|\n")

@@ -25,6 +25,7 @@ type spec struct {
 	zipfS, over      float64
 	warmup, duration time.Duration
 	shared           bool
+	burstSeconds     float64 // burst = max(guaranteed × burstSeconds, 10)
 }
 
 // app classes: rank bands × whether the app is driven above its quota.
@@ -64,7 +65,7 @@ func rates(m int, total float64, dist string, s float64) []float64 {
 }
 
 // apps builds the app set: every 1/over-th app (by rank) is driven at twice its quota, the
-// others at half of it; burst = max(guaranteed, 10).
+// others at half of it; burst = max(guaranteed × burstSeconds (at least 1), 10).
 func apps(s spec) []appSpec {
 	r := rates(s.apps, s.rate, s.dist, s.zipfS)
 	out := make([]appSpec, s.apps)
@@ -82,7 +83,7 @@ func apps(s spec) []appSpec {
 		} else {
 			a.g = r[i] * 2
 		}
-		a.burst = max(a.g, 10)
+		a.burst = max(a.g*max(s.burstSeconds, 1), 10)
 		switch {
 		case i < hot:
 			a.band = bandHot
