@@ -83,7 +83,7 @@ func runServe(b *testing.B, h *Handler, app string, wantStatus int) {
 	}
 }
 
-// BenchmarkServeHTTPLocalHit is the hot path of DESIGN §14: app id from a header, cost
+// BenchmarkServeHTTPLocalHit is the hot path: app id from a header, cost
 // estimate, connection slot, local token take, next handler, settlement, release, with the
 // default headers (both) and the placeholders.
 func BenchmarkServeHTTPLocalHit(b *testing.B) {

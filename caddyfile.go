@@ -35,7 +35,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Parsing is strict: an unknown
 // subdirective, a repeated one (other than distinct `app` ids and `base` operations) or a
-// wrong number of arguments is an error with its file and line. Syntax (DESIGN §9):
+// wrong number of arguments is an error with its file and line. Syntax:
 //
 //	rate_limit [<matcher>] {
 //	    cluster <id>

@@ -14,7 +14,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
-// Defaults of the handler's own fields (DESIGN §9). The concept packages own the defaults of
+// Defaults of the handler's own fields. The concept packages own the defaults of
 // their blocks (cost, connections, local, redis).
 const (
 	DefaultCluster            = "default"
@@ -35,7 +35,7 @@ var DefaultEmergencyRatios = [limiter.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
 // wildcardApp is the id of the template policy for app ids without their own block.
 const wildcardApp = "*"
 
-// AppConfig is one `app <id>` block: the L2 policy of one app (DESIGN §5).
+// AppConfig is one `app <id>` block: the L2 policy of one app.
 type AppConfig struct {
 	// Refill rate in cost tokens per second. Required, > 0.
 	Guaranteed float64 `json:"guaranteed,omitempty"`

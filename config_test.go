@@ -9,7 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 )
 
-// TestProvisionRejectsInvalidConfig: every invalid config of DESIGN §9 fails provisioning with
+// TestProvisionRejectsInvalidConfig: every invalid config fails provisioning with
 // a message naming the field (property 10).
 func TestProvisionRejectsInvalidConfig(t *testing.T) {
 	cases := []struct {
@@ -88,7 +88,7 @@ func TestProvisionRejectsInvalidConfig(t *testing.T) {
 	}
 }
 
-// TestLimiterConfigDefaults: an empty config gets DESIGN §9's defaults.
+// TestLimiterConfigDefaults: an empty config gets the documented defaults.
 func TestLimiterConfigDefaults(t *testing.T) {
 	var h Handler
 	cfg, err := h.limiterConfig()

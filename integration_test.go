@@ -174,7 +174,7 @@ func TestIntegrationBurstThen429(t *testing.T) {
 		t.Errorf("RateLimit = %q", got)
 	}
 	if got := resp.Header.Get("X-RateLimit-Limit"); got != "" {
-		t.Errorf("X-RateLimit-Limit = %q: not one of DESIGN §10's headers (the limit is in RateLimit-Policy)", got)
+		t.Errorf("X-RateLimit-Limit = %q: not one of the documented headers (the limit is in RateLimit-Policy)", got)
 	}
 	reset, _ := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64)
 	if now := time.Now().Unix(); reset < now || reset > now+int64(ra)+2 {

@@ -10,7 +10,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
-// The metrics (DESIGN §12) are read at scrape time from the limiters' and counters' own atomic
+// The metrics are read at scrape time from the limiters' and counters' own atomic
 // counters: the request path never calls into prometheus. Labels: cluster, and app = a
 // configured app id or "*" (every unknown app together), so cardinality is bounded by the
 // config.

@@ -28,7 +28,7 @@ func init() {
 // when the Store is down and on_redis_failure is closed) when either is not available.
 //
 // Handlers with the same cluster id share one set of buckets and counters, which survives
-// config reloads (see pool.go). All fields are named as in the Caddyfile (DESIGN §9).
+// config reloads (see pool.go). All fields are named as in the Caddyfile.
 type Handler struct {
 	// Cluster id: handlers with the same id share buckets. Default "default".
 	Cluster string `json:"cluster,omitempty"`
@@ -46,11 +46,11 @@ type Handler struct {
 	EmergencyRatios []float64 `json:"emergency_ratios,omitempty"`
 	// Policies by app id; "*" is the template of app ids without their own entry.
 	Apps map[string]*AppConfig `json:"apps,omitempty"`
-	// The cost model (DESIGN §4).
+	// The cost model.
 	Cost *cost.Config `json:"cost,omitempty"`
-	// In-flight request limits (DESIGN §7).
+	// In-flight request limits.
 	Connections *connlimit.Config `json:"connections,omitempty"`
-	// L3 tuning (DESIGN §5).
+	// L3 tuning.
 	Local *LocalConfig `json:"local,omitempty"`
 	// The Redis Store; absent = the embedded in-memory store (one instance).
 	Redis *RedisConfig `json:"redis,omitempty"`

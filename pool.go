@@ -19,7 +19,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/redislua"
 )
 
-// State that must outlive a config reload (DESIGN §9) — local buckets, connection counters,
+// State that must outlive a config reload — local buckets, connection counters,
 // the sync loop — lives in clusters, a caddy.UsagePool keyed by cluster id and Store identity,
 // like reverse_proxy keeps its upstream hosts. A reload provisions the new handlers before the
 // old ones are cleaned up, so the state's reference count never drops to zero in between and
@@ -31,7 +31,7 @@ import (
 //
 //   - definitions: the fingerprint of each cluster id's definition. A second handler of the
 //     same generation that defines the same cluster id differently is a provisioning error
-//     ("conflicting definitions of one cluster id in one config", DESIGN §9). Handlers of
+//     ("conflicting definitions of one cluster id in one config"). Handlers of
 //     different generations may differ: that is a reload.
 //   - clusterState.gens: the policies applied to a state, in provisioning order. When the newest
 //     generation goes away while an older one still holds the state — a reload that failed after

@@ -11,7 +11,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/redislua"
 )
 
-// RedisConfig is the `redis` block (DESIGN §9). It is redislua.Config with Caddy's duration
+// RedisConfig is the `redis` block. It is redislua.Config with Caddy's duration
 // syntax ("50ms") for timeout, and placeholders ({env.REDIS_PASSWORD}, {file./run/secret})
 // allowed in address, url, sentinel, username and password; they are replaced at provisioning.
 type RedisConfig struct {

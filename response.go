@@ -143,7 +143,7 @@ func (o *result) rejected() bool {
 		o.reason != limiter.ReasonUnknownApp
 }
 
-// setHeaders writes the rate-limit headers of the configured mode (DESIGN §10).
+// setHeaders writes the rate-limit headers of the configured mode.
 func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
 	if h.headers == headersOff || !o.hasQuota() {
 		return // no app, no quota to describe

@@ -12,7 +12,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
-// ServeHTTP is the request path of DESIGN §3: app id → cost estimate → in-flight slot →
+// ServeHTTP is the request path: app id → cost estimate → in-flight slot →
 // tokens → next handler → settlement → slot released. Everything on it is local: no Store
 // call (unless the local tokens are spent), no lock held across I/O.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
@@ -73,7 +73,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // The deferred part runs on panics too: the slot is released exactly once (or, for a hijacked
 // connection, when that connection is closed) and the cost is settled.
 //
-// Rollback (DESIGN §3): when the request is rejected later in the chain with 429 — by another
+// Rollback: when the request is rejected later in the chain with 429 — by another
 // rate limiter after this one, or by the backend's own throttling, written as a response or
 // returned as a Caddy error — everything it took is given back. Any other outcome, errors
 // included, stays charged (only the unread part of a declared body is refunded, as for every

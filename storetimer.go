@@ -10,7 +10,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
-// storeLatency is caddy_rate_limit_store_latency_seconds (DESIGN §12). Store calls are batched
+// storeLatency is caddy_rate_limit_store_latency_seconds. Store calls are batched
 // (leases, returns, periodic reports), never one per request, so observing each one is cheap.
 var storeLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Name:    metricsNS + "store_latency_seconds",

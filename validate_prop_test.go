@@ -64,7 +64,7 @@ func drawConfig(t *rapid.T, validOnly bool) *Handler {
 	return h
 }
 
-// validOracle is an independent statement of DESIGN §9's validation rules.
+// validOracle is an independent statement of the config's validation rules.
 func validOracle(h *Handler) bool {
 	if h.Capacity < 0 {
 		return false
@@ -120,7 +120,7 @@ func validOracle(h *Handler) bool {
 }
 
 // drawFaulty draws a valid config and then, most of the time, breaks exactly one rule of
-// DESIGN §9 (or moves capacity right next to the admission bound, on either side).
+// (or moves capacity right next to the admission bound, on either side).
 func drawFaulty(t *rapid.T) *Handler {
 	h := drawConfig(t, true)
 	if len(h.Apps) == 0 {
@@ -184,7 +184,7 @@ func drawFaulty(t *rapid.T) *Handler {
 }
 
 // TestValidationProperty: limiterConfig accepts exactly the configs the oracle accepts
-// (DESIGN §13 property 10); every accepted config resolves to a sane policy.
+// (validation); every accepted config resolves to a sane policy.
 func TestValidationProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var h *Handler

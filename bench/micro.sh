@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Go microbenchmarks of the hot paths (DESIGN §14: < 1 µs and 0 allocs per request).
+# Go microbenchmarks of the hot paths (target: < 1 µs and 0 allocs per request).
 # Usage: bash bench/micro.sh     → bench/results/micro-<date>.txt (benchstat input) and its
 #                                   benchstat summary bench/results/micro-<date>.md
 # Settings (environment): COUNT=6 BENCHTIME=1s BENCH=. PKGS="./cost ./limiter ./connlimit ."

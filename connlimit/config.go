@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Defaults of the connections block (DESIGN §7, §9).
+// Defaults of the connections block.
 const (
 	DefaultApp           = 1000
 	DefaultCluster       = 5000

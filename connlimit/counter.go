@@ -83,7 +83,7 @@ type shard struct {
 }
 
 // Counter counts in-flight requests per app and for one cluster and enforces their limits
-// against this instance's counts plus the other live instances' last reports (DESIGN §7).
+// against this instance's counts plus the other live instances' last reports.
 // It implements limiter.InFlightSource through InFlight and SetRemote. All methods are safe
 // for concurrent use.
 type Counter struct {

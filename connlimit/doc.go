@@ -1,5 +1,5 @@
 // Package connlimit counts in-flight requests per app and per cluster and enforces their limits,
-// locally and fleet-wide (DESIGN §7).
+// locally and fleet-wide.
 //
 // One Counter serves one cluster. Acquire admits a request only if, first for the cluster and
 // then for the app, this instance's count plus the other live instances' last reported count

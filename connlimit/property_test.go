@@ -8,7 +8,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// DESIGN §13 property 11: +1 per acquire, −1 per release (once), never negative, peak is a max;
+// The counters: +1 per acquire, −1 per release (once), never negative, peak is a max;
 // and current == acquired − released − leaked, for every app and for the cluster.
 
 const (

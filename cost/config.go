@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Defaults of the cost block (DESIGN §4, §9).
+// Defaults of the cost block.
 const (
 	DefaultQuantum        = 65536
 	DefaultBandwidth      = 1

@@ -1,3 +1,3 @@
-// Package cost turns a request into a cost in tokens (DESIGN §4): operation classification,
+// Package cost turns a request into a cost in tokens: operation classification,
 // the base table, bandwidth units and settlement of streaming bodies.
 package cost

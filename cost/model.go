@@ -71,7 +71,7 @@ func (m *Model) addBytes(c, bytes int64) int64 {
 }
 
 // Classify returns the operation of r: the method alone with `operations http`; with
-// `operations s3` the S3 rules of DESIGN §4 for path-style requests (/bucket/key).
+// `operations s3` the S3 rules (docs/s3.md) for path-style requests (/bucket/key).
 func (m *Model) Classify(r *http.Request) Operation {
 	op := methodOp(r.Method)
 	if !m.s3 {

@@ -2,7 +2,7 @@ package cost
 
 import "strings"
 
-// Operation is the kind of request, as far as the cost model cares (DESIGN §4).
+// Operation is the kind of request, as far as the cost model cares.
 type Operation uint8
 
 // The operations. The first six are HTTP methods; the others are S3 operations recognised by

@@ -14,7 +14,7 @@ import (
 )
 
 // fleet is the Redis side of a test: a client on the test's redis-server and the key schema of
-// DESIGN §6 for one key prefix and one cluster id.
+// for one key prefix and one cluster id.
 type fleet struct {
 	t       *testing.T
 	rdb     *redis.Client
@@ -128,7 +128,7 @@ func (f *fleet) slotHoldings(key string) map[string]int64 {
 	return out
 }
 
-// rejection is the JSON body of a rejection (DESIGN §10).
+// rejection is the JSON body of a rejection.
 type rejection struct {
 	Error      string `json:"error"`
 	Reason     string `json:"reason"`

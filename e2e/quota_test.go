@@ -12,7 +12,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
 )
 
-// TestFleetQuota is issue 3, item 6 (DESIGN §13 property 12 end to end): two Caddy processes
+// TestFleetQuota is fleet accuracy end to end: two Caddy processes
 // sharing one redis-server enforce ONE app quota. Both are hammered at once for about 3.5 s;
 // the requests they admit together must be within ±5% of burst + guaranteed × T, T measured
 // from the first request sent to the last response received, and each must admit some.

@@ -54,7 +54,7 @@ type App struct {
 	l2Debt     atomic.Uint64 // L2's debt at the last lease (float64 bits)
 	l2Borrowed atomic.Uint64 // L2's borrowed at the last lease (float64 bits)
 
-	// Conservation (DESIGN §13 property 7):
+	// Conservation:
 	// leased + minted = consumed + returned + dropped + balance.
 	// minted counts tokens admitted without a lease (rescue / fail-open modes); dropped counts
 	// tokens given up by a Return that failed (see returnTokens).
@@ -289,7 +289,7 @@ func (a *App) refused(now, need int64) (time.Duration, bool) {
 	return time.Duration(ru - now), true
 }
 
-// reject builds a rejection, mapping the Store's reason through L1's state (DESIGN §5, §10).
+// reject builds a rejection, mapping the Store's reason through L1's state.
 func (a *App) reject(p *appPolicy, st *ClusterState, r Reason, retry time.Duration) Decision {
 	return Decision{
 		Reason:     mapReason(st, p.Priority, r),

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// UnknownAppMode says what happens to app ids that have no configured policy (DESIGN §5).
+// UnknownAppMode says what happens to app ids that have no configured policy.
 type UnknownAppMode uint8
 
 // The unknown-app modes; the zero value is the default.
@@ -39,7 +39,7 @@ func (m UnknownAppMode) String() string {
 	return "unknown"
 }
 
-// FailureMode says what the limiter does while the Store is unavailable (DESIGN §8).
+// FailureMode says what the limiter does while the Store is unavailable.
 type FailureMode uint8
 
 // The failure modes; the zero value is the default.
@@ -66,7 +66,7 @@ func (m FailureMode) String() string {
 	return "unknown"
 }
 
-// Defaults of the Config fields (DESIGN §9 `local` block).
+// Defaults of the Config fields (the `local` block).
 const (
 	DefaultMaxIsolated     = 10000
 	DefaultReserve         = 1000

@@ -90,7 +90,7 @@ func simulateFleet(t *testing.T, n int, p AppPolicy, dur time.Duration, seed uin
 	return res
 }
 
-// Property 12 / DESIGN §14: admitted cost across 4 instances stays within ±5% of burst +
+// Property 12, accuracy: admitted cost across 4 instances stays within ±5% of burst +
 // rate × T, for a small and a large quota, and each instance gets at least half its fair share.
 func TestFleetAccuracy(t *testing.T) {
 	for _, tc := range []struct {
@@ -119,7 +119,7 @@ func TestFleetAccuracy(t *testing.T) {
 	}
 }
 
-// DESIGN §14: at steady load within the quota, ≥ 99% of requests are local hits and the Store
+// Target: at steady load within the quota, ≥ 99% of requests are local hits and the Store
 // sees ≤ 5 calls per 1000 requests (leases and reports together).
 func TestFleetSteadyLoadStaysLocal(t *testing.T) {
 	r := simulateFleet(t, 4, pol(50000, 50000, 0), 10*time.Second, 2, 10, 1) // 4 × 10k/s of 50k/s

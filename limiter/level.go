@@ -6,7 +6,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Level is the degradation level set by the Store's latency and errors (DESIGN §8).
+// Level is the degradation level set by the Store's latency and errors.
 type Level uint8
 
 // The degradation levels.

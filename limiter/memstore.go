@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Where STORE_SEMANTICS.md is silent or ambiguous, the memory store does the following, and the
+// Where the Store semantics is silent or ambiguous, the memory store does the following, and the
 // Redis store (redislua) must do the same (the shared suite limiter/storetest and the
 // differential test check it):
 //
@@ -14,7 +14,7 @@ import (
 //     simply "avail >= need → avail" (avail is never negative).
 //   - retry_after_us = min(2^53, ceil((need - tokens) / rate * 1e6)), evaluated in that order;
 //     debt is not included (literal spec); 1 s when rate = guaranteed × factor is 0.
-//   - Return does not refill (this supersedes STORE_SEMANTICS' "refill at factor 1"): it only
+//   - Return does not refill (this supersedes the Store semantics' "refill at factor 1"): it only
 //     does tokens = min(burst, tokens + Tokens) and leaves ts alone, so the time before the
 //     return is refilled later at the factor of the next lease. A refill at factor 1 would hand
 //     a throttled app (factor < 1, e.g. in an emergency) tokens at the full rate; since

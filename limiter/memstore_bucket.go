@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// memBucket is one app's L2 record (STORE_SEMANTICS "L2 app bucket"). Times are µs since the
+// memBucket is one app's L2 record (the Store semantics' "L2 app bucket"). Times are µs since the
 // Unix epoch, amounts float64 as in Redis (Lua numbers are doubles).
 type memBucket struct {
 	hasBucket bool    // false: only statistics so far (Redis: a hash written by HINCRBY alone)

@@ -9,7 +9,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestMemoryStoreRefillProperty is DESIGN §13 property 3: after elapsed seconds at factor f,
+// TestMemoryStoreRefillProperty checks the refill: after elapsed seconds at factor f,
 // the bucket holds min(burst, tokens + elapsed × guaranteed × f − paid debt), where the refill
 // pays debt first; borrowed shrinks in proportion to the debt repaid and is 0 with the debt.
 // Debt only arises from borrowing, so the test plants it in the record directly.

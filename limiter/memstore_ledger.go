@@ -2,7 +2,7 @@ package limiter
 
 import "math"
 
-// memLedger is one cluster's L1 ledger plus its per-instance records (STORE_SEMANTICS "L1
+// memLedger is one cluster's L1 ledger plus its per-instance records (the Store semantics' "L1
 // cluster ledger"; Redis: the :l1, :nodes and :conn keys). Times are µs since the Unix epoch.
 type memLedger struct {
 	winSec    int64   // the second win_cur counts
@@ -83,7 +83,7 @@ func (l *memLedger) removeInstance(instance string) {
 // recordInFlight is Report step 2: it stores the instance's counts (the cluster's, and the
 // app's for each app in the report) and sums the other live instances' counts.
 //
-// Liveness of an app's entry: STORE_SEMANTICS says "live instances"; the Redis store can only
+// Liveness of an app's entry: the Store semantics say "live instances"; the Redis store can only
 // see, in the app's slot, when the instance last reported that app, so both stores count an
 // (app, instance) entry while now - (last report carrying the app) <= InstanceTTL and delete it
 // after. For an instance that carries every app with a non-zero count in every report (the
@@ -207,7 +207,7 @@ func (l *memLedger) operator(now int64) bool {
 	return l.opActive
 }
 
-// Factors returns L1's refill factor per priority (DESIGN §5, STORE_SEMANTICS Report step 6):
+// Factors returns L1's refill factor per priority :
 // the emergency ratios in an emergency; otherwise 1 for every priority without L1 (Capacity 0)
 // or below u = 0.9; otherwise the overload formula
 //

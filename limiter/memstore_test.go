@@ -230,7 +230,7 @@ func TestFactors(t *testing.T) {
 	})
 }
 
-// TestMemoryStoreTokensBounded is DESIGN §13 property 4: over random sequences of leases,
+// TestMemoryStoreTokensBounded checks that tokens stay within bounds: over random sequences of leases,
 // returns, time steps and policy changes, L2 tokens stay within [0, burst].
 func TestMemoryStoreTokensBounded(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {

@@ -1,6 +1,6 @@
 package limiter
 
-// Reason says why a request was rejected (DESIGN §10). The zero value means admitted.
+// Reason says why a request was rejected. The zero value means admitted.
 type Reason uint8
 
 // The rejection reasons, in the order of their metric label values.

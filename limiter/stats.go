@@ -11,7 +11,7 @@ type appStats struct {
 	cost, localHits, leases, leaseTokens atomic.Int64
 }
 
-// AppStats is a snapshot of one metric label's counters (DESIGN §12).
+// AppStats is a snapshot of one metric label's counters.
 type AppStats struct {
 	Label       string
 	Requests    [NumReasons]int64 // final decisions by reason (ReasonNone = admitted), from Record

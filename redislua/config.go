@@ -14,10 +14,10 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// DefaultTimeout bounds what a request waits on Redis (DESIGN §8); background calls get longer.
+// DefaultTimeout bounds what a request waits on Redis; background calls get longer.
 const DefaultTimeout = 50 * time.Millisecond
 
-// Config is the `redis` block of the Caddyfile (DESIGN §9).
+// Config is the `redis` block of the Caddyfile.
 type Config struct {
 	// Address lists host:port addresses: one is a standalone server, several a Redis Cluster,
 	// and with Sentinel they are the sentinels' addresses.

@@ -1,5 +1,5 @@
 // Package redislua is the Redis implementation of limiter.Store: Lua scripts embedded from .lua
-// files (lua/), their Go wrappers and the key schema of DESIGN §6.
+// files (lua/), their Go wrappers and the key schema (docs/admin-api.md and docs/design.md).
 //
 // Keys (prefix default "ratelimit"; hash tags keep a cluster's keys in one slot and each app's
 // keys in another, so every script touches exactly one slot and apps spread over the shards of a
@@ -12,7 +12,7 @@
 //	                                       last_grant, warm_start, warm_granted (limiter.AppPolicy.Warmup)
 //	<prefix>:{<cluster>/<app>}:conn  HASH  instance → "<in-flight>:<heartbeat µs>"
 //
-// The scripts follow STORE_SEMANTICS.md operation for operation, like the memory store, so that
+// The scripts follow the Store semantics operation for operation, like the memory store, so that
 // both give bit-identical answers (floats are stored with %.17g). A Report is one pipeline: the
 // cluster script and one script per app, one round trip. Because an app's slot cannot see the
 // cluster's live-instance set, each app in-flight entry carries the time of the last report that

@@ -37,7 +37,7 @@ func commandStats(t *testing.T, c *redis.Client) map[string]int64 {
 	return out
 }
 
-// TestEfficiency measures one Limiter at a steady load under its quota (DESIGN §14: ≥ 99%
+// TestEfficiency measures one Limiter at a steady load under its quota (target: ≥ 99%
 // local hits, ≤ 5 Redis calls per 1000 requests). The figures are logged, not asserted (they are
 // benchmarks); the test asserts only that the load was admitted.
 func TestEfficiency(t *testing.T) {

@@ -23,7 +23,7 @@ type faultResult struct {
 // runFault runs one Limiter under load over its quota (so that the rescue bucket is what limits
 // an outage), breaks Redis, waits for fail_open, keeps the load on for a second, heals Redis,
 // waits for the normal level and closes the Limiter (which flushes its statistics). It checks
-// the properties every fault shares (DESIGN §8, §14): no Take blocks beyond the Store timeout,
+// the properties every fault shares: no Take blocks beyond the Store timeout,
 // the rescue bucket limits the outage, the level comes back, and every admitted request reached
 // a report.
 func runFault(t *testing.T, name string, breakRedis, heal func(*redistest.Server)) faultResult {

@@ -140,7 +140,7 @@ func load(r *loadResult, app *limiter.App, rate float64, maxCost int, start time
 	}
 }
 
-// TestFleetAccuracy is DESIGN §13 property 12 against a real Redis and the real clock: four
+// TestFleetAccuracy is fleet accuracy (±5% of the quota) against a real Redis and the real clock: four
 // Limiters share one Redis, each offered the whole quota (the fleet is 4× over it) for about
 // 3 s. The admitted cost must be within ±5% of burst + rate × T, and every instance must get
 // at least half its fair share.
@@ -214,7 +214,7 @@ func TestFleetAccuracy(t *testing.T) {
 			if math.Abs(dev) > 0.05 {
 				// A request that gives up on a slow lease is admitted on credit (paid by the
 				// lease), but a failed Store call is fail-open: the rescue bucket then admits on
-				// top of L2's quota (DESIGN §8), which no accuracy bound covers.
+				// top of L2's quota, which no accuracy bound covers.
 				why := ""
 				if errs > 0 {
 					why = fmt.Sprintf("; %d Store calls failed, so rescue mode admitted on top of the quota", errs)

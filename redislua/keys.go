@@ -5,7 +5,7 @@ import "strings"
 // DefaultPrefix is the key prefix when none is configured.
 const DefaultPrefix = "ratelimit"
 
-// keys builds the key schema of DESIGN §6. The hash tags put a cluster's keys in one slot and
+// keys builds the key schema (docs/admin-api.md and docs/design.md). The hash tags put a cluster's keys in one slot and
 // each app's keys in another, so that every script touches one slot and apps spread over the
 // shards of a Redis Cluster.
 type keys struct{ prefix string }

@@ -10,7 +10,7 @@ import (
 var luaFiles embed.FS
 
 // The scripts, each prefixed with the shared helpers of common.lua. Every script touches the
-// keys of exactly one hash slot (DESIGN §6).
+// keys of exactly one hash slot.
 var (
 	leaseScript         = loadScript("lease.lua")
 	returnScript        = loadScript("return.lua")

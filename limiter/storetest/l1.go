@@ -187,7 +187,7 @@ func emergencyAtThreshold(e *env) {
 	e.wantL1(e.reportCost(2000), 2, true, e.cluster.EmergencyRatios)
 }
 
-// overload is STORE_SEMANTICS' overload formula for the case's threshold,
+// overload is the Store semantics' overload formula for the case's threshold,
 // clamp(1 - (u - 0.9) / (thr - 0.9) * p / 3, 0, 1), evaluated left to right in float64 at run
 // time (thr is a variable: Go would fold a constant 0.95 - 0.9 exactly, unlike Lua).
 func (e *env) overload(u float64) [limiter.MaxPriority + 1]float64 {

@@ -12,7 +12,7 @@ import (
 
 // Policy of every L2 case unless it says otherwise: guaranteed 10/s, burst 100, no L1.
 // Elapsed times are chosen so that every expected amount is exact in binary floating point,
-// and no bucket is left idle for 60 s (a store may drop idle state: STORE_SEMANTICS).
+// and no bucket is left idle for 60 s (a store may drop idle state).
 
 func l2Cases() []testCase {
 	return []testCase{
@@ -128,7 +128,7 @@ func refillCappedAtBurst(e *env) {
 
 func factorZeroNeverRefills(e *env) {
 	e.drain(1)
-	e.advance(50 * time.Second) // below the 60 s idle expiry (STORE_SEMANTICS)
+	e.advance(50 * time.Second) // below the 60 s idle expiry
 	e.wantLease(e.leaseF(10, 5, 0), limiter.Lease{Reason: limiter.ReasonAppExhausted, RetryAfter: time.Second})
 	e.wantContent(0, 0)
 	// The factor-0 refill moved the bucket's time: only the last second counts now.

@@ -1,6 +1,6 @@
 // Package storetest is the behavioural test suite that every limiter.Store implementation must
 // pass: the in-memory store and the Redis store run the same cases and must give the same
-// answers (STORE_SEMANTICS.md). The suite owns a manual clock; each case uses its own cluster
+// answers (docs/design.md). The suite owns a manual clock; each case uses its own cluster
 // and app ids, so one Store (one Redis) may be shared by all cases.
 package storetest
 

@@ -1,4 +1,4 @@
--- Shared helpers, prepended to every script (STORE_SEMANTICS.md). Numbers are IEEE doubles, as
+-- Shared helpers, prepended to every script (docs/design.md). Numbers are IEEE doubles, as
 -- in the Go memory store; floats are stored with %.17g so that they round-trip exactly.
 
 local function fmt(x)

@@ -215,7 +215,7 @@ func writeRaw(path string, samples []sample) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-// targets checks DESIGN §14's load-test targets against the "unlimited" scenario (steady load,
+// targets checks the load-test targets (docs/performance.md) against the "unlimited" scenario (steady load,
 // limit not reached), for tierbucket with the Redis store.
 func targets(rows map[[2]string]*row) string {
 	tb := rows[[2]string{"unlimited", "tierbucket-redis"}]
@@ -223,7 +223,7 @@ func targets(rows map[[2]string]*row) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("DESIGN §14 targets, scenario unlimited, tierbucket with the Redis store (medians):\n\n")
+	b.WriteString("Targets (docs/performance.md), scenario unlimited, tierbucket with the Redis store (medians):\n\n")
 	check := func(ok bool, format string, args ...any) {
 		mark := "no"
 		if ok {
