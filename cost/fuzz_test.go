@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// Fuzz targets of the request → cost path (the cost model of README's `cost` section). Requests are built by hand, not with
+// Fuzz targets of the request → cost path (the cost model of docs/configuration.md, `cost`). Requests are built by hand, not with
 // httptest.NewRequest, so that any method, path and raw query reaches the model, including ones
 // no URL parser would produce. Seeds: the f.Add calls and testdata/fuzz/<target>/. By hand:
 //
