@@ -6,7 +6,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -15,7 +14,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddytls"
 
-	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/cost"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
 )
@@ -295,11 +293,11 @@ func unmarshalCost(d *caddyfile.Dispenser) (*cost.Config, error) {
 	return c, nil
 }
 
-func unmarshalConnections(d *caddyfile.Dispenser) (*connlimit.Config, error) {
+func unmarshalConnections(d *caddyfile.Dispenser) (*ConnectionsConfig, error) {
 	if err := openBlock(d); err != nil {
 		return nil, err
 	}
-	c := new(connlimit.Config)
+	c := new(ConnectionsConfig)
 	seen := map[string]bool{}
 	var err error
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
@@ -308,18 +306,15 @@ func unmarshalConnections(d *caddyfile.Dispenser) (*connlimit.Config, error) {
 			return nil, d.Errf("connections: duplicate subdirective %q", name)
 		}
 		seen[name] = true
-		var dur caddy.Duration
 		switch name {
 		case "app":
 			c.App, err = intArg(d)
 		case "cluster":
 			c.Cluster, err = intArg(d)
 		case "idle_timeout":
-			dur, err = durationArg(d)
-			c.IdleTimeout = time.Duration(dur)
+			c.IdleTimeout, err = durationArg(d)
 		case "sweep_interval":
-			dur, err = durationArg(d)
-			c.SweepInterval = time.Duration(dur)
+			c.SweepInterval, err = durationArg(d)
 		default:
 			return nil, d.Errf("connections: unknown subdirective %q", name)
 		}
@@ -327,7 +322,7 @@ func unmarshalConnections(d *caddyfile.Dispenser) (*connlimit.Config, error) {
 			return nil, err
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.limits().Validate(); err != nil {
 		return nil, d.Errf("%v", err)
 	}
 	return c, nil

@@ -150,7 +150,7 @@ func TestCaddyfileFullRoundTrip(t *testing.T) {
 		c.Base["MULTIPART_COMPLETE"] != 10 || !c.ResponseBytes || *c.Bandwidth != 2 || c.Max != 500000 || *c.Default != 2 {
 		t.Errorf("cost: %+v", c)
 	}
-	if c := h.Connections; c == nil || c.App != 500 || c.Cluster != 4000 || c.IdleTimeout.Minutes() != 10 || c.SweepInterval.Seconds() != 15 {
+	if c := h.Connections; c == nil || c.App != 500 || c.Cluster != 4000 || time.Duration(c.IdleTimeout) != 10*time.Minute || time.Duration(c.SweepInterval) != 15*time.Second {
 		t.Errorf("connections: %+v", c)
 	}
 	if l := h.Local; l == nil || l.Reserve != 2000 || l.RefillThreshold != 0.3 || l.SyncBatch != 500 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
@@ -85,6 +86,28 @@ type LocalConfig struct {
 	SyncInterval    caddy.Duration `json:"sync_interval,omitempty"`
 	SyncBatch       int64          `json:"sync_batch,omitempty"`
 	LeaseTTL        caddy.Duration `json:"lease_ttl,omitempty"`
+}
+
+// ConnectionsConfig is the `connections` block: in-flight limits. Zero fields take the
+// defaults (app 1000, cluster 5000, idle_timeout 5m, sweep_interval 30s).
+type ConnectionsConfig struct {
+	App           int64          `json:"app,omitempty"`            // in-flight limit of an app without max_connections
+	Cluster       int64          `json:"cluster,omitempty"`        // in-flight limit of the whole cluster
+	IdleTimeout   caddy.Duration `json:"idle_timeout,omitempty"`   // a slot idle this long is swept as leaked
+	SweepInterval caddy.Duration `json:"sweep_interval,omitempty"` // how often the leak sweep runs
+}
+
+// limits is c as the connlimit package takes it (nil: every default).
+func (c *ConnectionsConfig) limits() connlimit.Config {
+	if c == nil {
+		return connlimit.Config{}
+	}
+	return connlimit.Config{
+		App:           c.App,
+		Cluster:       c.Cluster,
+		IdleTimeout:   time.Duration(c.IdleTimeout),
+		SweepInterval: time.Duration(c.SweepInterval),
+	}
 }
 
 // headerMode says which rate-limit headers the handler writes.

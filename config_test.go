@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 )
@@ -142,5 +143,46 @@ func TestHostOnlyAndParseKey(t *testing.T) {
 	}
 	if _, hdr := parseKey("{http.request.header.x-app-id}"); hdr != "X-App-Id" {
 		t.Errorf("header name not canonical: %q", hdr)
+	}
+}
+
+// TestJSONDurationsAreCaddyDurations: every duration of the JSON config is a Caddy duration, so
+// "1d" works everywhere the Caddyfile takes it, and so do nanoseconds.
+func TestJSONDurationsAreCaddyDurations(t *testing.T) {
+	const day = 24 * time.Hour
+	in := `{"max_wait":"1d","apps":{"a":{"guaranteed":1,"warmup":"1d"}},
+		"connections":{"idle_timeout":"1d","sweep_interval":86400000000000},
+		"local":{"sync_interval":"1d","lease_ttl":"1d"},
+		"redis":{"address":["a:1"],"timeout":"1d"}}`
+	var h Handler
+	if err := json.Unmarshal([]byte(in), &h); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]caddy.Duration{
+		"max_wait":                   h.MaxWait,
+		"apps.a.warmup":              h.Apps["a"].Warmup,
+		"connections.idle_timeout":   h.Connections.IdleTimeout,
+		"connections.sweep_interval": h.Connections.SweepInterval,
+		"local.sync_interval":        h.Local.SyncInterval,
+		"local.lease_ttl":            h.Local.LeaseTTL,
+		"redis.timeout":              h.Redis.Timeout,
+	}
+	for field, d := range got {
+		if time.Duration(d) != day {
+			t.Errorf("%s = %v, want 24h", field, time.Duration(d))
+		}
+	}
+	rc, err := h.Redis.resolve(nil)
+	if err != nil || rc.Timeout != day {
+		t.Errorf("redis timeout resolved to %v (%v), want 24h", rc.Timeout, err)
+	}
+	if c := h.Connections.limits(); c.IdleTimeout != day || c.SweepInterval != day {
+		t.Errorf("connections limits = %+v, want 24h durations", c)
+	}
+	for _, bad := range []string{`{"connections":{"idle_timeout":"soon"}}`, `{"redis":{"timeout":true}}`, `{"local":{"lease_ttl":"1 week"}}`} {
+		var h Handler
+		if err := json.Unmarshal([]byte(bad), &h); err == nil {
+			t.Errorf("Unmarshal(%s) accepted a malformed duration", bad)
+		}
 	}
 }

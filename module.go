@@ -15,7 +15,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/cost"
 )
 
@@ -49,7 +48,7 @@ type Handler struct {
 	// The cost model.
 	Cost *cost.Config `json:"cost,omitempty"`
 	// In-flight request limits.
-	Connections *connlimit.Config `json:"connections,omitempty"`
+	Connections *ConnectionsConfig `json:"connections,omitempty"`
 	// L3 tuning.
 	Local *LocalConfig `json:"local,omitempty"`
 	// The Redis Store; absent = the embedded in-memory store (one instance).

@@ -78,11 +78,9 @@ func (h *Handler) definition() (definition, error) {
 	if err != nil {
 		return def, err
 	}
-	if h.Connections != nil {
-		if err := h.Connections.Validate(); err != nil {
-			return def, err
-		}
-		def.conns = *h.Connections
+	def.conns = h.Connections.limits()
+	if err := def.conns.Validate(); err != nil {
+		return def, err
 	}
 	def.key = poolKey{cluster: lc.Cluster.ID, store: "memory"}
 	if h.Redis != nil {

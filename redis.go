@@ -11,12 +11,12 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/redislua"
 )
 
-// RedisConfig is the `redis` block. It is redislua.Config with Caddy's duration
-// syntax ("50ms") for timeout, and placeholders ({env.REDIS_PASSWORD}, {file./run/secret})
+// RedisConfig is the `redis` block. It is redislua.Config with the timeout as a Caddy duration
+// ("50ms", "1d", like every duration of the config), and placeholders ({env.REDIS_PASSWORD}, {file./run/secret})
 // allowed in address, url, sentinel, username and password; they are replaced at provisioning.
 type RedisConfig struct {
 	redislua.Config
-	Timeout caddy.Duration `json:"timeout,omitempty"` // shadows Config.Timeout
+	Timeout caddy.Duration `json:"timeout,omitempty"` // what a request waits on Redis at most (default 50ms)
 
 	// TrustPoolRaw is the pool of CAs that Redis' certificate must chain to: one of Caddy's
 	// tls.ca_pool.source modules ({"provider": "file", "pem_files": [...]}, "inline", ...),

@@ -1,7 +1,6 @@
 package connlimit
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -44,31 +43,5 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if got := sanitize(Config{App: -3, Cluster: 7}); got.App != 1000 || got.Cluster != 7 {
 		t.Fatalf("sanitize = %+v, want App 1000 (default for a negative), Cluster 7", got)
-	}
-}
-
-func TestConfigJSON(t *testing.T) {
-	var c Config
-	in := `{"app":10,"cluster":20,"idle_timeout":"5m","sweep_interval":1000000000}`
-	if err := json.Unmarshal([]byte(in), &c); err != nil {
-		t.Fatal(err)
-	}
-	want := Config{App: 10, Cluster: 20, IdleTimeout: 5 * time.Minute, SweepInterval: time.Second}
-	if c != want {
-		t.Fatalf("got %+v, want %+v", c, want)
-	}
-	// What Marshal writes, Unmarshal reads back.
-	b, err := json.Marshal(want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back Config
-	if err := json.Unmarshal(b, &back); err != nil || back != want {
-		t.Fatalf("round trip: %+v, %v; want %+v", back, err, want)
-	}
-	for _, bad := range []string{`{"idle_timeout":"soon"}`, `{"sweep_interval":true}`, `{"app":"x"}`, `{"app":5,"total":10}`} {
-		if err := json.Unmarshal([]byte(bad), &c); err == nil || !strings.Contains(err.Error(), "connections") {
-			t.Errorf("Unmarshal(%s) = %v, want an error naming connections", bad, err)
-		}
 	}
 }

@@ -43,7 +43,7 @@ type Config struct {
 	RootCAs *x509.CertPool `json:"-"`
 
 	KeyPrefix string        `json:"key_prefix,omitempty"` // default DefaultPrefix
-	Timeout   time.Duration `json:"timeout,omitempty"`    // what a request waits on Redis at most, default DefaultTimeout
+	Timeout   time.Duration `json:"-"`                    // what a request waits on Redis at most, default DefaultTimeout (JSON: the Caddy module's timeout)
 	PoolSize  int           `json:"pool_size,omitempty"`  // 0 = go-redis default (10 per CPU)
 }
 
