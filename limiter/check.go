@@ -49,9 +49,6 @@ func (r Report) Validate() error {
 	if r.InFlight < 0 || r.Cost < 0 {
 		return fmt.Errorf("report from instance %q: in-flight %d, cost %d: must be >= 0", r.Instance, r.InFlight, r.Cost)
 	}
-	if r.InFlight < 0 {
-		return fmt.Errorf("report from instance %q: in-flight %d: must be >= 0", r.Instance, r.InFlight)
-	}
 	if r.Seq > maxAmount {
 		return fmt.Errorf("report from instance %q: seq %d: must be <= 2^53", r.Instance, r.Seq)
 	}

@@ -57,19 +57,25 @@ func TestRatesAndClasses(t *testing.T) {
 	}
 }
 
-func TestFit2(t *testing.T) {
-	X := [][2]float64{{1, 0}, {0, 1}, {1, 1}, {2, 3}}
-	var y []float64
-	for _, x := range X {
-		y = append(y, 0.5*x[0]+4*x[1])
+func TestLeasesPerSec(t *testing.T) {
+	cases := []struct {
+		name                     string
+		rate, burst, quota, n, w float64
+		over                     bool
+	}{
+		// 10 req/s on one instance, burst 600: a lease covers 30 s (300 tokens).
+		{"follows the rate", 10, 600, 20, 1, 10.0 / 300, false},
+		// 1000 req/s over 100 instances, burst 1000: capped at burst/2N = 5 tokens, 2 leases/s each.
+		{"fairness cap", 1000, 1000, 2000, 100, 200, false},
+		// 0.01 req/s: one token per lease, one lease per request.
+		{"one per request", 0.01, 10, 1, 1, 0.01, false},
+		// driven at 100 req/s, quota 50: leases of 0.3 s of the quota (15 tokens).
+		{"at quota", 100, 1000, 50, 1, 50.0 / 15, true},
+		{"idle", 0, 10, 1, 10, 0, false},
 	}
-	b, c := fit2(X, y)
-	if math.Abs(b-0.5) > 1e-9 || math.Abs(c-4) > 1e-9 {
-		t.Fatalf("b %v c %v, want 0.5 and 4", b, c)
-	}
-	// A fit that would make b negative keeps both non-negative.
-	b, c = fit2([][2]float64{{1, 1}, {2, 1}, {3, 1}}, []float64{3, 2, 1})
-	if b < 0 || c < 0 {
-		t.Fatalf("negative coefficient: b %v c %v", b, c)
+	for _, c := range cases {
+		if got := leasesPerSec(c.rate, c.burst, c.over, c.quota, c.n); math.Abs(got-c.w) > 1e-9 {
+			t.Errorf("%s: %v leases/s, want %v", c.name, got, c.w)
+		}
 	}
 }
