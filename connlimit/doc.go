@@ -2,11 +2,15 @@
 // locally and fleet-wide.
 //
 // One Counter serves one cluster. Acquire admits a request only if, first for the cluster and
-// then for the app, this instance's count plus the other live instances' last reported count
-// (SetRemote) is below the limit; the counts move by compare-and-swap, so no concurrent reader
-// ever sees a count above its limit, and a request refused by its app's limit gives its cluster
-// slot straight back. Counter implements the limiter's InFlightSource (InFlight, SetRemote), so
-// the limiter's periodic report carries the counts to the fleet.
+// then for the app, the count stays below the limit; the counts move by compare-and-swap, so no
+// concurrent reader ever sees a count above its limit, and a request refused by its app's limit
+// gives its cluster slot straight back.
+//
+// Fleet-wide (UseSlots), each scope's limit is shared through slots leased from the Store: the
+// instance holds a number of slots per scope and admits locally while its count fits its holding;
+// only growing or shrinking a holding calls the Store, one call at a time per scope, and the
+// Store never lets the live instances' holdings add up to more than the limit
+// (docs/design.md, "Connection slots"). Without slots the limits are this instance's.
 //
 // Tickets come from a sync.Pool and are released exactly once: by their holder or, if idle for
 // longer than IdleTimeout, by the leak sweep, which counts them as leaked. Active tickets sit in
@@ -18,5 +22,5 @@
 //
 // Per-app counters live in a copy-on-write map read lock-free. The set is bounded because the
 // caller passes only configured app ids and "*" (every unknown app); MaxApps is a backstop.
-// Peaks are this instance's; Limits and enforcement include the remote counts.
+// Peaks are this instance's.
 package connlimit
