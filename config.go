@@ -13,6 +13,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Defaults of the handler's own fields. The concept packages own the defaults of
@@ -27,11 +28,11 @@ const (
 	// shares (or, isolated, each gets) a bucket of 100 tokens/s, burst 200, lowest priority.
 	DefaultAppGuaranteed = 100
 	DefaultAppBurst      = 200
-	DefaultAppPriority   = limiter.MaxPriority
+	DefaultAppPriority   = store.MaxPriority
 )
 
 // DefaultEmergencyRatios are the refill factors per priority in emergency mode (P0 … P3).
-var DefaultEmergencyRatios = [limiter.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+var DefaultEmergencyRatios = [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
 
 // wildcardApp is the id of the template policy for app ids without their own block.
 const wildcardApp = "*"
@@ -51,7 +52,7 @@ type AppConfig struct {
 	// Warm-up after idleness (Guava SmoothWarmingUp, cold factor 3): an app idle for at least
 	// this long is cold; from its first request on, what L2 grants per second ramps linearly
 	// from guaranteed / 3 to guaranteed over this duration, and the stored burst is released no
-	// faster than that ramp. Default 0 (off). See limiter.AppPolicy.Warmup.
+	// faster than that ramp. Default 0 (off). See store.AppPolicy.Warmup.
 	Warmup caddy.Duration `json:"warmup,omitempty"`
 }
 
@@ -163,12 +164,12 @@ func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // appPolicy turns one app block into the limiter's policy with defaults applied, or an error
 // naming the app and the field.
-func appPolicy(id string, a *AppConfig) (limiter.AppPolicy, error) {
+func appPolicy(id string, a *AppConfig) (store.AppPolicy, error) {
 	name := fmt.Sprintf("apps[%q]", id)
 	if a == nil {
-		return limiter.AppPolicy{}, fmt.Errorf("%s: empty app block (guaranteed is required)", name)
+		return store.AppPolicy{}, fmt.Errorf("%s: empty app block (guaranteed is required)", name)
 	}
-	p := limiter.AppPolicy{
+	p := store.AppPolicy{
 		Guaranteed:     a.Guaranteed,
 		Burst:          a.Burst,
 		Priority:       a.Priority,
@@ -196,7 +197,7 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 	if !limiter.ValidAppID(cluster) {
 		return cfg, fmt.Errorf("cluster: invalid id %q (1-128 characters of [A-Za-z0-9._:-])", cluster)
 	}
-	cp := limiter.ClusterPolicy{
+	cp := store.ClusterPolicy{
 		ID:                 cluster,
 		Capacity:           h.Capacity,
 		ReservedRatio:      DefaultReservedRatio,
@@ -210,9 +211,9 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 		cp.EmergencyThreshold = *h.EmergencyThreshold
 	}
 	if h.EmergencyRatios != nil {
-		if len(h.EmergencyRatios) != limiter.MaxPriority+1 {
+		if len(h.EmergencyRatios) != store.MaxPriority+1 {
 			return cfg, fmt.Errorf("emergency_ratios needs %d values (P0..P%d), got %d",
-				limiter.MaxPriority+1, limiter.MaxPriority, len(h.EmergencyRatios))
+				store.MaxPriority+1, store.MaxPriority, len(h.EmergencyRatios))
 		}
 		copy(cp.EmergencyRatios[:], h.EmergencyRatios)
 	}
@@ -232,8 +233,8 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 	}
 	cfg.OnStoreFailure = fail
 
-	cfg.Apps = make(map[string]limiter.AppPolicy, len(h.Apps))
-	cfg.Default = limiter.AppPolicy{
+	cfg.Apps = make(map[string]store.AppPolicy, len(h.Apps))
+	cfg.Default = store.AppPolicy{
 		Guaranteed: DefaultAppGuaranteed,
 		Burst:      DefaultAppBurst,
 		Priority:   DefaultAppPriority,

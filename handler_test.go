@@ -17,7 +17,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/cost"
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // connCurrent returns the in-flight count of app ("" = the cluster) on h's cluster.
@@ -385,7 +385,7 @@ func TestShadowEmitsEventAndLetsThrough(t *testing.T) {
 	var rejected int64
 	for _, st := range h.state.lim.Stats() {
 		if st.Label == "a" {
-			rejected = st.Requests[limiter.ReasonAppExhausted]
+			rejected = st.Requests[store.ReasonAppExhausted]
 		}
 	}
 	if rejected != 2 {

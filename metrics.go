@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // The metrics are read at scrape time from the limiters' and counters' own atomic
@@ -113,16 +114,16 @@ func collectCluster(ch chan<- prometheus.Metric, s *clusterState) {
 		stats = append(stats, limiter.AppStats{Label: wildcardApp})
 		star = &stats[len(stats)-1]
 	}
-	star.Requests[limiter.ReasonInvalidAppID] += s.invalidIDs.Load()
-	star.Requests[limiter.ReasonUnknownApp] += s.unknownRejects.Load()
+	star.Requests[store.ReasonInvalidAppID] += s.invalidIDs.Load()
+	star.Requests[store.ReasonUnknownApp] += s.unknownRejects.Load()
 	for _, st := range stats {
 		for r, n := range st.Requests {
-			reason := limiter.Reason(r)
-			if n == 0 && reason != limiter.ReasonNone {
+			reason := store.Reason(r)
+			if n == 0 && reason != store.ReasonNone {
 				continue // keep the output small: absent = 0
 			}
 			dec := "rejected"
-			if reason == limiter.ReasonNone {
+			if reason == store.ReasonNone {
 				dec = "allowed"
 			}
 			counter(descRequests, n, cl, st.Label, dec, reason.String())

@@ -16,7 +16,9 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // State that must outlive a config reload — local buckets, connection counters,
@@ -114,7 +116,7 @@ type clusterState struct {
 	key   poolKey
 	lim   *limiter.Limiter
 	conns *connlimit.Counter
-	store limiter.Store
+	store store.Store
 	hist  *sampler // the per-second history (admin GET /rate_limit/history)
 
 	// Decisions taken before there is an App to record them on (metrics, label "*").
@@ -149,7 +151,7 @@ func newClusterState(def definition) (*clusterState, error) {
 		s.store = st
 		lc.KnownInstances, lc.OnLiveInstances = liveInstancesFile(def.key, lc.Logger)
 	} else {
-		s.store = limiter.NewMemoryStore(nil)
+		s.store = memstore.New(nil)
 	}
 	s.conns = connlimit.New(def.conns, nil)
 	lc.Connections = s.conns
@@ -302,3 +304,6 @@ var instanceID = sync.OnceValue(func() string {
 	_, _ = rand.Read(b[:])
 	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 })
+
+// Interface guards
+var _ limiter.InFlightSource = (*connlimit.Counter)(nil)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // decision is the {http.rate_limit.decision} placeholder's value.
@@ -33,7 +33,7 @@ type result struct {
 	limit       int64 // the app's burst
 	guaranteed  float64
 	retryAfter  time.Duration
-	reason      limiter.Reason
+	reason      store.Reason
 	decision    decision
 	connLimit   int64 // connection rejections: the limit and the fleet-wide count
 	connCurrent int64
@@ -67,7 +67,7 @@ func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *resu
 
 // hasQuota reports whether there is an app whose quota the headers can describe.
 func (r *result) hasQuota() bool {
-	return r.reason != limiter.ReasonInvalidAppID && r.reason != limiter.ReasonUnknownApp
+	return r.reason != store.ReasonInvalidAppID && r.reason != store.ReasonUnknownApp
 }
 
 // value appends one header value built by build to buf and returns it as a one-element slice
@@ -99,7 +99,7 @@ func (o *outcome) value(build func(b []byte) []byte) []string {
 // resetSeconds is the reset time of the headers in whole seconds: on a rejection when tokens
 // come back (at least 1), otherwise how long the app's bucket takes to be full again.
 func (o *result) resetSeconds() int64 {
-	if o.decision != decisionAllowed && o.reason != limiter.ReasonNone {
+	if o.decision != decisionAllowed && o.reason != store.ReasonNone {
 		return retrySeconds(o.retryAfter)
 	}
 	missing := o.limit - o.remaining
@@ -139,8 +139,8 @@ const (
 // rejected reports whether the outcome is (or, in shadow mode, would have been) a rejection
 // that tokens arriving later can cure, so Retry-After applies.
 func (o *result) rejected() bool {
-	return o.reason != limiter.ReasonNone && o.reason != limiter.ReasonInvalidAppID &&
-		o.reason != limiter.ReasonUnknownApp
+	return o.reason != store.ReasonNone && o.reason != store.ReasonInvalidAppID &&
+		o.reason != store.ReasonUnknownApp
 }
 
 // setHeaders writes the rate-limit headers of the configured mode.

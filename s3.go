@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Rejection formats (the `format` option): json, the default, or s3, which answers the way S3
@@ -18,13 +18,13 @@ const (
 )
 
 // s3Error is the S3 error a rejection reason maps to: its HTTP status, code and message.
-func s3Error(r limiter.Reason) (status int, code, message string) {
+func s3Error(r store.Reason) (status int, code, message string) {
 	switch r {
-	case limiter.ReasonUnknownApp:
+	case store.ReasonUnknownApp:
 		return http.StatusForbidden, "AccessDenied", "Access Denied"
-	case limiter.ReasonInvalidAppID:
+	case store.ReasonInvalidAppID:
 		return http.StatusBadRequest, "InvalidArgument", "Invalid app id."
-	case limiter.ReasonRedisUnavailable:
+	case store.ReasonRedisUnavailable:
 		return http.StatusServiceUnavailable, "ServiceUnavailable", "Please reduce your request rate."
 	}
 	return http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate."

@@ -10,6 +10,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/cost"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // ServeHTTP is the request path: app id → cost estimate → in-flight slot →
@@ -22,12 +23,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	if !limiter.ValidAppID(o.app) {
 		s.invalidIDs.Add(1)
-		return h.refuse(w, r, repl, next, &o, limiter.ReasonInvalidAppID, nil)
+		return h.refuse(w, r, repl, next, &o, store.ReasonInvalidAppID, nil)
 	}
 	app, reason := s.lim.App(o.app)
 	if app == nil {
-		if reason == limiter.ReasonNone {
-			reason = limiter.ReasonUnknownApp
+		if reason == store.ReasonNone {
+			reason = store.ReasonUnknownApp
 		}
 		s.unknownRejects.Add(1)
 		return h.refuse(w, r, repl, next, &o, reason, nil)
@@ -39,9 +40,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	o.limit, o.guaranteed = max(int64(pol.Burst), 1), pol.Guaranteed
 
 	ticket, reason := s.conns.Acquire(app.Label(), pol.MaxConnections)
-	if reason != limiter.ReasonNone {
+	if reason != store.ReasonNone {
 		app.Record(reason, est.Cost)
-		if reason == limiter.ReasonClusterLimitExceeded {
+		if reason == store.ReasonClusterLimitExceeded {
 			o.connLimit, o.connCurrent = s.conns.Limits("", 0) // the cluster's figures
 		} else {
 			o.connLimit, o.connCurrent = s.conns.Limits(app.Label(), pol.MaxConnections)
@@ -94,7 +95,7 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 		r.Body = orig
 		if tw.status == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests {
 			app.Settle(d, -est.Cost) // rejected further down: roll back
-			app.Record(limiter.ReasonNone, 0)
+			app.Record(store.ReasonNone, 0)
 		} else {
 			var read int64
 			if body != nil {
@@ -102,7 +103,7 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 			}
 			actual := h.model.Settle(est, read, tw.n)
 			app.Settle(d, actual-est.Cost)
-			app.Record(limiter.ReasonNone, actual)
+			app.Record(store.ReasonNone, actual)
 		}
 		if !tw.hijacked {
 			ticket.Release()
@@ -141,7 +142,7 @@ func (b *touchingBody) Read(p []byte) (int, error) {
 // Caddy error for handle_errors when `errors` is set). In shadow mode invalid and unknown ids
 // are let through too (nothing was taken).
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer,
-	next caddyhttp.Handler, o *result, reason limiter.Reason, app *limiter.App) error {
+	next caddyhttp.Handler, o *result, reason store.Reason, app *limiter.App) error {
 	o.reason = reason
 	o.decision = decisionRejected
 	if h.Shadow {
@@ -184,23 +185,23 @@ const eventName = "rate_limit_exceeded"
 
 // statusFor maps a rejection reason to its HTTP status in the handler's format (docs/s3.md
 // for s3).
-func (h *Handler) statusFor(r limiter.Reason) int {
+func (h *Handler) statusFor(r store.Reason) int {
 	if h.Format == formatS3 {
 		status, _, _ := s3Error(r)
 		return status
 	}
 	switch r {
-	case limiter.ReasonInvalidAppID:
+	case store.ReasonInvalidAppID:
 		return http.StatusBadRequest
-	case limiter.ReasonUnknownApp:
+	case store.ReasonUnknownApp:
 		return http.StatusForbidden
-	case limiter.ReasonRedisUnavailable:
+	case store.ReasonRedisUnavailable:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusTooManyRequests
 }
 
 // rejectionError is the error handed to handle_errors in `errors` mode.
-type rejectionError struct{ reason limiter.Reason }
+type rejectionError struct{ reason store.Reason }
 
 func (e rejectionError) Error() string { return "rate limit exceeded: " + e.reason.String() }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // storeLatency is caddy_rate_limit_store_latency_seconds. Store calls are batched
@@ -27,13 +27,13 @@ var storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 // timedStore wraps a Store, observes the latency of every call and counts the failed ones.
 type timedStore struct {
-	limiter.Store
+	store.Store
 	lease, ret, report                         prometheus.Observer
 	leaseErr, retErr, reportErr                prometheus.Counter
 	emergencyErr, overridesErr, setOverrideErr prometheus.Counter
 }
 
-func newTimedStore(st limiter.Store, cluster string) *timedStore {
+func newTimedStore(st store.Store, cluster string) *timedStore {
 	return &timedStore{
 		Store:          st,
 		lease:          storeLatency.WithLabelValues(cluster, "lease"),
@@ -55,7 +55,7 @@ func count(c prometheus.Counter, err error) {
 }
 
 // Lease times the Store's Lease.
-func (s *timedStore) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Lease, error) {
+func (s *timedStore) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease, error) {
 	start := time.Now()
 	l, err := s.Store.Lease(ctx, req)
 	s.lease.Observe(time.Since(start).Seconds())
@@ -64,7 +64,7 @@ func (s *timedStore) Lease(ctx context.Context, req limiter.LeaseRequest) (limit
 }
 
 // Return times the Store's Return.
-func (s *timedStore) Return(ctx context.Context, ret limiter.Return) error {
+func (s *timedStore) Return(ctx context.Context, ret store.Return) error {
 	start := time.Now()
 	err := s.Store.Return(ctx, ret)
 	s.ret.Observe(time.Since(start).Seconds())
@@ -73,7 +73,7 @@ func (s *timedStore) Return(ctx context.Context, ret limiter.Return) error {
 }
 
 // Report times the Store's Report.
-func (s *timedStore) Report(ctx context.Context, rep limiter.Report) (limiter.ClusterState, error) {
+func (s *timedStore) Report(ctx context.Context, rep store.Report) (store.ClusterState, error) {
 	start := time.Now()
 	st, err := s.Store.Report(ctx, rep)
 	s.report.Observe(time.Since(start).Seconds())
@@ -82,14 +82,14 @@ func (s *timedStore) Report(ctx context.Context, rep limiter.Report) (limiter.Cl
 }
 
 // SetEmergency counts the Store's SetEmergency errors.
-func (s *timedStore) SetEmergency(ctx context.Context, c limiter.ClusterPolicy, e limiter.Emergency) error {
+func (s *timedStore) SetEmergency(ctx context.Context, c store.ClusterPolicy, e store.Emergency) error {
 	err := s.Store.SetEmergency(ctx, c, e)
 	count(s.emergencyErr, err)
 	return err
 }
 
 // Overrides counts the Store's Overrides errors.
-func (s *timedStore) Overrides(ctx context.Context, cluster string) (limiter.Overrides, error) {
+func (s *timedStore) Overrides(ctx context.Context, cluster string) (store.Overrides, error) {
 	o, err := s.Store.Overrides(ctx, cluster)
 	count(s.overridesErr, err)
 	return o, err
@@ -97,12 +97,12 @@ func (s *timedStore) Overrides(ctx context.Context, cluster string) (limiter.Ove
 
 // SetOverride counts the Store's SetOverride errors (a version conflict is an answer, not an
 // error of the Store).
-func (s *timedStore) SetOverride(ctx context.Context, cluster string, ch limiter.OverrideChange) (uint64, error) {
+func (s *timedStore) SetOverride(ctx context.Context, cluster string, ch store.OverrideChange) (uint64, error) {
 	v, err := s.Store.SetOverride(ctx, cluster, ch)
-	if err != nil && !errors.Is(err, limiter.ErrVersionConflict) && !errors.Is(err, limiter.ErrTooManyOverrides) {
+	if err != nil && !errors.Is(err, store.ErrVersionConflict) && !errors.Is(err, store.ErrTooManyOverrides) {
 		s.setOverrideErr.Inc()
 	}
 	return v, err
 }
 
-var _ limiter.Store = (*timedStore)(nil)
+var _ store.Store = (*timedStore)(nil)

@@ -16,6 +16,8 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/history"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // testCluster is a Cluster of real parts: a limiter.Limiter on a MemoryStore and a
@@ -41,24 +43,24 @@ func (c *testCluster) PreAppRejections() (int64, int64) {
 // beta has a warm-up and the connections default; unknown apps share "*".
 func testConfig() limiter.Config {
 	return limiter.Config{
-		Apps: map[string]limiter.AppPolicy{
+		Apps: map[string]store.AppPolicy{
 			"alpha": {Guaranteed: 0.01, Burst: 5, Priority: 1, MaxConnections: 3},
 			"beta":  {Guaranteed: 100, Burst: 200, MaxBorrow: 50, Warmup: 90 * time.Second},
 		},
-		Default: limiter.AppPolicy{Guaranteed: 100, Burst: 200, Priority: 3},
+		Default: store.AppPolicy{Guaranteed: 100, Burst: 200, Priority: 3},
 	}
 }
 
 // newCluster builds a cluster on store (nil: a fresh MemoryStore), closed at cleanup.
-func newCluster(t *testing.T, id string, cfg limiter.Config, store limiter.Store) *testCluster {
+func newCluster(t *testing.T, id string, cfg limiter.Config, shared store.Store) *testCluster {
 	t.Helper()
 	conns := connlimit.New(connlimit.Config{App: 40, Cluster: 100}, nil)
-	if store == nil {
-		store = limiter.NewMemoryStore(nil)
+	if shared == nil {
+		shared = memstore.New(nil)
 	}
 	cfg.Cluster.ID = id
 	cfg.Connections = conns
-	lim, err := limiter.New(cfg, store, nil)
+	lim, err := limiter.New(cfg, shared, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,7 @@ func TestApps(t *testing.T) {
 		}
 		tickets = append(tickets, tk)
 	}
-	if tk, r := c.conns.Acquire("alpha", 3); tk != nil || r != limiter.ReasonAppLimitExceeded {
+	if tk, r := c.conns.Acquire("alpha", 3); tk != nil || r != store.ReasonAppLimitExceeded {
 		t.Fatalf("4th acquire: %v %v", tk, r)
 	}
 	tickets[0].Release()
@@ -349,14 +351,14 @@ func TestConnections(t *testing.T) {
 
 // emergencyStore is a MemoryStore whose L1 is in an operator-set emergency until a known time.
 type emergencyStore struct {
-	limiter.Store
+	store.Store
 	until time.Time
 }
 
-func (s emergencyStore) Report(ctx context.Context, rep limiter.Report) (limiter.ClusterState, error) {
+func (s emergencyStore) Report(ctx context.Context, rep store.Report) (store.ClusterState, error) {
 	st, err := s.Store.Report(ctx, rep)
 	st.Emergency, st.EmergencyReason, st.EmergencyUntil = true, "usage 0.97 >= 0.95", s.until
-	st.Usage, st.Factors = 0.97, [limiter.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+	st.Usage, st.Factors = 0.97, [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
 	return st, err
 }
 
@@ -374,7 +376,7 @@ func TestEmergency(t *testing.T) {
 	}
 
 	until := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	hot := newCluster(t, "hot", testConfig(), emergencyStore{limiter.NewMemoryStore(nil), until})
+	hot := newCluster(t, "hot", testConfig(), emergencyStore{memstore.New(nil), until})
 	deadline := time.Now().Add(5 * time.Second)
 	for !hot.lim.State().Emergency {
 		if time.Now().After(deadline) {

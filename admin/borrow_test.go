@@ -5,16 +5,17 @@ import (
 	"testing"
 
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // TestAppBorrowing: an app's view shows L2's borrowed and debt as of this instance's last lease.
 func TestAppBorrowing(t *testing.T) {
 	cfg := limiter.Config{
-		Cluster: limiter.ClusterPolicy{Capacity: 1000, ReservedRatio: 0.1},
-		Apps: map[string]limiter.AppPolicy{
+		Cluster: store.ClusterPolicy{Capacity: 1000, ReservedRatio: 0.1},
+		Apps: map[string]store.AppPolicy{
 			"lender": {Guaranteed: 0.01, Burst: 5, MaxBorrow: 10}, // nothing refills during the test
 		},
-		Default: limiter.AppPolicy{Guaranteed: 100, Burst: 200},
+		Default: store.AppPolicy{Guaranteed: 100, Burst: 200},
 	}
 	c := newCluster(t, "c1", cfg, nil)
 	a, _ := c.lim.App("lender")

@@ -16,7 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // The operator emergency: POST /rate_limit/emergency/activate and /deactivate set and clear it
@@ -61,7 +61,7 @@ func (a API) activate(w http.ResponseWriter, r *http.Request, c Cluster) (any, e
 	if err != nil {
 		return nil, err
 	}
-	e := limiter.Emergency{Active: true, Reason: *req.Reason}
+	e := store.Emergency{Active: true, Reason: *req.Reason}
 	if d > 0 {
 		e.Until = time.Now().Add(d)
 	}
@@ -76,12 +76,12 @@ func (a API) deactivate(w http.ResponseWriter, r *http.Request, c Cluster) (any,
 	if _, err := readJSON(r, &req); err != nil {
 		return nil, err
 	}
-	return a.change(r, c, "deactivate", limiter.Emergency{})
+	return a.change(r, c, "deactivate", store.Emergency{})
 }
 
 // change stores e, then logs the change and emits the event. It answers with the emergency
 // state this instance sees after the report that follows the change.
-func (a API) change(r *http.Request, c Cluster, action string, e limiter.Emergency) (any, error) {
+func (a API) change(r *http.Request, c Cluster, action string, e store.Emergency) (any, error) {
 	lim := c.Limiter()
 	before := emergencyView(lim.State())
 	ctx, cancel := context.WithTimeout(r.Context(), setTimeout)

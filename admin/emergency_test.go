@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // post runs a POST of body with the content type ("": none) through the module's route.
@@ -30,9 +32,9 @@ func post(a API, target, contentType, body string) (*httptest.ResponseRecorder, 
 
 // storedEmergency is the emergency the Store holds for c's cluster now (a report of its own,
 // not the limiter's last known state).
-func storedEmergency(t *testing.T, store limiter.Store, c *testCluster) limiter.ClusterState {
+func storedEmergency(t *testing.T, shared store.Store, c *testCluster) store.ClusterState {
 	t.Helper()
-	st, err := store.Report(context.Background(), limiter.Report{Cluster: c.lim.Config().Cluster, Instance: "probe"})
+	st, err := shared.Report(context.Background(), store.Report{Cluster: c.lim.Config().Cluster, Instance: "probe"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,15 +43,15 @@ func storedEmergency(t *testing.T, store limiter.Store, c *testCluster) limiter.
 
 // emergencyCluster: a cluster without capacity on its own MemoryStore, and an API whose log
 // is observed.
-func emergencyCluster(t *testing.T) (*testCluster, limiter.Store, API, *observer.ObservedLogs) {
-	store := limiter.NewMemoryStore(nil)
+func emergencyCluster(t *testing.T) (*testCluster, store.Store, API, *observer.ObservedLogs) {
+	shared := memstore.New(nil)
 	cfg := testConfig()
-	cfg.Cluster.EmergencyRatios = [limiter.MaxPriority + 1]float64{1, 0.5, 0.1, 0} // the root's defaults
-	c := newCluster(t, "c1", cfg, store)
+	cfg.Cluster.EmergencyRatios = [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0} // the root's defaults
+	c := newCluster(t, "c1", cfg, shared)
 	core, logs := observer.New(zapcore.DebugLevel)
 	a := apiWith(c)
 	a.logger = zap.New(core)
-	return c, store, a, logs
+	return c, shared, a, logs
 }
 
 func decodeView(t *testing.T, w *httptest.ResponseRecorder) EmergencyView {
@@ -70,7 +72,7 @@ func decodeView(t *testing.T, w *httptest.ResponseRecorder) EmergencyView {
 // it at once (the P3 unknown apps are blocked, P1 alpha is throttled but admitted), GET shows it;
 // deactivate clears it. Both changes are logged with the remote address and before/after.
 func TestEmergencyActivateDeactivate(t *testing.T) {
-	c, store, a, logs := emergencyCluster(t)
+	c, shared, a, logs := emergencyCluster(t)
 	start := time.Now()
 	w, err := post(a, "/rate_limit/emergency/activate", "application/json; charset=utf-8",
 		`{"reason": "backend maintenance", "duration": "5m"}`)
@@ -87,13 +89,13 @@ func TestEmergencyActivateDeactivate(t *testing.T) {
 	if g.Active != v.Active || g.Source != v.Source || g.Reason != v.Reason || !g.Until.Equal(*v.Until) {
 		t.Errorf("GET %+v after activate %+v", g, v)
 	}
-	if st := storedEmergency(t, store, c); !st.Emergency || st.EmergencySource != "operator" ||
+	if st := storedEmergency(t, shared, c); !st.Emergency || st.EmergencySource != "operator" ||
 		st.Factors != [4]float64{1, 0.5, 0.1, 0} {
 		t.Errorf("stored %+v", st)
 	}
 	// Applied at once: "*" is priority 3 (ratio 0), alpha priority 1 (ratio 0.5).
 	d := mustApp(t, c, "stranger").Take(context.Background(), 1, 0)
-	if d.Allowed || d.Reason != limiter.ReasonEmergencyBlocked || d.RetryAfter < 4*time.Minute {
+	if d.Allowed || d.Reason != store.ReasonEmergencyBlocked || d.RetryAfter < 4*time.Minute {
 		t.Errorf("P3 app in the operator emergency: %+v", d)
 	}
 	if allowed, _ := take(t, c, "alpha", 1); allowed != 1 {
@@ -117,7 +119,7 @@ func TestEmergencyActivateDeactivate(t *testing.T) {
 	if v := decodeView(t, w); v != (EmergencyView{}) {
 		t.Errorf("deactivate answered %+v", v)
 	}
-	if st := storedEmergency(t, store, c); st.Emergency {
+	if st := storedEmergency(t, shared, c); st.Emergency {
 		t.Errorf("stored after deactivate %+v", st)
 	}
 	if d := mustApp(t, c, "stranger").Take(context.Background(), 1, 0); !d.Allowed {
@@ -138,7 +140,7 @@ func TestEmergencyActivateDeactivate(t *testing.T) {
 	if _, err := post(a, "/rate_limit/emergency/deactivate", "application/json", ` {} `); err != nil {
 		t.Fatal(err)
 	}
-	if st := storedEmergency(t, store, c); st.Emergency {
+	if st := storedEmergency(t, shared, c); st.Emergency {
 		t.Errorf("stored after deactivate %+v", st)
 	}
 }
@@ -155,7 +157,7 @@ func mustApp(t *testing.T, c *testCluster, id string) *limiter.App {
 // TestEmergencyRequestErrors: 415, 413, 400 (naming the field), 405, and cluster selection;
 // nothing changes and nothing is logged on any of them.
 func TestEmergencyRequestErrors(t *testing.T) {
-	c, store, a, logs := emergencyCluster(t)
+	c, shared, a, logs := emergencyCluster(t)
 	activate := "/rate_limit/emergency/activate"
 	long := strings.Repeat("é", 257)
 	for _, tc := range []struct {
@@ -199,7 +201,7 @@ func TestEmergencyRequestErrors(t *testing.T) {
 	if _, err := post(a, activate, "application/json", `{"reason":"`+strings.Repeat("é", 256)+`"}`); err != nil {
 		t.Fatalf("reason of 256 characters: %v", err)
 	}
-	if st := storedEmergency(t, store, c); !st.Emergency || st.EmergencyReason != strings.Repeat("é", 256) {
+	if st := storedEmergency(t, shared, c); !st.Emergency || st.EmergencyReason != strings.Repeat("é", 256) {
 		t.Fatalf("stored %+v", st)
 	}
 	logs.TakeAll()
@@ -207,7 +209,7 @@ func TestEmergencyRequestErrors(t *testing.T) {
 	if _, err := post(a, "/rate_limit/emergency/deactivate", "text/plain", `{}`); err == nil {
 		t.Fatal("deactivate with text/plain: no error")
 	}
-	if st := storedEmergency(t, store, c); !st.Emergency {
+	if st := storedEmergency(t, shared, c); !st.Emergency {
 		t.Fatal("an invalid deactivate cleared the emergency")
 	}
 	if _, err := post(a, "/rate_limit/emergency/deactivate", "", ""); err != nil {
@@ -233,11 +235,11 @@ func TestEmergencyRequestErrors(t *testing.T) {
 		t.Errorf("POST /rate_limit/emergency: Allow %q", w.Header().Get("Allow"))
 	}
 	// Two clusters: ?cluster is required.
-	other := newCluster(t, "c2", testConfig(), store)
+	other := newCluster(t, "c2", testConfig(), shared)
 	_, err = post(apiWith(c, other), activate, "application/json", `{"reason":"x"}`)
 	apiErr(t, err, http.StatusBadRequest)
 
-	if st := storedEmergency(t, store, c); st.Emergency {
+	if st := storedEmergency(t, shared, c); st.Emergency {
 		t.Errorf("an error changed the stored state: %+v", st)
 	}
 	if st := c.lim.State(); st.Emergency {
@@ -250,7 +252,7 @@ func TestEmergencyRequestErrors(t *testing.T) {
 
 // TestEmergencyStoreFailure: a Store that fails is 503, nothing logged.
 func TestEmergencyStoreFailure(t *testing.T) {
-	c := newCluster(t, "c1", testConfig(), failingStore{limiter.NewMemoryStore(nil)})
+	c := newCluster(t, "c1", testConfig(), failingStore{memstore.New(nil)})
 	core, logs := observer.New(zapcore.DebugLevel)
 	a := apiWith(c)
 	a.logger = zap.New(core)
@@ -263,9 +265,9 @@ func TestEmergencyStoreFailure(t *testing.T) {
 	}
 }
 
-type failingStore struct{ limiter.Store }
+type failingStore struct{ store.Store }
 
-func (failingStore) SetEmergency(context.Context, limiter.ClusterPolicy, limiter.Emergency) error {
+func (failingStore) SetEmergency(context.Context, store.ClusterPolicy, store.Emergency) error {
 	return context.DeadlineExceeded
 }
 

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Fleet-wide policy overrides: PUT and DELETE /rate_limit/apps/<id> and /rate_limit/clusters/<id>
@@ -68,10 +69,10 @@ type fieldsError struct {
 
 func (e fieldsError) Error() string { return e.msg }
 
-// badFields builds the 400 for a limiter.FieldErrors (or a single field's problem). The field
+// badFields builds the 400 for a store.FieldErrors (or a single field's problem). The field
 // "apps" (the guarantees no longer fit the capacity) is reported on admission, the field the
 // operator changed.
-func badFields(what string, fe limiter.FieldErrors, admission string) fieldsError {
+func badFields(what string, fe store.FieldErrors, admission string) fieldsError {
 	e := fieldsError{fields: map[string]string{}}
 	for i := range fe {
 		if fe[i].Field == "apps" {
@@ -101,7 +102,7 @@ func (a API) putApp(id string) action {
 		if len(req.Warmup) > 0 && string(req.Warmup) != "null" {
 			var d caddy.Duration
 			if err := d.UnmarshalJSON(req.Warmup); err != nil {
-				return nil, badFields(fmt.Sprintf("override of app %q", id), limiter.FieldErrors{{Field: "warmup",
+				return nil, badFields(fmt.Sprintf("override of app %q", id), store.FieldErrors{{Field: "warmup",
 					Problem: fmt.Sprintf("%s is not a duration (a Caddy duration such as \"30s\"): %v", req.Warmup, err)}}, "")
 			}
 			o.Warmup = (*time.Duration)(&d)
@@ -160,7 +161,7 @@ func clusterPolicyView(c Cluster) ClusterPolicyView {
 	return v
 }
 
-func clusterPolicy(p limiter.ClusterPolicy) ClusterPolicy {
+func clusterPolicy(p store.ClusterPolicy) ClusterPolicy {
 	return ClusterPolicy{Capacity: num(p.Capacity), ReservedRatio: num(p.ReservedRatio),
 		EmergencyThreshold: num(p.EmergencyThreshold), EmergencyRatios: p.EmergencyRatios[:]}
 }
@@ -178,11 +179,11 @@ func (a API) putCluster(w http.ResponseWriter, r *http.Request, c Cluster) (any,
 	o := limiter.ClusterOverride{Capacity: req.Capacity, ReservedRatio: req.ReservedRatio,
 		EmergencyThreshold: req.EmergencyThreshold}
 	if req.EmergencyRatios != nil {
-		if n := len(*req.EmergencyRatios); n != limiter.MaxPriority+1 {
-			return nil, badFields(fmt.Sprintf("override of cluster %q", c.ID()), limiter.FieldErrors{{Field: "emergency_ratios",
-				Problem: fmt.Sprintf("needs %d values (P0..P%d), got %d", limiter.MaxPriority+1, limiter.MaxPriority, n)}}, "")
+		if n := len(*req.EmergencyRatios); n != store.MaxPriority+1 {
+			return nil, badFields(fmt.Sprintf("override of cluster %q", c.ID()), store.FieldErrors{{Field: "emergency_ratios",
+				Problem: fmt.Sprintf("needs %d values (P0..P%d), got %d", store.MaxPriority+1, store.MaxPriority, n)}}, "")
 		}
-		var ratios [limiter.MaxPriority + 1]float64
+		var ratios [store.MaxPriority + 1]float64
 		copy(ratios[:], *req.EmergencyRatios)
 		o.EmergencyRatios = &ratios
 	}
@@ -222,13 +223,13 @@ func (a API) setCluster(r *http.Request, c Cluster, o *limiter.ClusterOverride, 
 // changeError maps a failed change: bad fields 400, too many overrides 409, anything else is
 // the Store's failure (503).
 func changeError(c Cluster, what, admission string, err error) error {
-	var fe limiter.FieldErrors
+	var fe store.FieldErrors
 	switch {
 	case errors.As(err, &fe):
 		return badFields(what, fe, admission)
-	case errors.Is(err, limiter.ErrTooManyOverrides):
+	case errors.Is(err, store.ErrTooManyOverrides):
 		return apiError(http.StatusConflict, "%s: cluster %q already has %d overrides: remove some first",
-			what, c.ID(), limiter.MaxOverrideEntries)
+			what, c.ID(), store.MaxOverrideEntries)
 	}
 	return apiError(http.StatusServiceUnavailable, "%s: the Store failed: %v (not applied; after a timeout it may "+
 		"still have been stored: read it back)", what, err)
@@ -274,16 +275,16 @@ func overrideFields(o any) map[string]any {
 	return m
 }
 
-// policyMap is a policy (*limiter.AppPolicy or *limiter.ClusterPolicy; nil: none) as the JSON
+// policyMap is a policy (*store.AppPolicy or *store.ClusterPolicy; nil: none) as the JSON
 // object the API shows.
 func policyMap(p any) map[string]any {
 	switch p := p.(type) {
-	case *limiter.AppPolicy:
+	case *store.AppPolicy:
 		if p != nil {
 			return toMap(PolicyView{Guaranteed: num(p.Guaranteed), Burst: num(p.Burst), Priority: p.Priority,
 				MaxBorrow: num(p.MaxBorrow), MaxConnections: p.MaxConnections, Warmup: p.Warmup.String()})
 		}
-	case *limiter.ClusterPolicy:
+	case *store.ClusterPolicy:
 		if p != nil {
 			return toMap(clusterPolicy(*p))
 		}

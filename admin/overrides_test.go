@@ -12,7 +12,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // send runs method target with a JSON body ("" : none) through the module's route.
@@ -31,16 +32,16 @@ func send(a API, method, target, body string) (*httptest.ResponseRecorder, error
 
 // overrideCluster: alpha and beta configured, capacity 1000 (900 to give out, 100.01 given), on
 // its own MemoryStore, with an observed log.
-func overrideCluster(t *testing.T) (*testCluster, limiter.Store, API, *observer.ObservedLogs) {
-	store := limiter.NewMemoryStore(nil)
+func overrideCluster(t *testing.T) (*testCluster, store.Store, API, *observer.ObservedLogs) {
+	shared := memstore.New(nil)
 	cfg := testConfig()
 	cfg.Cluster.Capacity = 1000
 	cfg.Cluster.ReservedRatio = 0.1
-	c := newCluster(t, "c1", cfg, store)
+	c := newCluster(t, "c1", cfg, shared)
 	core, logs := observer.New(zapcore.InfoLevel)
 	a := apiWith(c)
 	a.logger = zap.New(core)
-	return c, store, a, logs
+	return c, shared, a, logs
 }
 
 func decodeApp(t *testing.T, w *httptest.ResponseRecorder) AppView {
@@ -127,7 +128,7 @@ func TestPutCreatesApp(t *testing.T) {
 }
 
 func TestOverrideBadInputChangesNothing(t *testing.T) {
-	c, store, a, logs := overrideCluster(t)
+	c, shared, a, logs := overrideCluster(t)
 	before := c.lim.Config()
 	for _, tc := range []struct {
 		name, method, target, ctype, body string
@@ -186,7 +187,7 @@ func TestOverrideBadInputChangesNothing(t *testing.T) {
 	if !reflect.DeepEqual(c.lim.Config(), before) {
 		t.Fatal("bad input changed the configuration")
 	}
-	if o, _ := store.Overrides(t.Context(), "c1"); o.Version != 0 {
+	if o, _ := shared.Overrides(t.Context(), "c1"); o.Version != 0 {
 		t.Fatalf("bad input reached the Store: %+v", o)
 	}
 	if logs.Len() != 0 || c.lim.ConfigChanges() != 0 {

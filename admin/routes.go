@@ -15,6 +15,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/console"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // prefix is the subtree of the admin endpoint that this module serves.
@@ -271,7 +272,7 @@ func clusterView(c Cluster) ClusterView {
 	}
 	var admitted, hits int64
 	for _, s := range lim.Stats() {
-		admitted += s.Requests[limiter.ReasonNone]
+		admitted += s.Requests[store.ReasonNone]
 		hits += s.LocalHits
 		v.Leases += s.Leases
 		v.LeaseTokens += s.LeaseTokens
@@ -285,12 +286,12 @@ func clusterView(c Cluster) ClusterView {
 // emergencyView is L1's emergency state from the last successful report: the operator's
 // (source "operator", POST /rate_limit/emergency/activate) or L1's own usage threshold
 // ("auto"; also for a Store that does not name the source).
-func emergencyView(st limiter.ClusterState) EmergencyView {
+func emergencyView(st store.ClusterState) EmergencyView {
 	e := EmergencyView{Active: st.Emergency, Reason: st.EmergencyReason}
 	if st.Emergency {
 		e.Source = st.EmergencySource
 		if e.Source == "" {
-			e.Source = limiter.EmergencySourceAuto
+			e.Source = store.EmergencySourceAuto
 		}
 	}
 	if !st.EmergencyUntil.IsZero() {
@@ -321,7 +322,7 @@ func appViews(c Cluster) []AppView {
 		}
 		out = append(out, v)
 	}
-	var star *limiter.AppPolicy
+	var star *store.AppPolicy
 	if cfg.UnknownApp != limiter.UnknownReject {
 		star = &cfg.Default
 	}
@@ -350,8 +351,8 @@ func statsByLabel(c Cluster) map[string]limiter.AppStats {
 		invalid, unknown := pc.PreAppRejections()
 		s := m[wildcardApp]
 		s.Label = wildcardApp
-		s.Requests[limiter.ReasonInvalidAppID] += invalid
-		s.Requests[limiter.ReasonUnknownApp] += unknown
+		s.Requests[store.ReasonInvalidAppID] += invalid
+		s.Requests[store.ReasonUnknownApp] += unknown
 		m[wildcardApp] = s
 	}
 	return m
@@ -369,7 +370,7 @@ func connsByApp(counter *connlimit.Counter) map[string]connlimit.Stats {
 }
 
 // maxConnections is an app's effective in-flight limit: its own, or connections.app.
-func maxConnections(id string, p limiter.AppPolicy, counter *connlimit.Counter) int64 {
+func maxConnections(id string, p store.AppPolicy, counter *connlimit.Counter) int64 {
 	if p.MaxConnections > 0 {
 		return p.MaxConnections
 	}
@@ -377,13 +378,13 @@ func maxConnections(id string, p limiter.AppPolicy, counter *connlimit.Counter) 
 	return limit
 }
 
-func newAppView(id string, p *limiter.AppPolicy, s limiter.AppStats, cs connlimit.Stats, counter *connlimit.Counter) AppView {
+func newAppView(id string, p *store.AppPolicy, s limiter.AppStats, cs connlimit.Stats, counter *connlimit.Counter) AppView {
 	v := AppView{
 		ID:                  id,
 		Source:              limiter.SourceConfig,
 		LocalTokens:         s.LocalTokens,
 		LocalDebt:           s.LocalDebt,
-		Requests:            RequestsView{Allowed: s.Requests[limiter.ReasonNone], Reasons: map[string]int64{}},
+		Requests:            RequestsView{Allowed: s.Requests[store.ReasonNone], Reasons: map[string]int64{}},
 		Cost:                s.Cost,
 		LocalHits:           s.LocalHits,
 		Leases:              s.Leases,
@@ -396,7 +397,7 @@ func newAppView(id string, p *limiter.AppPolicy, s limiter.AppStats, cs connlimi
 		Leaked:              cs.Leaked,
 	}
 	for r, n := range s.Requests {
-		if reason := limiter.Reason(r); reason != limiter.ReasonNone && n != 0 {
+		if reason := store.Reason(r); reason != store.ReasonNone && n != 0 {
 			v.Requests.Rejected += n
 			v.Requests.Reasons[reason.String()] = n
 		}

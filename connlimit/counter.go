@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // MaxApps bounds the number of per-app counters. The root passes only configured app ids and
@@ -171,7 +171,7 @@ func sanitize(cfg Config) Config {
 // otherwise it returns (nil, reason), counts the rejection in the scope that refused, and
 // leaves every current count as it was. The caller must Release the ticket when the request
 // ends. 0 allocations for an app already seen.
-func (c *Counter) Acquire(app string, appLimit int64) (*Ticket, limiter.Reason) {
+func (c *Counter) Acquire(app string, appLimit int64) (*Ticket, store.Reason) {
 	cfg := c.cfg.Load()
 	if appLimit <= 0 {
 		appLimit = cfg.App
@@ -182,20 +182,20 @@ func (c *Counter) Acquire(app string, appLimit int64) (*Ticket, limiter.Reason) 
 	na, ok := c.take(&a.counts, app, appLimit)
 	if !ok {
 		a.rejected.Add(1)
-		return nil, limiter.ReasonAppLimitExceeded
+		return nil, store.ReasonAppLimitExceeded
 	}
 	nc, ok := c.take(&c.cluster, "", cfg.Cluster)
 	if !ok {
 		a.current.Add(-1) // roll back: the request never got in
 		c.cluster.rejected.Add(1)
-		return nil, limiter.ReasonClusterLimitExceeded
+		return nil, store.ReasonClusterLimitExceeded
 	}
 	// Peaks only count admitted requests, so a rolled-back cluster slot never shows as a peak.
 	c.cluster.raisePeak(nc)
 	a.raisePeak(na)
 	t := c.pool.Get().(*Ticket)
 	t.activate(a, c.clock())
-	return t, limiter.ReasonNone
+	return t, store.ReasonNone
 }
 
 // Limits returns the limit and the fleet-wide current count (local + remote) of app, for the

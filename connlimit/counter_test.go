@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
-
-// The limiter carries the counts to the fleet through this interface.
-var _ limiter.InFlightSource = (*Counter)(nil)
 
 // manualClock is a clock tests move by hand.
 type manualClock struct{ ns atomic.Int64 }
@@ -42,7 +39,7 @@ func stats(t testing.TB, c *Counter, app string) Stats {
 func mustAcquire(t testing.TB, c *Counter, app string, limit int64) *Ticket {
 	t.Helper()
 	tk, r := c.Acquire(app, limit)
-	if tk == nil || r != limiter.ReasonNone {
+	if tk == nil || r != store.ReasonNone {
 		t.Fatalf("Acquire(%q, %d) = %v, %v; want a ticket", app, limit, tk, r)
 	}
 	return tk
@@ -52,7 +49,7 @@ func TestAppLimit(t *testing.T) {
 	c, _ := newTest(t, Config{Cluster: 100})
 	a := mustAcquire(t, c, "a", 2)
 	mustAcquire(t, c, "a", 2)
-	if tk, r := c.Acquire("a", 2); tk != nil || r != limiter.ReasonAppLimitExceeded {
+	if tk, r := c.Acquire("a", 2); tk != nil || r != store.ReasonAppLimitExceeded {
 		t.Fatalf("third Acquire = %v, %v; want nil, app_limit_exceeded", tk, r)
 	}
 	if s := stats(t, c, "a"); s.Current != 2 || s.Rejected != 1 || s.Peak != 2 || s.Limit != 2 {
@@ -74,10 +71,10 @@ func TestAppLimit(t *testing.T) {
 func TestDefaultAppLimit(t *testing.T) {
 	c, _ := newTest(t, Config{App: 1})
 	mustAcquire(t, c, "a", 0)
-	if _, r := c.Acquire("a", 0); r != limiter.ReasonAppLimitExceeded {
+	if _, r := c.Acquire("a", 0); r != store.ReasonAppLimitExceeded {
 		t.Fatalf("Acquire over the default app limit = %v, want app_limit_exceeded", r)
 	}
-	if _, r := c.Acquire("a", -4); r != limiter.ReasonAppLimitExceeded {
+	if _, r := c.Acquire("a", -4); r != store.ReasonAppLimitExceeded {
 		t.Fatalf("Acquire with a negative limit = %v, want the default (app_limit_exceeded)", r)
 	}
 	mustAcquire(t, c, "a", 2) // max_connections overrides the default
@@ -88,7 +85,7 @@ func TestClusterLimit(t *testing.T) {
 	mustAcquire(t, c, "a", 10)
 	mustAcquire(t, c, "b", 10)
 	mustAcquire(t, c, "b", 10)
-	if tk, r := c.Acquire("a", 10); tk != nil || r != limiter.ReasonClusterLimitExceeded {
+	if tk, r := c.Acquire("a", 10); tk != nil || r != store.ReasonClusterLimitExceeded {
 		t.Fatalf("Acquire over the cluster limit = %v, %v; want nil, cluster_limit_exceeded", tk, r)
 	}
 	if s := stats(t, c, ""); s.Current != 3 || s.Rejected != 1 || s.Peak != 3 || s.Limit != 3 {
@@ -153,12 +150,12 @@ func TestRemoteCounts(t *testing.T) {
 	c.SetRemote(map[string]int64{"a": 2, "fleet-only": 1}, 3)
 	// app a: local + 2 < 3 admits exactly one.
 	mustAcquire(t, c, "a", 3)
-	if _, r := c.Acquire("a", 3); r != limiter.ReasonAppLimitExceeded {
+	if _, r := c.Acquire("a", 3); r != store.ReasonAppLimitExceeded {
 		t.Fatalf("Acquire = %v, want app_limit_exceeded (1 local + 2 remote = 3)", r)
 	}
 	// cluster: local 1 + 3 < 5 admits one more.
 	mustAcquire(t, c, "b", 10)
-	if _, r := c.Acquire("b", 10); r != limiter.ReasonClusterLimitExceeded {
+	if _, r := c.Acquire("b", 10); r != store.ReasonClusterLimitExceeded {
 		t.Fatalf("Acquire = %v, want cluster_limit_exceeded (2 local + 3 remote = 5)", r)
 	}
 	if lim, cur := c.Limits("a", 3); lim != 3 || cur != 3 {
@@ -200,7 +197,7 @@ func TestUpdateKeepsCounters(t *testing.T) {
 	c, _ := newTest(t, Config{App: 2, Cluster: 10})
 	mustAcquire(t, c, "a", 0)
 	mustAcquire(t, c, "a", 0)
-	if _, r := c.Acquire("a", 0); r != limiter.ReasonAppLimitExceeded {
+	if _, r := c.Acquire("a", 0); r != store.ReasonAppLimitExceeded {
 		t.Fatalf("Acquire = %v, want app_limit_exceeded", r)
 	}
 	c.Update(Config{App: 3, Cluster: 10, SweepInterval: time.Hour})
@@ -210,7 +207,7 @@ func TestUpdateKeepsCounters(t *testing.T) {
 		t.Fatalf("after Update %+v, want current 3, rejected 1, peak 3", s)
 	}
 	c.Update(Config{Cluster: 3})
-	if _, r := c.Acquire("b", 0); r != limiter.ReasonClusterLimitExceeded {
+	if _, r := c.Acquire("b", 0); r != store.ReasonClusterLimitExceeded {
 		t.Fatalf("Acquire = %v, want cluster_limit_exceeded after lowering the cluster limit", r)
 	}
 	if s := stats(t, c, ""); s.Limit != 3 {

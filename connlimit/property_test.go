@@ -4,8 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"pgregory.net/rapid"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // The counters: +1 per acquire, −1 per release (once), never negative, peak is a max;
@@ -68,17 +69,17 @@ func (m *connMachine) Acquire(t *rapid.T) {
 	tk, r := m.c.Acquire(app, limit)
 	switch {
 	case a.current()+a.remote >= eff: // the app is checked first
-		if tk != nil || r != limiter.ReasonAppLimitExceeded {
+		if tk != nil || r != store.ReasonAppLimitExceeded {
 			t.Fatalf("Acquire = %v, %v; want app_limit_exceeded", tk, r)
 		}
 		a.rejected++
 	case m.cluster.current()+m.cluster.remote >= propCluster:
-		if tk != nil || r != limiter.ReasonClusterLimitExceeded {
+		if tk != nil || r != store.ReasonClusterLimitExceeded {
 			t.Fatalf("Acquire = %v, %v; want cluster_limit_exceeded", tk, r)
 		}
 		m.cluster.rejected++
 	default:
-		if tk == nil || r != limiter.ReasonNone {
+		if tk == nil || r != store.ReasonNone {
 			t.Fatalf("Acquire = %v, %v; want a ticket", tk, r)
 		}
 		a.acquired++

@@ -3,7 +3,7 @@ package connlimit
 import (
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Fleet-wide limits through leased slots. With a SlotSource, each scope (the cluster, each app)
@@ -16,7 +16,7 @@ import (
 // SlotSource leases connection slots from the fleet's Store (the limiter).
 type SlotSource interface {
 	// LeaseSlots sets this instance's holding of app's scope ("" = the cluster) to at most want.
-	LeaseSlots(app string, want, limit int64) (limiter.SlotLease, error)
+	LeaseSlots(app string, want, limit int64) (store.SlotLease, error)
 	// LiveInstances is the fleet's live-instance count as last known.
 	LiveInstances() int
 	// StoreTimeout bounds how long a request waits on a slot lease.

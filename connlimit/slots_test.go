@@ -7,20 +7,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // instanceSlots is a SlotSource of one instance on a shared MemoryStore; heartbeat is its
 // report (the live-instance set).
 type instanceSlots struct {
-	st    *limiter.MemoryStore
+	st    *memstore.Store
 	id    string
 	calls atomic.Int64
 }
 
-func (s *instanceSlots) LeaseSlots(app string, want, limit int64) (limiter.SlotLease, error) {
+func (s *instanceSlots) LeaseSlots(app string, want, limit int64) (store.SlotLease, error) {
 	s.calls.Add(1)
-	return s.st.LeaseSlots(context.Background(), limiter.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit})
+	return s.st.LeaseSlots(context.Background(), store.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit})
 }
 
 func (s *instanceSlots) LiveInstances() int { return 2 }
@@ -29,7 +30,7 @@ func (s *instanceSlots) StoreTimeout() time.Duration { return time.Second }
 
 func (s *instanceSlots) heartbeat(t *testing.T) {
 	t.Helper()
-	if _, err := s.st.Report(context.Background(), limiter.Report{Cluster: limiter.ClusterPolicy{ID: "c"}, Instance: s.id}); err != nil {
+	if _, err := s.st.Report(context.Background(), store.Report{Cluster: store.ClusterPolicy{ID: "c"}, Instance: s.id}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -50,7 +51,7 @@ func (m *manualNow) add(d time.Duration) {
 // inside a holding make no Store call; a dead instance's slots come back after InstanceTTL.
 func TestSlotsFleetWide(t *testing.T) {
 	clk := &manualNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	st := limiter.NewMemoryStore(clk.now)
+	st := memstore.New(clk.now)
 	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
 	a.heartbeat(t)
 	b.heartbeat(t)
@@ -76,7 +77,7 @@ func TestSlotsFleetWide(t *testing.T) {
 	acquire := func(c *Counter) bool {
 		tk, r := c.Acquire("x", 0)
 		if tk == nil {
-			if r != limiter.ReasonAppLimitExceeded {
+			if r != store.ReasonAppLimitExceeded {
 				t.Fatalf("refused with %v", r)
 			}
 			return false
@@ -120,7 +121,7 @@ func TestSlotsFleetWide(t *testing.T) {
 			tk.Release()
 		}
 	}
-	clk.add(limiter.InstanceTTL + time.Millisecond)
+	clk.add(store.InstanceTTL + time.Millisecond)
 	a.heartbeat(t)
 	live = []*Counter{ca}
 	got := 0
@@ -136,7 +137,7 @@ func TestSlotsFleetWide(t *testing.T) {
 // instance can then use it.
 func TestSlotsTrim(t *testing.T) {
 	clk := &manualNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	st := limiter.NewMemoryStore(clk.now)
+	st := memstore.New(clk.now)
 	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
 	a.heartbeat(t)
 	b.heartbeat(t)

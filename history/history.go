@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 const (
@@ -31,9 +31,9 @@ const (
 
 // Totals are cumulative counters, as a cluster's or an app's statistics give them.
 type Totals struct {
-	Requests  [limiter.NumReasons]int64 // final decisions by reason; limiter.ReasonNone = admitted
-	Cost      int64                     // admitted cost
-	LocalHits int64                     // admitted from local tokens
+	Requests  [store.NumReasons]int64 // final decisions by reason; store.ReasonNone = admitted
+	Cost      int64                   // admitted cost
+	LocalHits int64                   // admitted from local tokens
 }
 
 // Reading is one cluster's figures at one instant: cumulative Totals and current levels.
@@ -314,7 +314,7 @@ func (r *Recorder) Latest() (s Sample, apps map[string]AppSample, ok bool) {
 func counts(d Totals) (allowed, rejected int64, reasons map[string]int64) {
 	reasons = map[string]int64{}
 	for i, n := range d.Requests {
-		if r := limiter.Reason(i); r == limiter.ReasonNone {
+		if r := store.Reason(i); r == store.ReasonNone {
 			allowed = n
 		} else if n != 0 {
 			rejected += n

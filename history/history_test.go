@@ -9,7 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 var t0 = time.Unix(1_800_000_000, 0)
@@ -52,7 +52,7 @@ func TestRecorderProperty(t *testing.T) {
 				w.allowed = inc
 			}
 			inc := rapid.Int64Range(0, 50).Draw(rt, "exhausted")
-			cum.Requests[limiter.ReasonAppExhausted] += inc
+			cum.Requests[store.ReasonAppExhausted] += inc
 			w.rejected, w.exhausted = inc, inc
 			inc = rapid.Int64Range(0, 5000).Draw(rt, "cost")
 			cum.Cost += inc
@@ -169,8 +169,8 @@ func TestRecorderBusiest(t *testing.T) {
 		rd := Reading{}
 		for i := range 15 {
 			var tot Totals
-			tot.Requests[0] = int64(i * (s + 1))                        // app i: i decisions a second
-			tot.Requests[limiter.ReasonAppLimitExceeded] = int64(s + 1) // and one rejection
+			tot.Requests[0] = int64(i * (s + 1))                      // app i: i decisions a second
+			tot.Requests[store.ReasonAppLimitExceeded] = int64(s + 1) // and one rejection
 			rd.Apps = append(rd.Apps, AppReading{ID: fmt.Sprintf("app%02d", i), Totals: tot, Burst: 7})
 		}
 		r.Record(t0.Add(time.Duration(s)*time.Second), rd)
@@ -221,7 +221,7 @@ func TestRecorderStaleSeries(t *testing.T) {
 func TestSampleJSON(t *testing.T) {
 	r := New()
 	var tot Totals
-	tot.Requests[0], tot.Requests[limiter.ReasonClusterExhausted], tot.Cost, tot.LocalHits = 4, 2, 9, 3
+	tot.Requests[0], tot.Requests[store.ReasonClusterExhausted], tot.Cost, tot.LocalHits = 4, 2, 9, 3
 	r.Record(t0, Reading{Totals: tot, Usage: 0.5, Capacity: 100, Level: 1, Emergency: true, LiveInstances: 2,
 		InFlight: 3, ConnectionLimit: 50, Apps: []AppReading{{ID: "x", Totals: tot, LocalTokens: 5, InFlight: 1,
 			Limit: 10, Borrowed: 1.5, Debt: 2, Guaranteed: 10, Burst: 20}}})

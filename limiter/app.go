@@ -6,12 +6,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Decision is the answer to one Take.
 type Decision struct {
 	Allowed    bool
-	Reason     Reason        // why not (ReasonNone when allowed)
+	Reason     store.Reason  // why not (ReasonNone when allowed)
 	Remaining  int64         // local tokens left plus what L2 had at the last lease (for headers)
 	RetryAfter time.Duration // when rejected: when tokens are expected again
 	LocalHit   bool          // admitted from local tokens without waiting on the Store
@@ -21,11 +23,11 @@ type Decision struct {
 
 // appPolicy is an AppPolicy with the figures the hot path needs precomputed.
 type appPolicy struct {
-	AppPolicy
+	store.AppPolicy
 	burst int64 // floor(Burst), >= 1
 }
 
-func newAppPolicy(p AppPolicy) *appPolicy {
+func newAppPolicy(p store.AppPolicy) *appPolicy {
 	return &appPolicy{AppPolicy: p, burst: max(1, int64(p.Burst))}
 }
 
@@ -84,7 +86,7 @@ type App struct {
 // leaseCall is one Store lease shared by every request waiting for it.
 type leaseCall struct {
 	done chan struct{}
-	res  Lease
+	res  store.Lease
 	err  error
 }
 
@@ -95,7 +97,7 @@ var doneCall = func() *leaseCall {
 	return c
 }()
 
-func (l *Limiter) newApp(id, label string, p AppPolicy, st *appStats, isolated bool, cfg *Config) *App {
+func (l *Limiter) newApp(id, label string, p store.AppPolicy, st *appStats, isolated bool, cfg *Config) *App {
 	a := &App{l: l, id: id, label: label, stats: st, isolated: isolated}
 	a.pol.Store(newAppPolicy(p))
 	// Until a rate is measured, the lease target is Reserve (capped like every lease), and the
@@ -111,7 +113,7 @@ func (l *Limiter) newApp(id, label string, p AppPolicy, st *appStats, isolated b
 // setPolicy applies a new policy (a reload, an admin override). A refusal recorded under the
 // old one no longer holds: its retry time was computed from the old refill rate (an override
 // to 0.1 tokens/s, removed again, would otherwise keep the app refused for 20 s).
-func (a *App) setPolicy(p AppPolicy) {
+func (a *App) setPolicy(p store.AppPolicy) {
 	if old := a.pol.Load(); old != nil && old.AppPolicy == p {
 		return
 	}
@@ -138,7 +140,7 @@ func (a *App) Label() string { return a.label }
 func (a *App) ID() string { return a.id }
 
 // Policy returns the app's current policy.
-func (a *App) Policy() AppPolicy { return a.pol.Load().AppPolicy }
+func (a *App) Policy() store.AppPolicy { return a.pol.Load().AppPolicy }
 
 // Tokens returns the local tokens (never negative) and the local debt.
 func (a *App) Tokens() (tokens, debt int64) {
@@ -176,7 +178,7 @@ func (a *App) take(ctx context.Context, cost int64) Decision {
 		if !st.EmergencyUntil.IsZero() {
 			retry = st.EmergencyUntil.Sub(l.clock.Now())
 		}
-		return a.reject(p, st, ReasonEmergencyBlocked, retry)
+		return a.reject(p, st, store.ReasonEmergencyBlocked, retry)
 	}
 	need := min(cost, p.burst)
 	if a.tryTake(cost, need) {
@@ -217,13 +219,13 @@ func (a *App) admitted(cost int64, l *Limiter) {
 }
 
 // slow handles a take the local tokens cannot cover.
-func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *ClusterState) Decision {
+func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *store.ClusterState) Decision {
 	l := a.l
 	if retry, ok := a.refused(l.clock.Now().UnixNano(), need); ok {
-		return a.reject(p, st, Reason(a.refusal.Load()), retry)
+		return a.reject(p, st, store.Reason(a.refusal.Load()), retry)
 	}
 	if l.closed.Load() {
-		return a.reject(p, st, ReasonRedisUnavailable, probeInterval)
+		return a.reject(p, st, store.ReasonRedisUnavailable, probeInterval)
 	}
 	if l.Level() == LevelFailOpen {
 		return a.failTake(cost, need, p, st)
@@ -245,7 +247,7 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 		case <-c.done:
 		case <-ctx.Done():
 			if parent.Err() != nil {
-				return a.reject(p, st, ReasonAppExhausted, a.oneToken(p, st))
+				return a.reject(p, st, store.ReasonAppExhausted, a.oneToken(p, st))
 			}
 			// The Store is slower than StoreTimeout but has not failed: the lease is still in
 			// flight and will be applied. Only a failed call switches to fail-open.
@@ -265,7 +267,7 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 			return Decision{Allowed: true, Remaining: max(a.balance.Load(), 0) + a.l2Left.Load(), Limit: p.burst}
 		}
 		if retry, ok := a.refused(l.clock.Now().UnixNano(), need); ok {
-			return a.reject(p, st, Reason(a.refusal.Load()), retry)
+			return a.reject(p, st, store.Reason(a.refusal.Load()), retry)
 		}
 	}
 	// Leases answered, but other waiters took what they brought. L2 said it had tokens for
@@ -273,7 +275,7 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *Clus
 	if a.l2Left.Load() >= need {
 		return a.creditTake(cost, need, p, st)
 	}
-	return a.reject(p, st, ReasonAppExhausted, a.oneToken(p, st))
+	return a.reject(p, st, store.ReasonAppExhausted, a.oneToken(p, st))
 }
 
 // refused reports whether a take of need must be rejected without a Store call, and for how
@@ -290,7 +292,7 @@ func (a *App) refused(now, need int64) (time.Duration, bool) {
 }
 
 // reject builds a rejection, mapping the Store's reason through L1's state.
-func (a *App) reject(p *appPolicy, st *ClusterState, r Reason, retry time.Duration) Decision {
+func (a *App) reject(p *appPolicy, st *store.ClusterState, r store.Reason, retry time.Duration) Decision {
 	return Decision{
 		Reason:     mapReason(st, p.Priority, r),
 		Remaining:  max(a.balance.Load(), 0) + a.l2Left.Load(),
@@ -300,28 +302,28 @@ func (a *App) reject(p *appPolicy, st *ClusterState, r Reason, retry time.Durati
 }
 
 // mapReason turns a Store refusal into the reason the client sees, given L1's last known state.
-func mapReason(st *ClusterState, priority int, r Reason) Reason {
+func mapReason(st *store.ClusterState, priority int, r store.Reason) store.Reason {
 	switch r {
-	case ReasonRedisUnavailable, ReasonEmergencyBlocked:
+	case store.ReasonRedisUnavailable, store.ReasonEmergencyBlocked:
 		return r
 	}
 	if st.Emergency {
 		if st.Factors[priority] <= 0 {
-			return ReasonEmergencyBlocked
+			return store.ReasonEmergencyBlocked
 		}
-		return ReasonEmergencyQuotaExceeded
+		return store.ReasonEmergencyQuotaExceeded
 	}
 	if st.Factors[priority] < 1 {
-		return ReasonClusterExhausted
+		return store.ReasonClusterExhausted
 	}
-	if r == ReasonNone {
-		return ReasonAppExhausted
+	if r == store.ReasonNone {
+		return store.ReasonAppExhausted
 	}
 	return r
 }
 
 // oneToken is how long L2 needs to refill one token at the app's current rate.
-func (a *App) oneToken(p *appPolicy, st *ClusterState) time.Duration {
+func (a *App) oneToken(p *appPolicy, st *store.ClusterState) time.Duration {
 	rate := p.Guaranteed * st.Factors[p.Priority]
 	if !(rate > 0) {
 		return time.Second
@@ -379,9 +381,9 @@ func (a *App) wait(ctx context.Context, cost int64, maxWait time.Duration, d Dec
 }
 
 // waitable reasons are the ones that tokens arriving later can cure.
-func waitable(r Reason) bool {
+func waitable(r store.Reason) bool {
 	switch r {
-	case ReasonAppExhausted, ReasonClusterExhausted, ReasonEmergencyQuotaExceeded, ReasonBorrowLimitExceeded:
+	case store.ReasonAppExhausted, store.ReasonClusterExhausted, store.ReasonEmergencyQuotaExceeded, store.ReasonBorrowLimitExceeded:
 		return true
 	}
 	return false

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/memstore"
 )
 
 // frozenClock is a lock-free clock for benchmarks: a refused app stays refused.
@@ -15,7 +17,7 @@ func benchApps(b *testing.B) (hit, refused *App) {
 	c := newClock()
 	cfg := baseConfig()
 	cfg.Apps["small"] = pol(10, 10, 0)
-	l, err := newLimiter(cfg, NewMemoryStore(c.Now), frozenClock{c.Now()})
+	l, err := newLimiter(cfg, memstore.New(c.Now), frozenClock{c.Now()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func BenchmarkTakeLocalRejectParallel(b *testing.B) {
 
 func BenchmarkAppLookup(b *testing.B) {
 	c := newClock()
-	l := testLimiter(b, baseConfig(), NewMemoryStore(c.Now), c, false)
+	l := testLimiter(b, baseConfig(), memstore.New(c.Now), c, false)
 	b.ReportAllocs()
 	for b.Loop() {
 		if a, _ := l.App("a"); a == nil {

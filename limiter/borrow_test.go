@@ -5,6 +5,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func TestUnallocatedRate(t *testing.T) {
@@ -24,12 +27,12 @@ func TestUnallocatedRate(t *testing.T) {
 
 // leaseRecorder keeps the last LeaseRequest.
 type leaseRecorder struct {
-	Store
+	store.Store
 	mu   sync.Mutex
-	last LeaseRequest
+	last store.LeaseRequest
 }
 
-func (r *leaseRecorder) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
+func (r *leaseRecorder) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease, error) {
 	r.mu.Lock()
 	r.last = req
 	r.mu.Unlock()
@@ -69,7 +72,7 @@ func TestLimiterBorrows(t *testing.T) {
 	wantStats(t, l, "slow", 6, 8)
 	// max_borrow 10 - borrowed 6 < 5 (after the local retry-after of the short lease).
 	c.Advance(time.Second)
-	if d := a.Take(ctx, 5, 0); d.Allowed || d.Reason != ReasonBorrowLimitExceeded {
+	if d := a.Take(ctx, 5, 0); d.Allowed || d.Reason != store.ReasonBorrowLimitExceeded {
 		t.Fatalf("5-token take over max_borrow = %+v, want borrow_limit_exceeded", d)
 	}
 	// The refused lease's refill (0.01 tokens) paid debt: the figures follow it.
@@ -100,13 +103,13 @@ func TestBorrowerGetsMaxBorrowBeyondBurst(t *testing.T) {
 	p := pol(50, 50, 0)
 	p.MaxBorrow = 200
 	cfg.Apps["b"] = p
-	l := testLimiter(t, cfg, NewMemoryStore(c.Now), c, false)
+	l := testLimiter(t, cfg, memstore.New(c.Now), c, false)
 	a := mustApp(t, l, "b")
-	reasons := map[Reason]int{}
+	reasons := map[store.Reason]int{}
 	for range 300 {
 		reasons[a.Take(context.Background(), 1, 0).Reason]++
 	}
-	if reasons[ReasonNone] != 250 || reasons[ReasonBorrowLimitExceeded] != 50 {
+	if reasons[store.ReasonNone] != 250 || reasons[store.ReasonBorrowLimitExceeded] != 50 {
 		t.Fatalf("decisions %v, want 250 admitted (burst 50 + max_borrow 200) and 50 borrow_limit_exceeded", reasons)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // UnknownAppMode says what happens to app ids that have no configured policy.
@@ -90,9 +92,9 @@ const LeaseHorizon = 30 * time.Second
 
 // Config is the configuration of one cluster's Limiter. Zero fields take their defaults.
 type Config struct {
-	Cluster         ClusterPolicy
-	Apps            map[string]AppPolicy // configured apps by id
-	Default         AppPolicy            // the `app *` template used for unknown apps
+	Cluster         store.ClusterPolicy
+	Apps            map[string]store.AppPolicy // configured apps by id
+	Default         store.AppPolicy            // the `app *` template used for unknown apps
 	UnknownApp      UnknownAppMode
 	MaxIsolated     int           // bound on isolated buckets (default 10000)
 	IsolatedTTL     time.Duration // an isolated bucket idle this long expires (default 60 s)

@@ -4,13 +4,15 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // gateStore holds every Lease until the test releases it with an outcome: nil forwards the
 // lease to the wrapped Store, an error fails it. It ignores the call's context, so that only
 // the test decides when and how the lease ends.
 type gateStore struct {
-	Store
+	store.Store
 	entered chan struct{} // signalled when a Lease has arrived
 	release chan error
 }
@@ -19,10 +21,10 @@ func newGate(c *manualClock) *gateStore {
 	return &gateStore{Store: newStore(c), entered: make(chan struct{}, 1), release: make(chan error)}
 }
 
-func (g *gateStore) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
+func (g *gateStore) Lease(ctx context.Context, r store.LeaseRequest) (store.Lease, error) {
 	g.entered <- struct{}{}
 	if err := <-g.release; err != nil {
-		return Lease{}, err
+		return store.Lease{}, err
 	}
 	return g.Store.Lease(ctx, r)
 }
@@ -71,7 +73,7 @@ func TestCreditWhileLeaseInFlight(t *testing.T) {
 		t.Fatalf("credit within the rescue bucket: %+v", d)
 	}
 	d = a.Take(context.Background(), 1, 0)
-	if d.Allowed || d.Reason != ReasonAppExhausted || d.RetryAfter <= 0 {
+	if d.Allowed || d.Reason != store.ReasonAppExhausted || d.RetryAfter <= 0 {
 		t.Fatalf("credit beyond the rescue bucket: %+v, want app_exhausted with a retry-after", d)
 	}
 

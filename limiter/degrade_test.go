@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func TestDegradationLevels(t *testing.T) {
@@ -74,7 +77,7 @@ func TestFailModes(t *testing.T) {
 			cfg.OnStoreFailure = mode
 			cfg.RescueRatio = 0.5
 			l := testLimiter(t, cfg, ps, c, false)
-			ps.state.Store(&ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 2})
+			ps.state.Store(&store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 2})
 			l.tick(c.Now().Add(time.Second))
 			ps.fail.Store(true)
 			a := mustApp(t, l, "a") // guaranteed 100, burst 1000
@@ -95,7 +98,7 @@ func TestFailModes(t *testing.T) {
 			switch mode {
 			case FailLocal:
 				// Rescue burst: 1000 × 0.5 / 2 live instances.
-				if admitted != 250 || last.Reason != ReasonAppExhausted {
+				if admitted != 250 || last.Reason != store.ReasonAppExhausted {
 					t.Fatalf("rescue admitted %d (last %+v), want 250", admitted, last)
 				}
 				c.Advance(time.Second) // rescue rate 100 × 0.5 / 2 = 25/s
@@ -111,7 +114,7 @@ func TestFailModes(t *testing.T) {
 					t.Fatalf("fail open admitted %d of 1000", admitted)
 				}
 			case FailClosed:
-				if admitted != 0 || last.Reason != ReasonRedisUnavailable {
+				if admitted != 0 || last.Reason != store.ReasonRedisUnavailable {
 					t.Fatalf("fail closed admitted %d, last %+v", admitted, last)
 				}
 			}
@@ -187,7 +190,7 @@ func TestStatsBacklogSentOnceAfterRecovery(t *testing.T) {
 }
 
 // requestsOf is the requests rep carries for app.
-func requestsOf(rep *Report, app string) (n int64) {
+func requestsOf(rep *store.Report, app string) (n int64) {
 	for _, a := range rep.Apps {
 		if a.App == app {
 			n += a.Requests
@@ -199,7 +202,7 @@ func requestsOf(rep *Report, app string) (n int64) {
 // storedRequests is the requests the probe's memory store counted for an app.
 func storedRequests(t *testing.T, ps *probeStore, app string) int64 {
 	t.Helper()
-	n, err := ps.Store.(*MemoryStore).AppRequests(context.Background(), "c1", app)
+	n, err := ps.Store.(*memstore.Store).AppRequests(context.Background(), "c1", app)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +214,7 @@ func storedRequests(t *testing.T, ps *probeStore, app string) int64 {
 // (from reports and leases) and the cost per report Seq, and notes a Seq sent again with other
 // figures.
 type ackLostStore struct {
-	Store
+	store.Store
 	ackLost   atomic.Bool
 	mu        sync.Mutex
 	reqBySeq  map[uint64]int64 // statistics Seq → requests of app "a"
@@ -228,14 +231,14 @@ func (s *ackLostStore) note(m map[uint64]int64, what string, seq uint64, v int64
 	m[seq] = v
 }
 
-func (s *ackLostStore) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
+func (s *ackLostStore) Lease(ctx context.Context, r store.LeaseRequest) (store.Lease, error) {
 	if r.App == "a" && r.Stats.Seq != 0 {
 		s.note(s.reqBySeq, "requests", r.Stats.Seq, r.Stats.Requests)
 	}
 	return s.Store.Lease(ctx, r)
 }
 
-func (s *ackLostStore) Report(ctx context.Context, r Report) (ClusterState, error) {
+func (s *ackLostStore) Report(ctx context.Context, r store.Report) (store.ClusterState, error) {
 	for _, a := range r.Apps {
 		if a.App == "a" && a.Seq != 0 {
 			s.note(s.reqBySeq, "requests", a.Seq, a.Requests)
@@ -244,7 +247,7 @@ func (s *ackLostStore) Report(ctx context.Context, r Report) (ClusterState, erro
 	s.note(s.costBySeq, "cost", r.Seq, r.Cost)
 	st, err := s.Store.Report(ctx, r)
 	if err == nil && s.ackLost.Load() {
-		return ClusterState{}, context.DeadlineExceeded
+		return store.ClusterState{}, context.DeadlineExceeded
 	}
 	return st, err
 }
@@ -253,7 +256,7 @@ func (s *ackLostStore) Report(ctx context.Context, r Report) (ClusterState, erro
 // Store counts every request exactly once (a resend used to count them twice).
 func TestReportAckLostCountsOnce(t *testing.T) {
 	c := newClock()
-	ms := NewMemoryStore(c.Now)
+	ms := memstore.New(c.Now)
 	st := &ackLostStore{Store: ms, reqBySeq: map[uint64]int64{}, costBySeq: map[uint64]int64{}}
 	cfg := baseConfig()
 	cfg.SyncBatch = 1 // every report flushes the app's statistics
@@ -305,11 +308,11 @@ func TestReportAckLostCountsOnce(t *testing.T) {
 
 // returnLostStore applies every Return, then fails it while lost is set: the reply was lost.
 type returnLostStore struct {
-	Store
+	store.Store
 	lost atomic.Bool
 }
 
-func (s *returnLostStore) Return(ctx context.Context, r Return) error {
+func (s *returnLostStore) Return(ctx context.Context, r store.Return) error {
 	err := s.Store.Return(ctx, r)
 	if err == nil && s.lost.Load() {
 		return context.DeadlineExceeded
@@ -321,7 +324,7 @@ func (s *returnLostStore) Return(ctx context.Context, r Return) error {
 // the tokens exist once (in L2), never twice.
 func TestReturnLostDropsTokens(t *testing.T) {
 	c := newClock()
-	ms := NewMemoryStore(c.Now)
+	ms := memstore.New(c.Now)
 	st := &returnLostStore{Store: ms}
 	l := testLimiter(t, baseConfig(), st, c, false)
 	a := mustApp(t, l, "a")

@@ -1,6 +1,5 @@
 // Package limiter is the L3 tier of tierbucket: per-app local token buckets filled by leases
-// from a Store (the L2 app buckets and the L1 cluster ledger, shared by the fleet), the Store
-// contract itself, and the in-memory Store.
+// from a store.Store (the L2 app buckets and the L1 cluster ledger, shared by the fleet).
 //
 // A decision on a local hit or a local rejection takes no lock and allocates nothing; the Store
 // is called in batches (leases, returns, one cluster report per sync interval), never per

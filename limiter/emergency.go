@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // ErrClosed is returned by calls on a closed Limiter that need its Store.
@@ -14,12 +16,12 @@ var ErrClosed = errors.New("limiter: closed")
 // once so that this instance applies it immediately; the other instances learn it at their
 // next report (one sync interval). Clearing it leaves L1's automatic emergency alone. A
 // failure of that report is not an error: the change is stored, and the next report brings it.
-func (l *Limiter) SetEmergency(ctx context.Context, e Emergency) error {
+func (l *Limiter) SetEmergency(ctx context.Context, e store.Emergency) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
 	cluster := l.snap().cfg.Cluster
-	if err := ValidateEmergency(cluster, e); err != nil {
+	if err := store.ValidateEmergency(cluster, e); err != nil {
 		return err
 	}
 	err := func() (err error) {

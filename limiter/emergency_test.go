@@ -5,6 +5,9 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // TestSetEmergency: the operator emergency applies on this instance at once (no tick): the
@@ -13,26 +16,26 @@ import (
 // limiter refuses.
 func TestSetEmergency(t *testing.T) {
 	clk := newClock()
-	store := NewMemoryStore(clk.Now)
+	shared := memstore.New(clk.Now)
 	cfg := baseConfig()
-	cfg.Cluster.EmergencyRatios = [MaxPriority + 1]float64{1, 0.5, 0.1, 0}
-	l := testLimiter(t, cfg, store, clk, false)
+	cfg.Cluster.EmergencyRatios = [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+	l := testLimiter(t, cfg, shared, clk, false)
 	defer l.Close()
 	cfg2 := cfg
 	cfg2.Instance = "i2"
-	l2 := testLimiter(t, cfg2, store, clk, false)
+	l2 := testLimiter(t, cfg2, shared, clk, false)
 	defer l2.Close()
 
 	until := clk.Now().Add(time.Minute)
-	if err := l.SetEmergency(context.Background(), Emergency{Active: true, Reason: "drill", Until: until}); err != nil {
+	if err := l.SetEmergency(context.Background(), store.Emergency{Active: true, Reason: "drill", Until: until}); err != nil {
 		t.Fatal(err)
 	}
 	st := l.State()
-	if !st.Emergency || st.EmergencySource != EmergencySourceOperator || st.EmergencyReason != "drill" || !st.EmergencyUntil.Equal(until) {
+	if !st.Emergency || st.EmergencySource != store.EmergencySourceOperator || st.EmergencyReason != "drill" || !st.EmergencyUntil.Equal(until) {
 		t.Fatalf("state right after SetEmergency: %+v", st)
 	}
 	d := mustApp(t, l, "p3").Take(context.Background(), 1, 0)
-	if d.Allowed || d.Reason != ReasonEmergencyBlocked || d.RetryAfter != time.Minute {
+	if d.Allowed || d.Reason != store.ReasonEmergencyBlocked || d.RetryAfter != time.Minute {
 		t.Fatalf("P3 in the operator emergency: %+v", d)
 	}
 	if d := mustApp(t, l, "a").Take(context.Background(), 1, 0); !d.Allowed {
@@ -43,11 +46,11 @@ func TestSetEmergency(t *testing.T) {
 	}
 	clk.Advance(cfg.SyncInterval + time.Second)
 	l2.tick(clk.Now())
-	if st := l2.State(); !st.Emergency || st.EmergencySource != EmergencySourceOperator {
+	if st := l2.State(); !st.Emergency || st.EmergencySource != store.EmergencySourceOperator {
 		t.Fatalf("the other instance after its report: %+v", st)
 	}
 
-	if err := l2.SetEmergency(context.Background(), Emergency{}); err != nil {
+	if err := l2.SetEmergency(context.Background(), store.Emergency{}); err != nil {
 		t.Fatal(err)
 	}
 	if l2.State().Emergency {
@@ -59,7 +62,7 @@ func TestSetEmergency(t *testing.T) {
 	}
 
 	_ = l.Close()
-	if err := l.SetEmergency(context.Background(), Emergency{Active: true}); !errors.Is(err, ErrClosed) {
+	if err := l.SetEmergency(context.Background(), store.Emergency{Active: true}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed limiter: %v", err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Issue: an app far under its quota got 429 app_exhausted right after an idle period. Its
@@ -22,7 +24,7 @@ func TestSlowLeaseAfterIdleRefusesNobody(t *testing.T) {
 	c := newClock()
 	g := newGate(c)
 	cfg := baseConfig()
-	cfg.Apps = map[string]AppPolicy{"big": pol(1e8, 1e8, 0)}
+	cfg.Apps = map[string]store.AppPolicy{"big": pol(1e8, 1e8, 0)}
 	cfg.StoreTimeout = time.Hour // the waiters wait: only the lease sizing is under test
 	l := testLimiter(t, cfg, g, c, true)
 	a := mustApp(t, l, "big")
@@ -104,7 +106,7 @@ func TestRefundAboveFairnessCapReturned(t *testing.T) {
 	c := newClock()
 	ps := newProbe(c)
 	cfg := baseConfig()
-	cfg.Apps = map[string]AppPolicy{"a": pol(20, 20, 0)}
+	cfg.Apps = map[string]store.AppPolicy{"a": pol(20, 20, 0)}
 	l := testLimiter(t, cfg, ps, c, false)
 	a := mustApp(t, l, "a")
 	d := a.Take(context.Background(), 21, 0) // a PUT above the burst: all 20, 1 of debt
@@ -193,7 +195,7 @@ func TestKnownInstancesSizeRescue(t *testing.T) {
 		t.Fatalf("rescue burst with 4 known instances = %d, want 250", admitted)
 	}
 	ps.fail.Store(false)
-	ps.state.Store(&ClusterState{LiveInstances: 3, Factors: [4]float64{1, 1, 1, 1}})
+	ps.state.Store(&store.ClusterState{LiveInstances: 3, Factors: [4]float64{1, 1, 1, 1}})
 	l.tick(c.Now().Add(3 * time.Second))
 	l.tick(c.Now().Add(4 * time.Second))
 	if len(seen) != 1 || seen[0] != 3 {
@@ -223,7 +225,7 @@ type forgetfulStore struct {
 	reported atomic.Int64 // Σ Requests of successful reports
 }
 
-func (f *forgetfulStore) Report(ctx context.Context, r Report) (ClusterState, error) {
+func (f *forgetfulStore) Report(ctx context.Context, r store.Report) (store.ClusterState, error) {
 	st, err := f.probeStore.Report(ctx, r)
 	if err == nil {
 		for _, a := range r.Apps {

@@ -7,6 +7,9 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // fleetResult is what one simulated fleet run admitted.
@@ -22,17 +25,17 @@ type fleetResult struct {
 // instance always asks first), with sync ticks every 100 ms.
 // offer is each instance's offered cost per ms (0: the whole quota's rate × 4); maxCost 1 makes
 // every request cost 1, otherwise costs are 1..maxCost.
-func simulateFleet(t *testing.T, n int, p AppPolicy, dur time.Duration, seed uint64, offer, maxCost int64) fleetResult {
+func simulateFleet(t *testing.T, n int, p store.AppPolicy, dur time.Duration, seed uint64, offer, maxCost int64) fleetResult {
 	c := newClock()
-	ms := NewMemoryStore(c.Now)
+	ms := memstore.New(c.Now)
 	var stores []*probeStore
 	var apps []*App
 	var lims []*Limiter
 	for i := range n {
 		ps := &probeStore{Store: ms, clock: c}
 		cfg := Config{
-			Cluster:  ClusterPolicy{ID: "fleet"},
-			Apps:     map[string]AppPolicy{"app": p},
+			Cluster:  store.ClusterPolicy{ID: "fleet"},
+			Apps:     map[string]store.AppPolicy{"app": p},
 			Default:  p,
 			Instance: fmt.Sprintf("i%d", i),
 		}
@@ -95,7 +98,7 @@ func simulateFleet(t *testing.T, n int, p AppPolicy, dur time.Duration, seed uin
 func TestFleetAccuracy(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		p    AppPolicy
+		p    store.AppPolicy
 		dur  time.Duration
 	}{
 		{"small_100/s", pol(100, 100, 0), 20 * time.Second},

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // manualClock is a Clock tests move by hand.
@@ -36,7 +38,7 @@ var errDown = errors.New("store down")
 // probeStore wraps a Store: it counts calls, and fails, slows (by advancing the manual clock)
 // or blocks on demand.
 type probeStore struct {
-	Store
+	store.Store
 	clock                 *manualClock
 	leases, returns, reps atomic.Int64
 	fail                  atomic.Bool
@@ -44,8 +46,8 @@ type probeStore struct {
 	delay                 atomic.Int64  // manual-clock latency added to every call
 	block                 chan struct{} // when non-nil, Lease waits on it
 	entered               chan struct{} // when non-nil, Lease signals it (non-blocking)
-	lastReport            atomic.Pointer[Report]
-	state                 atomic.Pointer[ClusterState] // overrides the Report reply
+	lastReport            atomic.Pointer[store.Report]
+	state                 atomic.Pointer[store.ClusterState] // overrides the Report reply
 	returned, granted     atomic.Int64
 	lost                  atomic.Int64 // tokens of Returns that failed
 }
@@ -72,7 +74,7 @@ func (refusedError) Error() string   { return "WRONGPASS invalid username-passwo
 func (refusedError) Permanent() bool { return true }
 func (refusedError) Remedy() string  { return "fix the password" }
 
-func (p *probeStore) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
+func (p *probeStore) Lease(ctx context.Context, r store.LeaseRequest) (store.Lease, error) {
 	p.leases.Add(1)
 	if p.entered != nil {
 		select {
@@ -84,18 +86,18 @@ func (p *probeStore) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
 		select {
 		case <-p.block:
 		case <-ctx.Done():
-			return Lease{}, ctx.Err()
+			return store.Lease{}, ctx.Err()
 		}
 	}
 	if err := p.before(); err != nil {
-		return Lease{}, err
+		return store.Lease{}, err
 	}
 	l, err := p.Store.Lease(ctx, r)
 	p.granted.Add(l.Granted)
 	return l, err
 }
 
-func (p *probeStore) Return(ctx context.Context, r Return) error {
+func (p *probeStore) Return(ctx context.Context, r store.Return) error {
 	p.returns.Add(1)
 	if err := p.before(); err != nil {
 		p.lost.Add(max(r.Tokens, 0))
@@ -108,10 +110,10 @@ func (p *probeStore) Return(ctx context.Context, r Return) error {
 	return err
 }
 
-func (p *probeStore) Report(ctx context.Context, r Report) (ClusterState, error) {
+func (p *probeStore) Report(ctx context.Context, r store.Report) (store.ClusterState, error) {
 	p.reps.Add(1)
 	if err := p.before(); err != nil {
-		return ClusterState{}, err
+		return store.ClusterState{}, err
 	}
 	st, err := p.Store.Report(ctx, r)
 	if err == nil {
@@ -132,7 +134,7 @@ type tb interface {
 
 // testLimiter builds a Limiter without its loop; leases run inline (deterministic) unless
 // async is set.
-func testLimiter(t tb, cfg Config, st Store, c *manualClock, async bool) *Limiter {
+func testLimiter(t tb, cfg Config, st store.Store, c *manualClock, async bool) *Limiter {
 	t.Helper()
 	if cfg.Instance == "" {
 		cfg.Instance = "i1"
@@ -154,14 +156,14 @@ func testLimiter(t tb, cfg Config, st Store, c *manualClock, async bool) *Limite
 	return l
 }
 
-func pol(g, b float64, prio int) AppPolicy {
-	return AppPolicy{Guaranteed: g, Burst: b, Priority: prio}
+func pol(g, b float64, prio int) store.AppPolicy {
+	return store.AppPolicy{Guaranteed: g, Burst: b, Priority: prio}
 }
 
 func baseConfig() Config {
 	return Config{
-		Cluster: ClusterPolicy{ID: "c1"},
-		Apps:    map[string]AppPolicy{"a": pol(100, 1000, 0), "p3": pol(100, 1000, 3)},
+		Cluster: store.ClusterPolicy{ID: "c1"},
+		Apps:    map[string]store.AppPolicy{"a": pol(100, 1000, 0), "p3": pol(100, 1000, 3)},
 		Default: pol(10, 100, 2),
 		Reserve: 30, // the first lease of "a": 100/s for three sync intervals
 	}

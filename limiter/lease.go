@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // startLease returns the lease in flight, starting one if there is none (single-flight).
@@ -55,7 +57,7 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	if need == 0 {
 		short = 0
 	}
-	req := LeaseRequest{
+	req := store.LeaseRequest{
 		Cluster:  s.cfg.Cluster,
 		App:      a.id,
 		Policy:   p.AppPolicy,
@@ -71,7 +73,7 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	// target is a single token, and 32 waiters sharing one token would each lease in turn.
 	req.Want = max(req.Want, min(a.waiting.Load()-b, p.burst))
 	stats := a.takeStats() // the app's statistics travel with its lease
-	req.Stats = StatsBatch{Seq: stats.seq, Requests: stats.requests}
+	req.Stats = store.StatsBatch{Seq: stats.seq, Requests: stats.requests}
 	start := l.clock.Now()
 	err := l.callStore(func(ctx context.Context) (err error) {
 		c.res, err = l.store.Lease(ctx, req)
@@ -95,7 +97,7 @@ func (a *App) runLease(c *leaseCall, need int64) {
 // × the degradation multiplier, at most burst / (2 × live instances) so that no
 // instance hoards a small quota, at least 1; plus any local debt, which the grant pays first;
 // and at least the need (a waiter's shortfall, which already includes the debt).
-func (a *App) want(need, debt int64, p *appPolicy, st *ClusterState, s *snapshot) int64 {
+func (a *App) want(need, debt int64, p *appPolicy, st *store.ClusterState, s *snapshot) int64 {
 	m := leaseMultiplier(a.l.Level())
 	t := max(a.rateTgt.Load(), a.consumed.Load()-a.lastCons.Load()) * m
 	live := int64(max(st.LiveInstances, 1))
@@ -104,7 +106,7 @@ func (a *App) want(need, debt int64, p *appPolicy, st *ClusterState, s *snapshot
 }
 
 // applyLease books a grant and, for a refused or short lease, when to ask again.
-func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
+func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time) {
 	if res.Granted > 0 {
 		a.balance.Add(res.Granted)
 		a.leased.Add(res.Granted)
@@ -138,8 +140,8 @@ func (a *App) applyLease(req LeaseRequest, res Lease, now time.Time) {
 	case retry <= 0:
 		a.retryUntil.Store(0)
 	case until > a.retryUntil.Load():
-		r := ReasonAppExhausted
-		if res.Granted < req.Need && res.Reason != ReasonNone {
+		r := store.ReasonAppExhausted
+		if res.Granted < req.Need && res.Reason != store.ReasonNone {
 			r = res.Reason
 		}
 		a.refusal.Store(uint32(r))
@@ -171,7 +173,7 @@ func (a *App) returnTokens(now time.Time, keep int64) error {
 	}
 	l := a.l
 	s := l.snap()
-	ret := Return{Cluster: s.cfg.Cluster, App: a.id, Policy: a.pol.Load().AppPolicy, Tokens: n, Instance: s.cfg.Instance}
+	ret := store.Return{Cluster: s.cfg.Cluster, App: a.id, Policy: a.pol.Load().AppPolicy, Tokens: n, Instance: s.cfg.Instance}
 	start := l.clock.Now()
 	err := l.callStore(func(ctx context.Context) error { return l.store.Return(ctx, ret) })
 	l.observe(l.clock.Now().Sub(start), err, false)
@@ -214,7 +216,7 @@ type rescueBucket struct {
 // rescueTake takes cost from the rescue bucket (rate guaranteed × RescueRatio / live
 // instances, burst the same share of the app's burst) if it holds need (capped at its burst).
 // It returns what is left, or when it will hold need.
-func (a *App) rescueTake(cost, need int64, p *appPolicy, st *ClusterState) (ok bool, left int64, retry time.Duration) {
+func (a *App) rescueTake(cost, need int64, p *appPolicy, st *store.ClusterState) (ok bool, left int64, retry time.Duration) {
 	l := a.l
 	share := l.snap().cfg.RescueRatio / float64(max(st.LiveInstances, 1))
 	rate, burst := p.Guaranteed*share, max(p.Burst*share, 1)
@@ -241,19 +243,19 @@ func (a *App) rescueTake(cost, need int64, p *appPolicy, st *ClusterState) (ok b
 
 // failTake decides a take the local tokens cannot cover while the Store is unavailable
 // (LevelFailOpen). Tokens admitted this way are counted as minted (they were never leased).
-func (a *App) failTake(cost, need int64, p *appPolicy, st *ClusterState) Decision {
+func (a *App) failTake(cost, need int64, p *appPolicy, st *store.ClusterState) Decision {
 	switch a.l.snap().cfg.OnStoreFailure {
 	case FailOpen:
 		a.mint(cost)
 		return Decision{Allowed: true, Limit: p.burst, Minted: true}
 	case FailClosed:
 		a.l.rescueRejects.Add(1)
-		return a.reject(p, st, ReasonRedisUnavailable, probeInterval)
+		return a.reject(p, st, store.ReasonRedisUnavailable, probeInterval)
 	}
 	ok, left, retry := a.rescueTake(cost, need, p, st)
 	if !ok {
 		a.l.rescueRejects.Add(1)
-		return a.reject(p, st, ReasonAppExhausted, retry)
+		return a.reject(p, st, store.ReasonAppExhausted, retry)
 	}
 	a.mint(cost)
 	return Decision{Allowed: true, Remaining: left, Limit: p.burst, Minted: true}
@@ -265,10 +267,10 @@ func (a *App) failTake(cost, need int64, p *appPolicy, st *ClusterState) Decisio
 // cost becomes local debt, which the lease in flight (or the next one) pays. Nothing is
 // minted, so L2 stays the one source of tokens. Otherwise it is rejected with a retry-after of
 // StoreTimeout, about when the lease should have answered.
-func (a *App) creditTake(cost, need int64, p *appPolicy, st *ClusterState) Decision {
+func (a *App) creditTake(cost, need int64, p *appPolicy, st *store.ClusterState) Decision {
 	ok, left, _ := a.rescueTake(cost, need, p, st)
 	if !ok {
-		return a.reject(p, st, ReasonAppExhausted, a.l.snap().cfg.StoreTimeout)
+		return a.reject(p, st, store.ReasonAppExhausted, a.l.snap().cfg.StoreTimeout)
 	}
 	a.balance.Add(-cost)
 	a.admitted(cost, a.l)

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Level is the degradation level set by the Store's latency and errors.
@@ -92,7 +94,7 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	if err != nil {
 		if cur == LevelFailOpen {
 			l.episode.errs++ // counted, not logged one by one
-			if p, ok := AsPermanent(err); ok && !l.episode.permanent {
+			if p, ok := store.AsPermanent(err); ok && !l.episode.permanent {
 				// The episode began as a fault; now the Store refuses the configuration.
 				l.episode.permanent = true
 				l.logPermanent(p)
@@ -164,7 +166,7 @@ func (l *Limiter) enterFailOpen(err error) {
 	if cfg.OnStoreFailure == FailLocal {
 		fields = append(fields, zap.Int("rescue_live_instances", st.LiveInstances))
 	}
-	if p, ok := AsPermanent(err); ok {
+	if p, ok := store.AsPermanent(err); ok {
 		l.episode.permanent = true
 		l.logPermanent(p)
 	} else {
@@ -181,7 +183,7 @@ func (l *Limiter) enterFailOpen(err error) {
 // logPermanent logs a permanent Store error (levelMu held), once per fail_open episode: a
 // configuration error (credentials, permissions, certificates) that only an operator can fix.
 // The limiter keeps probing, so the fix is noticed and logged like any recovery.
-func (l *Limiter) logPermanent(p PermanentError) {
+func (l *Limiter) logPermanent(p store.PermanentError) {
 	log := l.logger()
 	if log == nil {
 		return

@@ -8,17 +8,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Limiter is the L3 tier of one cluster: the local buckets of its apps, their leases from the
 // Store, the sync loop that reports statistics and receives L1's state, and the degradation
 // level. One Limiter lives per cluster per process and survives config reloads (Update).
 type Limiter struct {
-	store Store
+	store store.Store
 	clock Clock
 
-	cur   atomic.Pointer[snapshot]     // configuration and configured apps: read-mostly
-	state atomic.Pointer[ClusterState] // L1's state from the last report
+	cur   atomic.Pointer[snapshot]           // configuration and configured apps: read-mostly
+	state atomic.Pointer[store.ClusterState] // L1's state from the last report
 
 	level   atomic.Uint32
 	levelMu sync.Mutex
@@ -84,8 +86,8 @@ func unallocatedRate(cfg Config) float64 {
 
 // New validates cfg, builds the Limiter and starts its sync loop. The Limiter does not own the
 // Store: Close leaves it open. A nil clock means the system clock.
-func New(cfg Config, store Store, clock Clock) (*Limiter, error) {
-	l, err := newLimiter(cfg, store, clock)
+func New(cfg Config, st store.Store, clock Clock) (*Limiter, error) {
+	l, err := newLimiter(cfg, st, clock)
 	if err != nil {
 		return nil, err
 	}
@@ -95,8 +97,8 @@ func New(cfg Config, store Store, clock Clock) (*Limiter, error) {
 }
 
 // newLimiter builds a Limiter without starting its loop (tests drive tick themselves).
-func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
-	if store == nil {
+func newLimiter(cfg Config, st store.Store, clock Clock) (*Limiter, error) {
+	if st == nil {
 		return nil, errors.New("limiter: nil store")
 	}
 	cfg, err := cfg.withDefaults()
@@ -107,7 +109,7 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 		clock = SystemClock{}
 	}
 	l := &Limiter{
-		store:    store,
+		store:    st,
 		clock:    clock,
 		isolated: make(map[string]*App),
 		unknown:  new(appStats),
@@ -119,8 +121,7 @@ func newLimiter(cfg Config, store Store, clock Clock) (*Limiter, error) {
 		spawn: func(f func()) { go f() },
 		sleep: sleepCtx,
 	}
-	st := &ClusterState{Factors: [MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: max(cfg.KnownInstances, 1)}
-	l.state.Store(st)
+	l.state.Store(&store.ClusterState{Factors: [store.MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: max(cfg.KnownInstances, 1)})
 	now := clock.Now()
 	l.lastReport, l.lastRate = now, now
 	// Report Seqs start at the time in µs, so that a later Limiter with the same instance id
@@ -145,26 +146,26 @@ func (l *Limiter) snap() *snapshot { return l.cur.Load() }
 func (l *Limiter) Config() Config { return l.snap().cfg }
 
 // State returns L1's state from the last successful report.
-func (l *Limiter) State() ClusterState { return *l.state.Load() }
+func (l *Limiter) State() store.ClusterState { return *l.state.Load() }
 
 // App returns the bucket for an app id: the configured app, the shared unknown bucket, an
 // isolated bucket, or nil with ReasonInvalidAppID / ReasonUnknownApp. It does not allocate for
 // configured ids.
-func (l *Limiter) App(id string) (*App, Reason) {
+func (l *Limiter) App(id string) (*App, store.Reason) {
 	s := l.cur.Load()
 	if a, ok := s.apps[id]; ok {
-		return a, ReasonNone
+		return a, store.ReasonNone
 	}
 	if !ValidAppID(id) {
-		return nil, ReasonInvalidAppID
+		return nil, store.ReasonInvalidAppID
 	}
 	switch s.cfg.UnknownApp {
 	case UnknownReject:
-		return nil, ReasonUnknownApp
+		return nil, store.ReasonUnknownApp
 	case UnknownIsolated:
-		return l.isolatedApp(id, s), ReasonNone
+		return l.isolatedApp(id, s), store.ReasonNone
 	}
-	return s.shared, ReasonNone
+	return s.shared, store.ReasonNone
 }
 
 // isolatedApp returns id's own bucket, creating it while fewer than MaxIsolated exist; beyond

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func TestValidAppID(t *testing.T) {
@@ -28,24 +31,24 @@ func TestConfigValidation(t *testing.T) {
 		"burst":           {func(c *Config) { c.Apps["x"] = pol(10, 5, 0) }, `app "x": burst must be >= guaranteed`},
 		"guaranteed":      {func(c *Config) { c.Apps["x"] = pol(0, 5, 0) }, `app "x": guaranteed must be > 0`},
 		"priority":        {func(c *Config) { c.Apps["x"] = pol(1, 5, 4) }, `app "x": priority must be 0-3`},
-		"default missing": {func(c *Config) { c.Default = AppPolicy{} }, "app *: guaranteed must be > 0"},
-		"warmup":          {func(c *Config) { c.Apps["x"] = AppPolicy{Guaranteed: 1, Burst: 5, Warmup: -1} }, `app "x": warmup must be >= 0`},
+		"default missing": {func(c *Config) { c.Default = store.AppPolicy{} }, "app *: guaranteed must be > 0"},
+		"warmup":          {func(c *Config) { c.Apps["x"] = store.AppPolicy{Guaranteed: 1, Burst: 5, Warmup: -1} }, `app "x": warmup must be >= 0`},
 		"threshold":       {func(c *Config) { c.RefillThreshold = 2 }, "local.refill_threshold"},
 		"rescue ratio":    {func(c *Config) { c.RescueRatio = -1 }, "rescue ratio"},
 		"reserve":         {func(c *Config) { c.Reserve = -1 }, "local.reserve"},
 	} {
 		cfg := baseConfig()
 		tc.mut(&cfg)
-		_, err := newLimiter(cfg, NewMemoryStore(nil), newClock())
+		_, err := newLimiter(cfg, memstore.New(nil), newClock())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", name, err, tc.want)
 		}
 	}
 	cfg := baseConfig()
-	cfg.Default = AppPolicy{}
+	cfg.Default = store.AppPolicy{}
 	cfg.UnknownApp = UnknownReject
 	cfg.Reserve = 0 // the default, 1000
-	l, err := newLimiter(cfg, NewMemoryStore(nil), newClock())
+	l, err := newLimiter(cfg, memstore.New(nil), newClock())
 	if err != nil {
 		t.Fatalf("reject mode needs no app *: %v", err)
 	}
@@ -122,13 +125,13 @@ func TestUnknownAppModes(t *testing.T) {
 		cfg := baseConfig()
 		cfg.UnknownApp = UnknownReject
 		l := testLimiter(t, cfg, newProbe(c), c, false)
-		if a, r := l.App("nobody"); a != nil || r != ReasonUnknownApp {
+		if a, r := l.App("nobody"); a != nil || r != store.ReasonUnknownApp {
 			t.Fatalf("App(nobody) = %v, %v", a, r)
 		}
-		if a, r := l.App("bad id"); a != nil || r != ReasonInvalidAppID {
+		if a, r := l.App("bad id"); a != nil || r != store.ReasonInvalidAppID {
 			t.Fatalf("App(bad id) = %v, %v", a, r)
 		}
-		if _, r := l.App("a"); r != ReasonNone {
+		if _, r := l.App("a"); r != store.ReasonNone {
 			t.Fatalf("configured app: %v", r)
 		}
 	})
@@ -142,11 +145,11 @@ func TestReloadKeepsBucketsAndReturnsRemoved(t *testing.T) {
 	p3 := mustApp(t, l, "p3")
 	a.Take(context.Background(), 5, 0)
 	p3.Take(context.Background(), 5, 0)
-	a.Record(ReasonNone, 5)
+	a.Record(store.ReasonNone, 5)
 	before, _ := a.Tokens()
 
 	cfg := baseConfig()
-	cfg.Apps = map[string]AppPolicy{"a": pol(200, 2000, 1), "b": pol(10, 10, 0)}
+	cfg.Apps = map[string]store.AppPolicy{"a": pol(200, 2000, 1), "b": pol(10, 10, 0)}
 	if err := l.Update(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +163,7 @@ func TestReloadKeepsBucketsAndReturnsRemoved(t *testing.T) {
 	if p := a2.Policy(); p.Guaranteed != 200 || p.Priority != 1 {
 		t.Fatalf("policy not updated in place: %+v", p)
 	}
-	if st := l.Stats(); st[0].Label != "a" || st[0].Requests[ReasonNone] != 1 || st[0].Cost != 5 {
+	if st := l.Stats(); st[0].Label != "a" || st[0].Requests[store.ReasonNone] != 1 || st[0].Cost != 5 {
 		t.Fatalf("stats lost on reload: %+v", st)
 	}
 	// Update makes no Store call: the removed app's tokens go back at the next tick.
@@ -171,7 +174,7 @@ func TestReloadKeepsBucketsAndReturnsRemoved(t *testing.T) {
 	if tok, _ := p3.Tokens(); tok != 0 || ps.returned.Load() != 25 {
 		t.Fatalf("removed app kept %d tokens, returned %d, want 0 and 25", tok, ps.returned.Load())
 	}
-	if _, r := l.App("b"); r != ReasonNone {
+	if _, r := l.App("b"); r != store.ReasonNone {
 		t.Fatal("added app missing")
 	}
 	// The removed app's pending statistics still go out.
@@ -182,7 +185,7 @@ func TestReloadKeepsBucketsAndReturnsRemoved(t *testing.T) {
 }
 
 // hasApp reports whether rep carries the statistics of app id with req requests.
-func hasApp(rep *Report, id string, req int64) bool {
+func hasApp(rep *store.Report, id string, req int64) bool {
 	for _, a := range rep.Apps {
 		if a.App == id && a.Requests == req && a.Seq != 0 {
 			return true
@@ -230,7 +233,7 @@ func TestCloseReturnsTokensAndFlushesStats(t *testing.T) {
 	if rep := ps.lastReport.Load(); rep == nil || !hasApp(rep, "a", 3) || rep.Cost != 6 {
 		t.Fatalf("Close did not flush statistics and cost: %+v", rep)
 	}
-	if d := a.Take(context.Background(), 1, 0); d.Allowed || d.Reason != ReasonRedisUnavailable {
+	if d := a.Take(context.Background(), 1, 0); d.Allowed || d.Reason != store.ReasonRedisUnavailable {
 		t.Fatalf("take after Close = %+v", d)
 	}
 	calls := ps.leases.Load()
@@ -240,23 +243,23 @@ func TestCloseReturnsTokensAndFlushesStats(t *testing.T) {
 }
 
 func TestReasonMapping(t *testing.T) {
-	emerg := &ClusterState{Emergency: true, Factors: [4]float64{1, 0.5, 0.1, 0}, LiveInstances: 1}
-	over := &ClusterState{Factors: [4]float64{1, 0.9, 0.8, 0.7}, LiveInstances: 1}
-	calm := &ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 1}
+	emerg := &store.ClusterState{Emergency: true, Factors: [4]float64{1, 0.5, 0.1, 0}, LiveInstances: 1}
+	over := &store.ClusterState{Factors: [4]float64{1, 0.9, 0.8, 0.7}, LiveInstances: 1}
+	calm := &store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 1}
 	for _, tc := range []struct {
-		st   *ClusterState
+		st   *store.ClusterState
 		prio int
-		in   Reason
-		want Reason
+		in   store.Reason
+		want store.Reason
 	}{
-		{emerg, 3, ReasonAppExhausted, ReasonEmergencyBlocked},
-		{emerg, 1, ReasonAppExhausted, ReasonEmergencyQuotaExceeded},
-		{emerg, 0, ReasonBorrowLimitExceeded, ReasonEmergencyQuotaExceeded},
-		{over, 2, ReasonAppExhausted, ReasonClusterExhausted},
-		{over, 0, ReasonAppExhausted, ReasonAppExhausted},
-		{calm, 1, ReasonBorrowLimitExceeded, ReasonBorrowLimitExceeded},
-		{calm, 1, ReasonNone, ReasonAppExhausted},
-		{calm, 1, ReasonRedisUnavailable, ReasonRedisUnavailable},
+		{emerg, 3, store.ReasonAppExhausted, store.ReasonEmergencyBlocked},
+		{emerg, 1, store.ReasonAppExhausted, store.ReasonEmergencyQuotaExceeded},
+		{emerg, 0, store.ReasonBorrowLimitExceeded, store.ReasonEmergencyQuotaExceeded},
+		{over, 2, store.ReasonAppExhausted, store.ReasonClusterExhausted},
+		{over, 0, store.ReasonAppExhausted, store.ReasonAppExhausted},
+		{calm, 1, store.ReasonBorrowLimitExceeded, store.ReasonBorrowLimitExceeded},
+		{calm, 1, store.ReasonNone, store.ReasonAppExhausted},
+		{calm, 1, store.ReasonRedisUnavailable, store.ReasonRedisUnavailable},
 	} {
 		if got := mapReason(tc.st, tc.prio, tc.in); got != tc.want {
 			t.Errorf("mapReason(emergency=%v, p%d, %v) = %v, want %v", tc.st.Emergency, tc.prio, tc.in, got, tc.want)
@@ -270,13 +273,13 @@ func TestEmergencyFromReport(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Apps["p1"] = pol(10, 10, 1)
 	l := testLimiter(t, cfg, ps, c, false)
-	ps.state.Store(&ClusterState{Emergency: true, Factors: [4]float64{1, 0.5, 0.1, 0}, LiveInstances: 1})
+	ps.state.Store(&store.ClusterState{Emergency: true, Factors: [4]float64{1, 0.5, 0.1, 0}, LiveInstances: 1})
 	l.tick(c.Now().Add(time.Second))
 	if !l.State().Emergency {
 		t.Fatal("state not taken from the report")
 	}
 	calls := ps.leases.Load()
-	if d := mustApp(t, l, "p3").Take(context.Background(), 1, 0); d.Allowed || d.Reason != ReasonEmergencyBlocked {
+	if d := mustApp(t, l, "p3").Take(context.Background(), 1, 0); d.Allowed || d.Reason != store.ReasonEmergencyBlocked {
 		t.Fatalf("P3 in emergency: %+v", d)
 	}
 	if ps.leases.Load() != calls {
@@ -287,7 +290,7 @@ func TestEmergencyFromReport(t *testing.T) {
 	for range 20 {
 		d = p1.Take(context.Background(), 1, 0)
 	}
-	if d.Allowed || d.Reason != ReasonEmergencyQuotaExceeded {
+	if d.Allowed || d.Reason != store.ReasonEmergencyQuotaExceeded {
 		t.Fatalf("exhausted P1 in emergency: %+v", d)
 	}
 }
@@ -382,11 +385,11 @@ func TestSyncBatchFlushesStats(t *testing.T) {
 }
 
 type signalStore struct {
-	Store
+	store.Store
 	reported chan struct{}
 }
 
-func (s *signalStore) Report(ctx context.Context, r Report) (ClusterState, error) {
+func (s *signalStore) Report(ctx context.Context, r store.Report) (store.ClusterState, error) {
 	st, err := s.Store.Report(ctx, r)
 	select {
 	case s.reported <- struct{}{}:
@@ -455,25 +458,25 @@ func TestStats(t *testing.T) {
 	a := mustApp(t, l, "a")
 	a.Take(context.Background(), 5, 0) // lease of 30
 	a.Take(context.Background(), 5, 0) // local hit
-	a.Record(ReasonNone, 5)
-	a.Record(ReasonNone, 5)
-	a.Record(ReasonAppExhausted, 3)
+	a.Record(store.ReasonNone, 5)
+	a.Record(store.ReasonNone, 5)
+	a.Record(store.ReasonAppExhausted, 3)
 	for _, id := range []string{"u1", "u2"} {
 		u := mustApp(t, l, id)
 		u.Take(context.Background(), 1, 0)
-		u.Record(ReasonNone, 1)
+		u.Record(store.ReasonNone, 1)
 	}
 	st := l.Stats()
 	if len(st) != 3 || st[0].Label != "a" || st[1].Label != "p3" || st[2].Label != "*" {
 		t.Fatalf("labels: %+v", st)
 	}
 	want := AppStats{Label: "a", Cost: 10, LocalHits: 1, Leases: 1, LeaseTokens: 30, LocalTokens: 20}
-	want.Requests[ReasonNone], want.Requests[ReasonAppExhausted] = 2, 1
+	want.Requests[store.ReasonNone], want.Requests[store.ReasonAppExhausted] = 2, 1
 	if st[0] != want {
 		t.Fatalf("stats of a = %+v, want %+v", st[0], want)
 	}
 	// Unknown apps together: two isolated buckets, each leased Reserve (30) and spent 1.
-	if u := st[2]; u.Requests[ReasonNone] != 2 || u.Cost != 2 || u.Leases != 2 || u.LocalTokens != 58 {
+	if u := st[2]; u.Requests[store.ReasonNone] != 2 || u.Cost != 2 || u.Leases != 2 || u.LocalTokens != 58 {
 		t.Fatalf("stats of * = %+v", u)
 	}
 }
@@ -490,7 +493,7 @@ func TestUpdateUnknownModeSettlesBuckets(t *testing.T) {
 	if err := l.Update(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, r := l.App("someone"); r != ReasonUnknownApp {
+	if _, r := l.App("someone"); r != store.ReasonUnknownApp {
 		t.Fatalf("after switching to reject: %v", r)
 	}
 	l.tick(c.Now())

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // AppOverride is a fleet-wide override of one app's policy, set through the admin API and kept
@@ -22,7 +24,7 @@ type AppOverride struct {
 }
 
 // Apply returns p with the override's fields.
-func (o AppOverride) Apply(p AppPolicy) AppPolicy {
+func (o AppOverride) Apply(p store.AppPolicy) store.AppPolicy {
 	set(&p.Guaranteed, o.Guaranteed)
 	set(&p.Burst, o.Burst)
 	set(&p.Priority, o.Priority)
@@ -41,14 +43,14 @@ func (o AppOverride) Fields() []string {
 
 // ClusterOverride is a fleet-wide override of the cluster's L1 policy.
 type ClusterOverride struct {
-	Capacity           *float64                  `json:"capacity,omitempty"`
-	ReservedRatio      *float64                  `json:"reserved_ratio,omitempty"`
-	EmergencyThreshold *float64                  `json:"emergency_threshold,omitempty"`
-	EmergencyRatios    *[MaxPriority + 1]float64 `json:"emergency_ratios,omitempty"`
+	Capacity           *float64                        `json:"capacity,omitempty"`
+	ReservedRatio      *float64                        `json:"reserved_ratio,omitempty"`
+	EmergencyThreshold *float64                        `json:"emergency_threshold,omitempty"`
+	EmergencyRatios    *[store.MaxPriority + 1]float64 `json:"emergency_ratios,omitempty"`
 }
 
 // Apply returns c with the override's fields.
-func (o ClusterOverride) Apply(c ClusterPolicy) ClusterPolicy {
+func (o ClusterOverride) Apply(c store.ClusterPolicy) store.ClusterPolicy {
 	set(&c.Capacity, o.Capacity)
 	set(&c.ReservedRatio, o.ReservedRatio)
 	set(&c.EmergencyThreshold, o.EmergencyThreshold)
@@ -88,12 +90,12 @@ type overrideSet struct {
 }
 
 // decodeOverrides decodes a Store's entries; entries that do not decode are kept in bad.
-func decodeOverrides(o Overrides) overrideSet {
+func decodeOverrides(o store.Overrides) overrideSet {
 	s := overrideSet{version: o.Version, apps: map[string]AppOverride{}}
 	for key, raw := range o.Entries {
 		var err error
 		switch {
-		case key == OverrideClusterKey:
+		case key == store.OverrideClusterKey:
 			var c ClusterOverride
 			if err = strictJSON(raw, &c); err == nil {
 				s.cluster = &c
@@ -156,7 +158,7 @@ func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
 	}
 	cfg.Apps = maps.Clone(base.Apps)
 	if cfg.Apps == nil {
-		cfg.Apps = map[string]AppPolicy{}
+		cfg.Apps = map[string]store.AppPolicy{}
 	}
 	for key, err := range ov.bad {
 		skip(key, err)
@@ -165,7 +167,7 @@ func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
 		next := cfg
 		next.Cluster = ov.cluster.Apply(cfg.Cluster)
 		if es := append(next.Cluster.Validate(), next.Admission()...); len(es) > 0 {
-			skip(OverrideClusterKey, es)
+			skip(store.OverrideClusterKey, es)
 		} else {
 			cfg = next
 		}
@@ -187,7 +189,7 @@ func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
 		}
 		p := ov.apps[id].Apply(old)
 		if es := p.Validate(); len(es) > 0 {
-			skip(OverrideAppKey(id), es)
+			skip(store.OverrideAppKey(id), es)
 			continue
 		}
 		next := sum + p.Guaranteed
@@ -195,7 +197,7 @@ func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
 			next -= old.Guaranteed
 		}
 		if cfg.Cluster.Capacity > 0 && next > limit {
-			skip(OverrideAppKey(id), FieldErrors{{Field: "guaranteed", Problem: fmt.Sprintf(
+			skip(store.OverrideAppKey(id), store.FieldErrors{{Field: "guaranteed", Problem: fmt.Sprintf(
 				"the cluster's sum of guaranteed would be %v, over (1 - reserved_ratio) × capacity = %v", next, limit)}})
 			continue
 		}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"go.uber.org/zap"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // overrides is the Limiter's view of the admin API's overrides (docs/admin-api.md): the
@@ -48,7 +50,7 @@ func (l *Limiter) AppOverride(id string) (AppOverride, bool) {
 	l.ovMu.Lock()
 	defer l.ovMu.Unlock()
 	o, ok := l.ov.apps[id]
-	if ok && l.skipped[OverrideAppKey(id)] != nil {
+	if ok && l.skipped[store.OverrideAppKey(id)] != nil {
 		return AppOverride{}, false
 	}
 	return o, ok
@@ -58,7 +60,7 @@ func (l *Limiter) AppOverride(id string) (AppOverride, bool) {
 func (l *Limiter) ClusterOverride() (ClusterOverride, bool) {
 	l.ovMu.Lock()
 	defer l.ovMu.Unlock()
-	if l.ov.cluster == nil || l.skipped[OverrideClusterKey] != nil {
+	if l.ov.cluster == nil || l.skipped[store.OverrideClusterKey] != nil {
 		return ClusterOverride{}, false
 	}
 	return *l.ov.cluster, true
@@ -113,10 +115,10 @@ func (l *Limiter) SkippedOverrides() map[string]error {
 // before SetAppOverride returns.
 func (l *Limiter) SetAppOverride(ctx context.Context, id string, o *AppOverride) (OverrideChangeResult, error) {
 	if !ValidAppID(id) {
-		return OverrideChangeResult{}, FieldErrors{{Field: "id", Problem: fmt.Sprintf(
+		return OverrideChangeResult{}, store.FieldErrors{{Field: "id", Problem: fmt.Sprintf(
 			"invalid app id %q (1-128 characters of [A-Za-z0-9._:-])", id)}}
 	}
-	key := OverrideAppKey(id)
+	key := store.OverrideAppKey(id)
 	return l.change(ctx, key, o, func(cur overrideSet) overrideSet { return cur.withApp(id, o) },
 		func(cfg Config) any {
 			if p, ok := cfg.Apps[id]; ok {
@@ -129,7 +131,7 @@ func (l *Limiter) SetAppOverride(ctx context.Context, id string, o *AppOverride)
 // SetClusterOverride sets (o non-nil) or removes (o nil) the fleet-wide override of the
 // cluster's L1 policy, like SetAppOverride.
 func (l *Limiter) SetClusterOverride(ctx context.Context, o *ClusterOverride) (OverrideChangeResult, error) {
-	return l.change(ctx, OverrideClusterKey, o, func(cur overrideSet) overrideSet { return cur.withCluster(o) },
+	return l.change(ctx, store.OverrideClusterKey, o, func(cur overrideSet) overrideSet { return cur.withCluster(o) },
 		func(cfg Config) any { c := cfg.Cluster; return &c })
 }
 
@@ -173,9 +175,9 @@ func (l *Limiter) change(ctx context.Context, key string, value any, next func(o
 			return OverrideChangeResult{}, err
 		}
 		version, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-			return l.store.SetOverride(ctx, l.base.Cluster.ID, OverrideChange{Key: key, Value: raw, IfVersion: l.ov.version})
+			return l.store.SetOverride(ctx, l.base.Cluster.ID, store.OverrideChange{Key: key, Value: raw, IfVersion: l.ov.version})
 		})
-		if errors.Is(err, ErrVersionConflict) && attempt < maxConflicts {
+		if errors.Is(err, store.ErrVersionConflict) && attempt < maxConflicts {
 			l.loaded = false // another instance changed them: read them and decide again
 			continue
 		}
@@ -207,10 +209,10 @@ func (l *Limiter) newlySkipped(skipped map[string]error, key string) error {
 	}
 	sort.Strings(pushed)
 	field := "guaranteed"
-	if key == OverrideClusterKey {
+	if key == store.OverrideClusterKey {
 		field = "capacity"
 	}
-	return FieldErrors{{Field: field, Problem: fmt.Sprintf("the change would leave the overrides %v out "+
+	return store.FieldErrors{{Field: field, Problem: fmt.Sprintf("the change would leave the overrides %v out "+
 		"of the configuration (%v)", pushed, skipped[pushed[0]])}}
 }
 
@@ -229,7 +231,7 @@ func (l *Limiter) storeCall(ctx context.Context, f func(ctx context.Context) (ui
 
 // loadOverrides reads the overrides from the Store (ovMu held). It does not apply them.
 func (l *Limiter) loadOverrides(ctx context.Context) error {
-	var o Overrides
+	var o store.Overrides
 	_, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
 		var err error
 		o, err = l.store.Overrides(ctx, l.base.Cluster.ID)

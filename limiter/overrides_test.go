@@ -12,14 +12,17 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	"pgregory.net/rapid"
+
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func ptr[T any](v T) *T { return &v }
 
 // fleetOf builds n loop-less limiters (instances i1…) on one MemoryStore.
-func fleetOf(t tb, n int, cfg Config) ([]*Limiter, *MemoryStore, *manualClock) {
+func fleetOf(t tb, n int, cfg Config) ([]*Limiter, *memstore.Store, *manualClock) {
 	c := newClock()
-	st := NewMemoryStore(c.Now)
+	st := memstore.New(c.Now)
 	ls := make([]*Limiter, n)
 	for i := range ls {
 		cfg := cfg
@@ -51,7 +54,7 @@ func TestAppOverrideReachesEveryInstanceAndDeleteRestores(t *testing.T) {
 	if got := a.Config().Apps["a"]; got != want {
 		t.Fatalf("instance A right after the change: %+v, want %+v", got, want)
 	}
-	if before, after := res.Before.(*AppPolicy), res.After.(*AppPolicy); *before != pol(100, 1000, 0) || *after != want {
+	if before, after := res.Before.(*store.AppPolicy), res.After.(*store.AppPolicy); *before != pol(100, 1000, 0) || *after != want {
 		t.Fatalf("result before %+v after %+v", *before, *after)
 	}
 	if got := b.Config().Apps["a"]; got != pol(100, 1000, 0) {
@@ -135,7 +138,7 @@ func TestOverrideValidationChangesNothing(t *testing.T) {
 		"negative warmup":        {"a", AppOverride{Warmup: ptr(-time.Second)}, []string{"warmup"}},
 	} {
 		_, err := l.SetAppOverride(context.Background(), tc.id, &tc.o)
-		var fe FieldErrors
+		var fe store.FieldErrors
 		if !errors.As(err, &fe) {
 			t.Fatalf("%s: err = %v, want FieldErrors", name, err)
 		}
@@ -148,7 +151,7 @@ func TestOverrideValidationChangesNothing(t *testing.T) {
 		}
 	}
 	_, err := l.SetClusterOverride(context.Background(), &ClusterOverride{Capacity: ptr(100.0)})
-	var fe FieldErrors
+	var fe store.FieldErrors
 	if !errors.As(err, &fe) || fe[0].Field != "apps" {
 		t.Fatalf("capacity below the guarantees: err = %v, want FieldErrors on apps", err)
 	}
@@ -190,7 +193,7 @@ func TestReloadKeepsOverridesAndSkipsConflicts(t *testing.T) {
 	if got := l.Config().Apps["a"].Guaranteed; got != 100 {
 		t.Fatalf("guaranteed %v, want the loaded 100 while the override does not fit", got)
 	}
-	if _, ok := l.SkippedOverrides()[OverrideAppKey("a")]; !ok || logs.Len() != 1 {
+	if _, ok := l.SkippedOverrides()[store.OverrideAppKey("a")]; !ok || logs.Len() != 1 {
 		t.Fatalf("skipped %v, %d error lines; want app:a skipped and logged once", l.SkippedOverrides(), logs.Len())
 	}
 	_ = l.Update(next)

@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func rapidLimiter(t *rapid.T) (*Limiter, *probeStore, *manualClock) {
 	c := newClock()
 	ps := newProbe(c)
 	cfg := baseConfig()
-	cfg.Apps["r"] = AppPolicy{
+	cfg.Apps["r"] = store.AppPolicy{
 		Guaranteed: float64(rapid.IntRange(1, 1000).Draw(t, "guaranteed")),
 		Burst:      float64(rapid.IntRange(1000, 5000).Draw(t, "burst")),
 		Priority:   rapid.IntRange(0, 3).Draw(t, "priority"),
@@ -84,7 +86,7 @@ func TestPropConservation(t *testing.T) {
 				cfg := l.Config()
 				p := cfg.Apps["r"]
 				p.Burst = float64(rapid.IntRange(int(p.Guaranteed), 5000).Draw(t, "newburst"))
-				cfg.Apps = map[string]AppPolicy{"r": p, "a": cfg.Apps["a"]}
+				cfg.Apps = map[string]store.AppPolicy{"r": p, "a": cfg.Apps["a"]}
 				if err := l.Update(cfg); err != nil {
 					t.Fatal(err)
 				}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // An expensive request's refusal does not block a cheaper one that L2 can still cover: the
@@ -24,7 +26,7 @@ func TestRefusalDoesNotBlockCheaperRequests(t *testing.T) {
 		}
 	}
 	d := a.Take(ctx, 9, 0)
-	if d.Allowed || d.Reason != ReasonAppExhausted || d.RetryAfter < 600*time.Second {
+	if d.Allowed || d.Reason != store.ReasonAppExhausted || d.RetryAfter < 600*time.Second {
 		t.Fatalf("third 9-token take = %+v, want app_exhausted with a retry-after of ~700 s", d)
 	}
 	if tok, _ := a.Tokens(); tok+a.l2Left.Load() != 2 {
@@ -63,7 +65,7 @@ func TestRefusalDoesNotBlockCheaperRequests(t *testing.T) {
 
 	// Now nothing is left: even a 1-token take is rejected without a Store call.
 	for range 100 {
-		if d := a.Take(ctx, 1, 0); d.Allowed || d.Reason != ReasonAppExhausted || d.RetryAfter <= 0 {
+		if d := a.Take(ctx, 1, 0); d.Allowed || d.Reason != store.ReasonAppExhausted || d.RetryAfter <= 0 {
 			t.Fatalf("1-token take with L2 empty = %+v", d)
 		}
 	}

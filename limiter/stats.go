@@ -3,19 +3,21 @@ package limiter
 import (
 	"sort"
 	"sync/atomic"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // appStats are one metric label's counters, read at scrape time.
 type appStats struct {
-	requests                             [NumReasons]atomic.Int64
+	requests                             [store.NumReasons]atomic.Int64
 	cost, localHits, leases, leaseTokens atomic.Int64
 }
 
 // AppStats is a snapshot of one metric label's counters.
 type AppStats struct {
 	Label       string
-	Requests    [NumReasons]int64 // final decisions by reason (ReasonNone = admitted), from Record
-	Cost        int64             // admitted cost, from Record
+	Requests    [store.NumReasons]int64 // final decisions by reason (ReasonNone = admitted), from Record
+	Cost        int64                   // admitted cost, from Record
 	LocalHits   int64
 	Leases      int64
 	LeaseTokens int64
@@ -27,12 +29,12 @@ type AppStats struct {
 
 // Record counts one final decision for metrics: r is ReasonNone for an admitted request, whose
 // cost is added to the admitted cost.
-func (a *App) Record(r Reason, cost int64) {
-	if r >= NumReasons {
+func (a *App) Record(r store.Reason, cost int64) {
+	if r >= store.NumReasons {
 		return
 	}
 	a.stats.requests[r].Add(1)
-	if r == ReasonNone {
+	if r == store.ReasonNone {
 		a.stats.cost.Add(cost)
 	}
 }

@@ -1,4 +1,9 @@
 package limiter
 
+import (
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
+)
+
 // newStore is the L2 the limiter tests run against.
-func newStore(c *manualClock) Store { return NewMemoryStore(c.Now) }
+func newStore(c *manualClock) store.Store { return memstore.New(c.Now) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // loop is the sync loop: one per Limiter, ticking every SyncInterval.
@@ -72,7 +74,7 @@ type clusterBatch struct {
 func (l *Limiter) report(now time.Time, all bool) error {
 	s := l.snap()
 	var inflight map[string]int64
-	rep := Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance}
+	rep := store.Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance}
 	if src := s.cfg.Connections; src != nil {
 		inflight, rep.InFlight = src.InFlight()
 	}
@@ -103,7 +105,7 @@ func (l *Limiter) report(now time.Time, all bool) error {
 		if b := a.takeStats(); b.seq != 0 {
 			flushed = append(flushed, flush{a, b})
 			seen[a.id] = len(rep.Apps)
-			rep.Apps = append(rep.Apps, AppReport{App: a.id, Requests: b.requests, Seq: b.seq})
+			rep.Apps = append(rep.Apps, store.AppReport{App: a.id, Requests: b.requests, Seq: b.seq})
 		}
 	}
 	// In-flight counts of every id with requests in flight (including ids without a bucket of
@@ -114,17 +116,17 @@ func (l *Limiter) report(now time.Time, all bool) error {
 			rep.Apps[i].InFlight = n
 		} else {
 			seen[id] = len(rep.Apps)
-			rep.Apps = append(rep.Apps, AppReport{App: id, InFlight: n})
+			rep.Apps = append(rep.Apps, store.AppReport{App: id, InFlight: n})
 		}
 	}
 	for id := range l.prevIn {
 		if _, ok := seen[id]; !ok {
 			seen[id] = len(rep.Apps)
-			rep.Apps = append(rep.Apps, AppReport{App: id})
+			rep.Apps = append(rep.Apps, store.AppReport{App: id})
 		}
 	}
 	start := l.clock.Now()
-	var st ClusterState
+	var st store.ClusterState
 	err := l.callStore(func(ctx context.Context) (err error) {
 		st, err = l.store.Report(ctx, rep)
 		return err

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func newProbe(c *manualClock) *probeStore {
@@ -58,12 +60,12 @@ func TestRefusedAppCostsNoStoreCalls(t *testing.T) {
 	if admitted != 10 {
 		t.Fatalf("admitted %d of a burst of 10", admitted)
 	}
-	if last.Reason != ReasonAppExhausted || last.RetryAfter <= 0 {
+	if last.Reason != store.ReasonAppExhausted || last.RetryAfter <= 0 {
 		t.Fatalf("rejection = %+v", last)
 	}
 	calls := ps.leases.Load()
 	for range 1000 {
-		if d := a.Take(context.Background(), 1, 0); d.Allowed || d.Reason != ReasonAppExhausted {
+		if d := a.Take(context.Background(), 1, 0); d.Allowed || d.Reason != store.ReasonAppExhausted {
 			t.Fatalf("take during retry-after = %+v", d)
 		}
 	}
@@ -176,7 +178,7 @@ func TestLeaseTarget(t *testing.T) {
 	} {
 		a := mustApp(t, l, tc.app)
 		a.rateTgt.Store(tc.rateTgt)
-		st := &ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: tc.live}
+		st := &store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: tc.live}
 		if got := a.want(tc.need, tc.debt, a.pol.Load(), st, s); got != tc.want {
 			t.Errorf("%+v: want() = %d", tc, got)
 		}

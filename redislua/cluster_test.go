@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // TestKeySlots checks the hash tags: one app's keys share a slot, the cluster's keys share a
@@ -56,15 +56,15 @@ func TestKeySlots(t *testing.T) {
 func TestClusterReport(t *testing.T) {
 	s := New(clusterClient(t), uniquePrefix(t))
 	ctx := context.Background()
-	var apps []limiter.AppReport
+	var apps []store.AppReport
 	for i := 0; i < 12; i++ {
-		apps = append(apps, limiter.AppReport{App: fmt.Sprintf("app-%d", i), Requests: 1, Cost: 2, InFlight: 1})
+		apps = append(apps, store.AppReport{App: fmt.Sprintf("app-%d", i), Requests: 1, Cost: 2, InFlight: 1})
 	}
-	cl := limiter.ClusterPolicy{ID: "c1", Capacity: 100, EmergencyThreshold: 0.95}
-	if _, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i1", Apps: apps, InFlight: 12}); err != nil {
+	cl := store.ClusterPolicy{ID: "c1", Capacity: 100, EmergencyThreshold: 0.95}
+	if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i1", Apps: apps, InFlight: 12}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i2", Apps: apps, InFlight: 12})
+	st, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i2", Apps: apps, InFlight: 12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestClusterReport(t *testing.T) {
 	if err := s.client.ScriptFlush(ctx).Err(); err != nil { // flushes every master
 		t.Fatal(err)
 	}
-	if _, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i1", Apps: apps}); err != nil {
+	if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i1", Apps: apps}); err != nil {
 		t.Fatalf("report after SCRIPT FLUSH on the cluster: %v", err)
 	}
 }

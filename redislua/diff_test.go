@@ -11,7 +11,8 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // TestDifferential drives the memory store and the Redis store with one random sequence of
@@ -26,19 +27,19 @@ func TestDifferential(t *testing.T) {
 
 	rapid.Check(t, func(rt *rapid.T) {
 		clk := newManualClock()
-		mem := limiter.NewMemoryStore(clk.Now)
+		mem := memstore.New(clk.Now)
 		red := New(client, uniquePrefix(t), WithClock(clk.Now))
 
 		num := rapid.SampledFrom([]float64{0.3, 1, 2.5, 7, 10, 33.3, 100, 1234.5678, 1e5})
 		// A burst below guaranteed (x 0.5) is invalid: both stores must refuse it.
-		genPolicy := func(label string) limiter.AppPolicy {
+		genPolicy := func(label string) store.AppPolicy {
 			g := num.Draw(rt, label+"-guaranteed")
-			return limiter.AppPolicy{Guaranteed: g, Burst: g * rapid.SampledFrom([]float64{1, 1.5, 3, 10.1, 0.5}).Draw(rt, label+"-burstx"),
+			return store.AppPolicy{Guaranteed: g, Burst: g * rapid.SampledFrom([]float64{1, 1.5, 3, 10.1, 0.5}).Draw(rt, label+"-burstx"),
 				Warmup: rapid.SampledFrom([]time.Duration{0, 0, 1500 * time.Nanosecond, 333333 * time.Microsecond, time.Second,
 					3 * time.Second, 7 * time.Second, 40 * time.Second, time.Hour}).Draw(rt, label+"-warmup"),
 				MaxBorrow: rapid.SampledFrom([]float64{0, 0, 2.5, 7, 50, 1000}).Draw(rt, label+"-maxborrow")}
 		}
-		cluster := limiter.ClusterPolicy{
+		cluster := store.ClusterPolicy{
 			ID:                 "c",
 			Capacity:           rapid.SampledFrom([]float64{0, 50, 1000, 33.3}).Draw(rt, "capacity"),
 			ReservedRatio:      0.1,
@@ -50,7 +51,7 @@ func TestDifferential(t *testing.T) {
 			return rapid.SampledFrom([]float64{0, 3.3, 20, 100, 1234.5678}).Draw(rt, "unallocated")
 		}
 		unallocated := genUnallocated()
-		policies := map[string]limiter.AppPolicy{}
+		policies := map[string]store.AppPolicy{}
 		for _, a := range apps {
 			policies[a] = genPolicy(a)
 		}
@@ -63,7 +64,7 @@ func TestDifferential(t *testing.T) {
 			app := rapid.SampledFrom(apps).Draw(rt, "app")
 			switch op := rapid.IntRange(0, 8).Draw(rt, "op"); op {
 			case 0, 1: // lease
-				req := limiter.LeaseRequest{
+				req := store.LeaseRequest{
 					Cluster: cluster, App: app, Policy: policies[app],
 					Factor:      rapid.SampledFrom([]float64{1, 0.5, 1.0 / 3, 0.1, 0}).Draw(rt, "factor"),
 					Need:        rapid.Int64Range(0, 200).Draw(rt, "need"),
@@ -75,7 +76,7 @@ func TestDifferential(t *testing.T) {
 				if rapid.Bool().Draw(rt, "stats") { // statistics on the lease, Seqs shared with the reports
 					seq := rapid.Uint64Range(1, seqs[req.Instance]+2).Draw(rt, "stats-seq")
 					seqs[req.Instance] = max(seqs[req.Instance], seq)
-					req.Stats = limiter.StatsBatch{Seq: seq, Requests: rapid.Int64Range(0, 50).Draw(rt, "stats-requests")}
+					req.Stats = store.StatsBatch{Seq: seq, Requests: rapid.Int64Range(0, 50).Draw(rt, "stats-requests")}
 				}
 				lm, em := mem.Lease(ctx, req)
 				lr, er := red.Lease(ctx, req)
@@ -83,7 +84,7 @@ func TestDifferential(t *testing.T) {
 					rt.Fatalf("step %d Lease(%+v):\nmemory %+v %v\nredis  %+v %v", step, req, lm, em, lr, er)
 				}
 			case 2: // return
-				ret := limiter.Return{Cluster: cluster, App: app, Policy: policies[app],
+				ret := store.Return{Cluster: cluster, App: app, Policy: policies[app],
 					Tokens: rapid.Int64Range(-5, 300).Draw(rt, "tokens"), Instance: "i1"}
 				em, er := mem.Return(ctx, ret), red.Return(ctx, ret)
 				if (em == nil) != (er == nil) {
@@ -91,7 +92,7 @@ func TestDifferential(t *testing.T) {
 				}
 			case 3: // report
 				inst := rapid.SampledFrom(instances).Draw(rt, "instance")
-				rep := limiter.Report{Cluster: cluster, Instance: inst, InFlight: rapid.Int64Range(0, 20).Draw(rt, "inflight"),
+				rep := store.Report{Cluster: cluster, Instance: inst, InFlight: rapid.Int64Range(0, 20).Draw(rt, "inflight"),
 					Cost: rapid.Int64Range(0, 300).Draw(rt, "report-cost")}
 				// Unnumbered, a resend, the next Seq, or any Seq up to the next.
 				switch rapid.IntRange(0, 3).Draw(rt, "seqkind") {
@@ -108,7 +109,7 @@ func TestDifferential(t *testing.T) {
 					if !rapid.Bool().Draw(rt, "include-"+a) {
 						continue
 					}
-					ar := limiter.AppReport{App: a, Requests: rapid.Int64Range(0, 50).Draw(rt, "requests"),
+					ar := store.AppReport{App: a, Requests: rapid.Int64Range(0, 50).Draw(rt, "requests"),
 						Cost: rapid.Int64Range(0, 500).Draw(rt, "cost"), InFlight: rapid.Int64Range(0, 5).Draw(rt, "appinflight")}
 					if rapid.Bool().Draw(rt, "app-seq-"+a) { // the app's figures under the report's Seq, or none
 						ar.Seq = rep.Seq
@@ -130,7 +131,7 @@ func TestDifferential(t *testing.T) {
 				policies[app] = genPolicy(app)
 				unallocated = genUnallocated()
 			case 6: // operator emergency: set (until deactivated, ending later, already over) or cleared
-				em := limiter.Emergency{Active: rapid.Bool().Draw(rt, "active"),
+				em := store.Emergency{Active: rapid.Bool().Draw(rt, "active"),
 					Reason: rapid.SampledFrom([]string{"", "maintenance", "ünï \"code\""}).Draw(rt, "reason")}
 				if d := rapid.SampledFrom([]time.Duration{-1, 0, 1500 * time.Nanosecond, 333333 * time.Microsecond, time.Second,
 					5 * time.Second, -time.Second}).Draw(rt, "until"); d != -1 {
@@ -141,7 +142,7 @@ func TestDifferential(t *testing.T) {
 					rt.Fatalf("step %d SetEmergency(%+v): memory %v, redis %v", step, em, em1, er1)
 				}
 			case 8: // connection slots of the app's scope or the cluster's
-				r := limiter.SlotRequest{Cluster: cluster.ID, App: rapid.SampledFrom([]string{"", app}).Draw(rt, "scope"),
+				r := store.SlotRequest{Cluster: cluster.ID, App: rapid.SampledFrom([]string{"", app}).Draw(rt, "scope"),
 					Instance: rapid.SampledFrom(instances).Draw(rt, "instance"),
 					Want:     rapid.Int64Range(0, 12).Draw(rt, "want"), Limit: rapid.Int64Range(0, 10).Draw(rt, "limit")}
 				sm, em := mem.LeaseSlots(ctx, r)
@@ -150,7 +151,7 @@ func TestDifferential(t *testing.T) {
 					rt.Fatalf("step %d LeaseSlots(%+v): memory %+v %v, redis %+v %v", step, r, sm, em, sr, er)
 				}
 			case 7: // an admin override set or removed, at the current version or a stale one
-				ch := limiter.OverrideChange{Key: rapid.SampledFrom([]string{"cluster", "app:" + app}).Draw(rt, "key")}
+				ch := store.OverrideChange{Key: rapid.SampledFrom([]string{"cluster", "app:" + app}).Draw(rt, "key")}
 				if rapid.Bool().Draw(rt, "set") {
 					ch.Value = []byte(rapid.SampledFrom([]string{`{}`, `{"guaranteed":5}`, `"ünï"`}).Draw(rt, "value"))
 				}
@@ -164,7 +165,7 @@ func TestDifferential(t *testing.T) {
 				}
 				v1, e1 := mem.SetOverride(ctx, cluster.ID, ch)
 				v2, e2 := red.SetOverride(ctx, cluster.ID, ch)
-				if v1 != v2 || (e1 == nil) != (e2 == nil) || errors.Is(e1, limiter.ErrVersionConflict) != errors.Is(e2, limiter.ErrVersionConflict) {
+				if v1 != v2 || (e1 == nil) != (e2 == nil) || errors.Is(e1, store.ErrVersionConflict) != errors.Is(e2, store.ErrVersionConflict) {
 					rt.Fatalf("step %d SetOverride(%+v): memory %d %v, redis %d %v", step, ch, v1, e1, v2, e2)
 				}
 				o1, err1 := mem.Overrides(ctx, cluster.ID)
@@ -182,7 +183,7 @@ func TestDifferential(t *testing.T) {
 
 // sameState compares two ClusterStates; an app whose remote in-flight sum is 0 may be absent
 // from RemoteInFlight; PrevSeq must match exactly.
-func sameState(a, b limiter.ClusterState) bool {
+func sameState(a, b store.ClusterState) bool {
 	ra, rb := a.RemoteInFlight, b.RemoteInFlight
 	if a.Usage != b.Usage || a.Factors != b.Factors || a.Emergency != b.Emergency ||
 		a.EmergencySource != b.EmergencySource || a.EmergencyReason != b.EmergencyReason || !a.EmergencyUntil.Equal(b.EmergencyUntil) ||
@@ -212,7 +213,7 @@ func sameState(a, b limiter.ClusterState) bool {
 }
 
 // compareBucket requires the stored L2 records to be identical.
-func compareBucket(rt *rapid.T, step int, mem *limiter.MemoryStore, red *Store, cluster, app string) {
+func compareBucket(rt *rapid.T, step int, mem *memstore.Store, red *Store, cluster, app string) {
 	ms, ok := mem.AppState(cluster, app)
 	vals, err := red.client.HMGet(context.Background(), red.keys.l2(cluster, app), "tokens", "ts", "consumed", "requests",
 		"last_grant", "warm_start", "warm_granted", "debt", "borrowed").Result()
@@ -229,7 +230,7 @@ func compareBucket(rt *rapid.T, step int, mem *limiter.MemoryStore, red *Store, 
 		}
 		return f
 	}
-	var rs limiter.MemoryAppState
+	var rs memstore.MemoryAppState
 	if vals[0] != nil {
 		rs.Tokens, rs.TS = num(vals[0]), time.UnixMicro(int64(num(vals[1])))
 	}
@@ -255,7 +256,7 @@ func compareBucket(rt *rapid.T, step int, mem *limiter.MemoryStore, red *Store, 
 	}
 }
 
-func fmtState(s limiter.MemoryAppState) string {
+func fmtState(s memstore.MemoryAppState) string {
 	return fmt.Sprintf("{tokens %v ts %d consumed %d requests %d last_grant %d warm_start %d warm_granted %d debt %v borrowed %v}", s.Tokens,
 		s.TS.UnixMicro(), s.Consumed, s.Requests, s.LastGrant.UnixMicro(), s.WarmStart.UnixMicro(), s.WarmGranted, s.Debt, s.Borrowed)
 }

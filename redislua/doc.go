@@ -1,4 +1,4 @@
-// Package redislua is the Redis implementation of limiter.Store: Lua scripts embedded from .lua
+// Package redislua is the Redis implementation of store.Store: Lua scripts embedded from .lua
 // files (lua/), their Go wrappers, the key schema and the client options (TLS, ACL users,
 // Cluster, Sentinel).
 //

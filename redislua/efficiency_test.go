@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // commandStats returns the calls per command from INFO commandstats (commands run inside
@@ -47,7 +47,7 @@ func TestEfficiency(t *testing.T) {
 	addr, _ := redistest.Standalone(t) // its own server: the command counts are this test's alone
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
-	p := limiter.AppPolicy{Guaranteed: 10000, Burst: 10000}
+	p := store.AppPolicy{Guaranteed: 10000, Burst: 10000}
 	l, cs := newLimiter(t, addr, "eff", fleetConfig("eff", "i0", p))
 	app, _ := l.App("app")
 	before, callsBefore := commandStats(t, admin), cs.calls()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // ErrorKind names a class of permanent errors: Redis refused this client's configuration, and
@@ -25,7 +25,7 @@ const (
 )
 
 // PermanentError is a Store error that retrying cannot fix; it implements
-// limiter.PermanentError. Its message is the underlying error's (go-redis and crypto/tls never
+// store.PermanentError. Its message is the underlying error's (go-redis and crypto/tls never
 // put a password or key material in one).
 type PermanentError struct {
 	Kind ErrorKind
@@ -55,7 +55,7 @@ func (e *PermanentError) Remedy() string {
 	return "fix the redis block"
 }
 
-var _ limiter.PermanentError = (*PermanentError)(nil)
+var _ store.PermanentError = (*PermanentError)(nil)
 
 // classify returns err as a *PermanentError when it is one (Redis refused the credentials,
 // the permissions or the certificates), otherwise err unchanged.

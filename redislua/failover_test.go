@@ -8,6 +8,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // TestClusterMasterKilled kills (SIGKILL) the master that serves the app's slot under load, on
@@ -24,7 +25,7 @@ func TestClusterMasterKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := &countingStore{Store: s}
-	l, err := limiter.New(fleetConfig("c", "i1", limiter.AppPolicy{Guaranteed: 2000, Burst: 2000}), cs, nil) // leases of at most 1000 (burst / 2)
+	l, err := limiter.New(fleetConfig("c", "i1", store.AppPolicy{Guaranteed: 2000, Burst: 2000}), cs, nil) // leases of at most 1000 (burst / 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // faultResult is what runFault measured.
@@ -30,7 +31,7 @@ func runFault(t *testing.T, name string, breakRedis, heal func(*redistest.Server
 	addr, server := redistest.Standalone(t)
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { admin.Close() })
-	p := limiter.AppPolicy{Guaranteed: 1000, Burst: 1000}
+	p := store.AppPolicy{Guaranteed: 1000, Burst: 1000}
 	l, cs := newLimiter(t, addr, "fault", fleetConfig("fault", "i0", p))
 	app, _ := l.App("app")
 

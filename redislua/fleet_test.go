@@ -12,17 +12,18 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // countingStore counts the Store calls a Limiter makes, the failed ones, and the requests of
 // its successful reports.
 type countingStore struct {
-	limiter.Store
+	store.Store
 	leases, returns, reports, errs atomic.Int64
 	reported                       atomic.Int64 // Σ requests carried by successful reports and leases
 }
 
-func (c *countingStore) Lease(ctx context.Context, r limiter.LeaseRequest) (limiter.Lease, error) {
+func (c *countingStore) Lease(ctx context.Context, r store.LeaseRequest) (store.Lease, error) {
 	c.leases.Add(1)
 	l, err := c.Store.Lease(ctx, r)
 	c.count(err)
@@ -32,14 +33,14 @@ func (c *countingStore) Lease(ctx context.Context, r limiter.LeaseRequest) (limi
 	return l, err
 }
 
-func (c *countingStore) Return(ctx context.Context, r limiter.Return) error {
+func (c *countingStore) Return(ctx context.Context, r store.Return) error {
 	c.returns.Add(1)
 	err := c.Store.Return(ctx, r)
 	c.count(err)
 	return err
 }
 
-func (c *countingStore) Report(ctx context.Context, r limiter.Report) (limiter.ClusterState, error) {
+func (c *countingStore) Report(ctx context.Context, r store.Report) (store.ClusterState, error) {
 	c.reports.Add(1)
 	st, err := c.Store.Report(ctx, r)
 	c.count(err)
@@ -79,11 +80,11 @@ func newLimiter(t *testing.T, addr, prefix string, cfg limiter.Config) (*limiter
 	return l, cs
 }
 
-func fleetConfig(cluster, instance string, p limiter.AppPolicy) limiter.Config {
+func fleetConfig(cluster, instance string, p store.AppPolicy) limiter.Config {
 	return limiter.Config{
-		Cluster: limiter.ClusterPolicy{ID: cluster, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
+		Cluster: store.ClusterPolicy{ID: cluster, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
 			EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}},
-		Apps:     map[string]limiter.AppPolicy{"app": p},
+		Apps:     map[string]store.AppPolicy{"app": p},
 		Default:  p,
 		Instance: instance,
 	}
@@ -151,7 +152,7 @@ func TestFleetAccuracy(t *testing.T) {
 	addr := redistest.SharedStandalone(t)
 	for _, rate := range []float64{100, 50000} {
 		t.Run(fmt.Sprintf("%g/s", rate), func(t *testing.T) {
-			p := limiter.AppPolicy{Guaranteed: rate, Burst: rate}
+			p := store.AppPolicy{Guaranteed: rate, Burst: rate}
 			prefix := uniquePrefix(t)
 			const n = 4
 			var lims []*limiter.Limiter

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // TestClusterStillForming starts two limiters on a Redis Cluster the moment its first node
@@ -25,7 +26,7 @@ func TestClusterStillForming(t *testing.T) {
 			var lims []*limiter.Limiter
 			var stores []*countingStore
 			for i := range 2 {
-				cfg := fleetConfig("c", fmt.Sprint("i", i), limiter.AppPolicy{Guaranteed: 200, Burst: 200})
+				cfg := fleetConfig("c", fmt.Sprint("i", i), store.AppPolicy{Guaranteed: 200, Burst: 200})
 				s, err := Open(Config{Address: cl.Addrs(), KeyPrefix: "forming"})
 				if err != nil {
 					t.Fatal(err)

@@ -10,26 +10,26 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // The admin overrides of a cluster live in its :cfg hash (field "version" and one field per
-// override, see limiter.Overrides), in the cluster's slot, so a change and its version move
+// override, see store.Overrides), in the cluster's slot, so a change and its version move
 // together in one script. A change is announced on the cluster's :events channel.
 
-// Overrides implements limiter.Store.
-func (s *Store) Overrides(ctx context.Context, cluster string) (limiter.Overrides, error) {
+// Overrides implements store.Store.
+func (s *Store) Overrides(ctx context.Context, cluster string) (store.Overrides, error) {
 	all, err := s.client.HGetAll(ctx, s.keys.cfg(cluster)).Result()
 	if err != nil {
 		s.failed()
-		return limiter.Overrides{}, fmt.Errorf("redislua: overrides: %w", classify(err))
+		return store.Overrides{}, fmt.Errorf("redislua: overrides: %w", classify(err))
 	}
-	o := limiter.Overrides{Entries: make(map[string][]byte, len(all))}
+	o := store.Overrides{Entries: make(map[string][]byte, len(all))}
 	for k, v := range all {
 		if k == "version" {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				return limiter.Overrides{}, fmt.Errorf("redislua: overrides: version %q: %w", v, err)
+				return store.Overrides{}, fmt.Errorf("redislua: overrides: version %q: %w", v, err)
 			}
 			o.Version = uint64(f)
 			continue
@@ -39,9 +39,9 @@ func (s *Store) Overrides(ctx context.Context, cluster string) (limiter.Override
 	return o, nil
 }
 
-// SetOverride implements limiter.Store with set_override.lua, then publishes the new version.
+// SetOverride implements store.Store with set_override.lua, then publishes the new version.
 // A failed publish is not an error: the other instances see the version in their next report.
-func (s *Store) SetOverride(ctx context.Context, cluster string, ch limiter.OverrideChange) (uint64, error) {
+func (s *Store) SetOverride(ctx context.Context, cluster string, ch store.OverrideChange) (uint64, error) {
 	if err := ch.Validate(); err != nil {
 		return 0, fmt.Errorf("redislua: %w", err)
 	}
@@ -50,7 +50,7 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, ch limiter.Over
 		set = 1
 	}
 	vals, err := setOverrideScript.Run(ctx, s.client, []string{s.keys.cfg(cluster)}, s.nowArg(), ch.Key,
-		string(ch.Value), set, ch.IfVersion, limiter.MaxOverrideEntries).Slice()
+		string(ch.Value), set, ch.IfVersion, store.MaxOverrideEntries).Slice()
 	if err != nil {
 		s.failed()
 		return 0, fmt.Errorf("redislua: set override: %w", classify(err))
@@ -65,15 +65,15 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, ch limiter.Over
 	}
 	switch status {
 	case 0:
-		return 0, limiter.ErrVersionConflict
+		return 0, store.ErrVersionConflict
 	case -1:
-		return 0, limiter.ErrTooManyOverrides
+		return 0, store.ErrTooManyOverrides
 	}
 	_ = s.client.Publish(ctx, s.keys.events(cluster), uint64(version)).Err()
 	return uint64(version), nil
 }
 
-// Watch implements limiter.Store with a subscription to the cluster's :events channel. go-redis
+// Watch implements store.Store with a subscription to the cluster's :events channel. go-redis
 // connects in the background and resubscribes after a lost connection; a message lost meanwhile
 // is repaired by the next report's ConfigVersion.
 func (s *Store) Watch(cluster string, notify func()) (stop func()) {

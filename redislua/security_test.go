@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
-	"github.com/tierbucket/caddy-tierbucket/limiter"
-	"github.com/tierbucket/caddy-tierbucket/limiter/storetest"
+	"github.com/tierbucket/caddy-tierbucket/store"
+	"github.com/tierbucket/caddy-tierbucket/store/storetest"
 )
 
 // aclUser creates the user "rl" with password pw and exactly ACLRules(prefix) on every server.
@@ -39,8 +39,8 @@ func openT(t *testing.T, cfg Config) *Store {
 func probeLease(s *Store) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, err := s.Lease(ctx, limiter.LeaseRequest{
-		Cluster: limiter.ClusterPolicy{ID: "c"}, App: "a", Policy: testPolicy, Factor: 1, Want: 1, Need: 1, Instance: "i",
+	_, err := s.Lease(ctx, store.LeaseRequest{
+		Cluster: store.ClusterPolicy{ID: "c"}, App: "a", Policy: testPolicy, Factor: 1, Want: 1, Need: 1, Instance: "i",
 	})
 	return err
 }
@@ -48,7 +48,7 @@ func probeLease(s *Store) error {
 // wantPermanent checks that err is a permanent error of kind k whose message contains text.
 func wantPermanent(t *testing.T, err error, k ErrorKind, text string) {
 	t.Helper()
-	p, ok := limiter.AsPermanent(err)
+	p, ok := store.AsPermanent(err)
 	var pe *PermanentError
 	if !ok || !errors.As(err, &pe) || pe.Kind != k {
 		t.Fatalf("error %v: want a permanent %s error", err, k)
@@ -70,7 +70,7 @@ func TestTLSACLSuiteStandalone(t *testing.T) {
 		Address: []string{srv.TLSAddr()}, Username: "rl", Password: "pw-standalone", KeyPrefix: "sec",
 		RootCAs: p.CertPool(), TLSClientAuth: &ClientAuth{CertificateFile: p.ClientCert, KeyFile: p.ClientKey},
 	})
-	storetest.Run(t, func(t *testing.T, now func() time.Time) limiter.Store {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		return New(st.Client(), "sec", WithClock(now))
 	})
 	noACLDenials(t, srv)
@@ -85,7 +85,7 @@ func TestTLSACLSuiteCluster(t *testing.T) {
 		Address: redistest.TLSAddrs(c.Nodes), Username: "rl", Password: "pw-cluster", KeyPrefix: "sec",
 		RootCAs: p.CertPool(),
 	})
-	storetest.Run(t, func(t *testing.T, now func() time.Time) limiter.Store {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		return New(st.Client(), "sec", WithClock(now))
 	})
 	noACLDenials(t, c.Nodes...)
@@ -178,7 +178,7 @@ func TestPermanentErrors(t *testing.T) {
 		if err == nil {
 			t.Fatal("no error")
 		}
-		if _, ok := limiter.AsPermanent(err); ok {
+		if _, ok := store.AsPermanent(err); ok {
 			t.Fatalf("%v: classified permanent", err)
 		}
 	})

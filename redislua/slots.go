@@ -4,27 +4,27 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // LeaseSlots sets the instance's holding of one scope's connection slots (lease_slots.lua). The
 // holdings live in the cluster's slot beside the nodes set, so the script can tell live holders
 // from dead ones; slot leases are rare (a holding covers many requests), so they add little to
 // that slot's load.
-func (s *Store) LeaseSlots(ctx context.Context, r limiter.SlotRequest) (limiter.SlotLease, error) {
+func (s *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.SlotLease, error) {
 	if err := r.Validate(); err != nil {
-		return limiter.SlotLease{}, fmt.Errorf("redislua: %w", err)
+		return store.SlotLease{}, fmt.Errorf("redislua: %w", err)
 	}
 	vals, err := leaseSlotsScript.Run(ctx, s.client, []string{s.keys.slots(r.Cluster, r.App), s.keys.nodes(r.Cluster)},
-		s.nowArg(), r.Instance, r.Want, r.Limit, limiter.InstanceTTL.Microseconds()).Slice()
+		s.nowArg(), r.Instance, r.Want, r.Limit, store.InstanceTTL.Microseconds()).Slice()
 	if err != nil {
 		s.failed()
-		return limiter.SlotLease{}, fmt.Errorf("redislua: lease slots: %w", classify(err))
+		return store.SlotLease{}, fmt.Errorf("redislua: lease slots: %w", classify(err))
 	}
 	if len(vals) != 2 {
-		return limiter.SlotLease{}, fmt.Errorf("redislua: lease slots: unexpected reply %v", vals)
+		return store.SlotLease{}, fmt.Errorf("redislua: lease slots: unexpected reply %v", vals)
 	}
 	held, _ := vals[0].(int64)
 	others, _ := vals[1].(int64)
-	return limiter.SlotLease{Held: held, Others: others}, nil
+	return store.SlotLease{Held: held, Others: others}, nil
 }

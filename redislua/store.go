@@ -9,10 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// Store is the Redis implementation of limiter.Store. Every read-modify-write is one Lua script
+// Store is the Redis implementation of store.Store. Every read-modify-write is one Lua script
 // run with EVALSHA (EVAL when the server does not know the script); time is Redis TIME.
 type Store struct {
 	client  redis.UniversalClient
@@ -21,7 +21,7 @@ type Store struct {
 	release func() error     // set by Open: gives the shared client back to the pool
 }
 
-var _ limiter.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // Option configures a Store.
 type Option func(*Store)
@@ -61,46 +61,46 @@ func (s *Store) nowArg() string {
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
-// Lease implements limiter.Store.
-func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Lease, error) {
+// Lease implements store.Store.
+func (s *Store) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease, error) {
 	if err := req.Validate(); err != nil {
-		return limiter.Lease{}, fmt.Errorf("redislua: %w", err)
+		return store.Lease{}, fmt.Errorf("redislua: %w", err)
 	}
 	vals, err := leaseScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
 		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), fmtFloat(req.Factor),
 		req.Want, req.Need, req.Policy.WarmupUS(), req.Instance, req.Stats.Seq, req.Stats.Requests,
-		limiter.ReportSeqTTL.Microseconds()).Slice()
+		store.ReportSeqTTL.Microseconds()).Slice()
 	if err != nil {
 		s.failed()
-		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", classify(err))
+		return store.Lease{}, fmt.Errorf("redislua: lease: %w", classify(err))
 	}
 	if len(vals) != 8 {
-		return limiter.Lease{}, fmt.Errorf("redislua: lease: unexpected reply %v", vals)
+		return store.Lease{}, fmt.Errorf("redislua: lease: unexpected reply %v", vals)
 	}
-	var l limiter.Lease
+	var l store.Lease
 	l.Granted, _ = vals[0].(int64)
 	l.Remaining, _ = vals[1].(int64)
 	retry, err := parseFloat(vals[2])
 	if err != nil {
-		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", classify(err))
+		return store.Lease{}, fmt.Errorf("redislua: lease: %w", classify(err))
 	}
 	l.RetryAfter = time.Duration(retry) * time.Microsecond
 	if name, _ := vals[3].(string); name != "" {
-		r, ok := limiter.ParseReason(name)
+		r, ok := store.ParseReason(name)
 		if !ok {
-			return limiter.Lease{}, fmt.Errorf("redislua: lease: unknown reason %q", name)
+			return store.Lease{}, fmt.Errorf("redislua: lease: unknown reason %q", name)
 		}
 		l.Reason = r
 	}
 	if l.Borrowed, err = parseFloat(vals[5]); err != nil {
-		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+		return store.Lease{}, fmt.Errorf("redislua: lease: %w", err)
 	}
 	if l.Debt, err = parseFloat(vals[6]); err != nil {
-		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+		return store.Lease{}, fmt.Errorf("redislua: lease: %w", err)
 	}
 	prev, err := parseFloat(vals[7])
 	if err != nil {
-		return limiter.Lease{}, fmt.Errorf("redislua: lease: %w", err)
+		return store.Lease{}, fmt.Errorf("redislua: lease: %w", err)
 	}
 	l.PrevSeq = uint64(prev)
 	short, _ := vals[4].(int64)
@@ -112,85 +112,85 @@ func (s *Store) Lease(ctx context.Context, req limiter.LeaseRequest) (limiter.Le
 	return l, err
 }
 
-// borrow runs the two steps of a borrow (limiter.LeaseRequest.Unallocated), each in its own
+// borrow runs the two steps of a borrow (store.LeaseRequest.Unallocated), each in its own
 // hash slot: borrow_pool.lua debits L1's pool (cluster slot), then borrow_credit.lua credits the
 // app (app slot). A failure between them can only under-admit: the pool lost tokens that nobody
 // got, and L1's per-app record, which counts them, is set to the app's borrowed by its next
 // borrow. l is the plain lease's answer (refused), kept when nothing is borrowed.
-func (s *Store) borrow(ctx context.Context, req limiter.LeaseRequest, l limiter.Lease, short int64, borrowed float64) (limiter.Lease, error) {
+func (s *Store) borrow(ctx context.Context, req store.LeaseRequest, l store.Lease, short int64, borrowed float64) (store.Lease, error) {
 	vals, err := borrowPoolScript.Run(ctx, s.client, []string{s.keys.l1(req.Cluster.ID)},
 		s.nowArg(), req.App, fmtFloat(borrowed), fmtFloat(req.Policy.MaxBorrow), fmtFloat(req.Unallocated), short).Slice()
 	if err != nil {
 		s.failed()
-		return limiter.Lease{}, fmt.Errorf("redislua: borrow: %w", classify(err))
+		return store.Lease{}, fmt.Errorf("redislua: borrow: %w", classify(err))
 	}
 	if len(vals) != 2 {
-		return limiter.Lease{}, fmt.Errorf("redislua: borrow: unexpected reply %v", vals)
+		return store.Lease{}, fmt.Errorf("redislua: borrow: unexpected reply %v", vals)
 	}
 	got, _ := vals[0].(int64)
 	if got <= 0 {
 		name, _ := vals[1].(string)
-		r, ok := limiter.ParseReason(name)
-		if !ok || r == limiter.ReasonNone {
-			return limiter.Lease{}, fmt.Errorf("redislua: borrow: unexpected reason %q", name)
+		r, ok := store.ParseReason(name)
+		if !ok || r == store.ReasonNone {
+			return store.Lease{}, fmt.Errorf("redislua: borrow: unexpected reason %q", name)
 		}
 		l.Reason = r
 		return l, nil
 	}
 	vals, err = borrowCreditScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
 		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), req.Need, got,
-		req.Policy.WarmupUS(), fmtFloat(limiter.BorrowRepay)).Slice()
+		req.Policy.WarmupUS(), fmtFloat(store.BorrowRepay)).Slice()
 	if err != nil {
 		s.failed()
-		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: %w", classify(err))
+		return store.Lease{}, fmt.Errorf("redislua: borrow credit: %w", classify(err))
 	}
 	if len(vals) != 4 {
-		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: unexpected reply %v", vals)
+		return store.Lease{}, fmt.Errorf("redislua: borrow credit: unexpected reply %v", vals)
 	}
 	granted, _ := vals[0].(int64)
 	remaining, _ := vals[1].(int64)
-	out := limiter.Lease{Granted: granted, Remaining: remaining}
+	out := store.Lease{Granted: granted, Remaining: remaining}
 	if out.Borrowed, err = parseFloat(vals[2]); err != nil {
-		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: %w", err)
+		return store.Lease{}, fmt.Errorf("redislua: borrow credit: %w", err)
 	}
 	if out.Debt, err = parseFloat(vals[3]); err != nil {
-		return limiter.Lease{}, fmt.Errorf("redislua: borrow credit: %w", err)
+		return store.Lease{}, fmt.Errorf("redislua: borrow credit: %w", err)
 	}
 	if granted == 0 {
 		// Another lease took the tokens between the steps: the borrowed ones stay in the bucket.
-		out.RetryAfter, out.Reason = l.RetryAfter, limiter.ReasonAppExhausted
+		out.RetryAfter, out.Reason = l.RetryAfter, store.ReasonAppExhausted
 	}
 	return out, nil
 }
 
-// BorrowState returns the app's borrowing as stored (see limiter.BorrowState); zero without records.
-func (s *Store) BorrowState(ctx context.Context, cluster, app string) (limiter.BorrowState, error) {
+// BorrowState returns the app's borrowing as stored (see store.BorrowState); zero without records.
+func (s *Store) BorrowState(ctx context.Context, cluster, app string) (store.BorrowState, error) {
 	v, err := s.client.HMGet(ctx, s.keys.l2(cluster, app), "debt", "borrowed").Result()
 	if err != nil {
-		return limiter.BorrowState{}, fmt.Errorf("redislua: borrow state of app %q: %w", app, err)
+		return store.BorrowState{}, fmt.Errorf("redislua: borrow state of app %q: %w", app, err)
 	}
 	r, err := s.client.HGet(ctx, s.keys.l1(cluster), "borrowed:"+app).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return limiter.BorrowState{}, fmt.Errorf("redislua: borrow state of app %q: %w", app, err)
+		return store.BorrowState{}, fmt.Errorf("redislua: borrow state of app %q: %w", app, err)
 	}
-	var st limiter.BorrowState
+	var st store.BorrowState
 	for i, p := range []*float64{&st.Debt, &st.Borrowed} {
 		if x, ok := v[i].(string); ok {
 			if *p, err = strconv.ParseFloat(x, 64); err != nil {
-				return limiter.BorrowState{}, err
+				return store.BorrowState{}, err
 			}
 		}
 	}
 	if r != "" {
 		if st.Recorded, err = strconv.ParseFloat(r, 64); err != nil {
-			return limiter.BorrowState{}, err
+			return store.BorrowState{}, err
 		}
 	}
 	return st, nil
 }
 
-// Return implements limiter.Store.
-func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
+// Return implements store.Store.
+func (s *Store) Return(ctx context.Context, ret store.Return) error {
 	if err := ret.Validate(); err != nil {
 		return fmt.Errorf("redislua: %w", err)
 	}
@@ -206,15 +206,15 @@ func (s *Store) Return(ctx context.Context, ret limiter.Return) error {
 	return nil
 }
 
-// Report implements limiter.Store. The cluster part and one script per app (each in its own
+// Report implements store.Store. The cluster part and one script per app (each in its own
 // hash slot) go out in one pipeline: one round trip per report.
-func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.ClusterState, error) {
+func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterState, error) {
 	if err := rep.Validate(); err != nil {
-		return limiter.ClusterState{}, fmt.Errorf("redislua: %w", err)
+		return store.ClusterState{}, fmt.Errorf("redislua: %w", err)
 	}
 	now := s.nowArg()
-	ttl := limiter.InstanceTTL.Microseconds()
-	seqTTL := limiter.ReportSeqTTL.Microseconds()
+	ttl := store.InstanceTTL.Microseconds()
+	seqTTL := store.ReportSeqTTL.Microseconds()
 	c := rep.Cluster
 	cost := rep.Cost
 	for _, a := range rep.Apps {
@@ -239,12 +239,12 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 	cmds, err := s.runPipeline(ctx, calls)
 	if err != nil {
 		s.failed()
-		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", classify(err))
+		return store.ClusterState{}, fmt.Errorf("redislua: report: %w", classify(err))
 	}
 
 	st, err := parseClusterState(cmds[0])
 	if err != nil {
-		return limiter.ClusterState{}, fmt.Errorf("redislua: report: %w", classify(err))
+		return store.ClusterState{}, fmt.Errorf("redislua: report: %w", classify(err))
 	}
 	for i, a := range rep.Apps {
 		vals, err := cmds[i+1].Slice()
@@ -259,7 +259,7 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 			prev, err = parseFloat(vals[1])
 		}
 		if err != nil {
-			return limiter.ClusterState{}, fmt.Errorf("redislua: report: app %q: %w", a.App, err)
+			return store.ClusterState{}, fmt.Errorf("redislua: report: app %q: %w", a.App, err)
 		}
 		if a.Seq != 0 {
 			if st.PrevSeq == nil {
@@ -277,10 +277,10 @@ func (s *Store) Report(ctx context.Context, rep limiter.Report) (limiter.Cluster
 	return st, nil
 }
 
-// SetEmergency implements limiter.Store: the operator emergency lives in the cluster's l1 hash
+// SetEmergency implements store.Store: the operator emergency lives in the cluster's l1 hash
 // (fields op_active, op_reason, op_until_us), written by set_emergency.lua.
-func (s *Store) SetEmergency(ctx context.Context, c limiter.ClusterPolicy, e limiter.Emergency) error {
-	if err := limiter.ValidateEmergency(c, e); err != nil {
+func (s *Store) SetEmergency(ctx context.Context, c store.ClusterPolicy, e store.Emergency) error {
+	if err := store.ValidateEmergency(c, e); err != nil {
 		return fmt.Errorf("redislua: %w", err)
 	}
 	var active, until int64
@@ -323,19 +323,19 @@ func (s *Store) AppRequests(ctx context.Context, cluster, app string) (int64, er
 	return n, nil
 }
 
-func parseClusterState(cmd *redis.Cmd) (limiter.ClusterState, error) {
+func parseClusterState(cmd *redis.Cmd) (store.ClusterState, error) {
 	vals, err := cmd.Slice()
 	if err != nil {
-		return limiter.ClusterState{}, err
+		return store.ClusterState{}, err
 	}
 	if len(vals) != 12 {
-		return limiter.ClusterState{}, fmt.Errorf("unexpected reply %v", vals)
+		return store.ClusterState{}, fmt.Errorf("unexpected reply %v", vals)
 	}
-	var st limiter.ClusterState
+	var st store.ClusterState
 	floats := make([]float64, 5)
 	for i := range floats {
 		if floats[i], err = parseFloat(vals[i]); err != nil {
-			return limiter.ClusterState{}, err
+			return store.ClusterState{}, err
 		}
 	}
 	st.Usage = floats[0]
@@ -347,20 +347,20 @@ func parseClusterState(cmd *redis.Cmd) (limiter.ClusterState, error) {
 	st.LiveInstances = int(max(live, 1))
 	remote, err := parseFloat(vals[8])
 	if err != nil {
-		return limiter.ClusterState{}, err
+		return store.ClusterState{}, err
 	}
 	st.RemoteClusterInFlight = int64(remote)
 	st.EmergencySource, _ = vals[9].(string)
 	until, err := parseFloat(vals[10])
 	if err != nil {
-		return limiter.ClusterState{}, err
+		return store.ClusterState{}, err
 	}
 	if until != 0 {
 		st.EmergencyUntil = time.UnixMicro(int64(until))
 	}
 	version, err := parseFloat(vals[11])
 	if err != nil {
-		return limiter.ClusterState{}, err
+		return store.ClusterState{}, err
 	}
 	st.ConfigVersion = uint64(version)
 	return st, nil
@@ -405,7 +405,7 @@ func (s *Store) runPipeline(ctx context.Context, calls []scriptCall) ([]*redis.C
 	return cmds, nil
 }
 
-// Close implements limiter.Store: a Store from Open gives its client back to the shared pool;
+// Close implements store.Store: a Store from Open gives its client back to the shared pool;
 // a Store from New leaves the client to its owner.
 func (s *Store) Close() error {
 	if s.release == nil {

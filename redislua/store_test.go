@@ -5,15 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-var testPolicy = limiter.AppPolicy{Guaranteed: 10, Burst: 100}
+var testPolicy = store.AppPolicy{Guaranteed: 10, Burst: 100}
 
-func lease(t *testing.T, s *Store, app string, want, need int64, factor float64) limiter.Lease {
+func lease(t *testing.T, s *Store, app string, want, need int64, factor float64) store.Lease {
 	t.Helper()
-	l, err := s.Lease(context.Background(), limiter.LeaseRequest{
-		Cluster: limiter.ClusterPolicy{ID: "c1"}, App: app, Policy: testPolicy, Factor: factor,
+	l, err := s.Lease(context.Background(), store.LeaseRequest{
+		Cluster: store.ClusterPolicy{ID: "c1"}, App: app, Policy: testPolicy, Factor: factor,
 		Want: want, Need: need, Instance: "i1",
 	})
 	if err != nil {
@@ -34,7 +34,7 @@ func TestLeaseRefillReturn(t *testing.T) {
 	}
 	// Empty: need 5 at 10/s is there in 0.5 s.
 	l := lease(t, s, "a", 60, 5, 1)
-	if l.Granted != 0 || l.Reason != limiter.ReasonAppExhausted || l.RetryAfter != 500*time.Millisecond {
+	if l.Granted != 0 || l.Reason != store.ReasonAppExhausted || l.RetryAfter != 500*time.Millisecond {
 		t.Fatalf("empty lease %+v", l)
 	}
 	// Factor 0.5 halves the refill: 2 s → 10 tokens.
@@ -42,7 +42,7 @@ func TestLeaseRefillReturn(t *testing.T) {
 	if l := lease(t, s, "a", 100, 0, 0.5); l.Granted != 10 {
 		t.Fatalf("refill at factor 0.5: %+v, want 10", l)
 	}
-	if err := s.Return(context.Background(), limiter.Return{Cluster: limiter.ClusterPolicy{ID: "c1"}, App: "a",
+	if err := s.Return(context.Background(), store.Return{Cluster: store.ClusterPolicy{ID: "c1"}, App: "a",
 		Policy: testPolicy, Tokens: 500}); err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +54,12 @@ func TestLeaseRefillReturn(t *testing.T) {
 func TestReportTwoInstances(t *testing.T) {
 	clk := newManualClock()
 	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk.Now))
-	cl := limiter.ClusterPolicy{ID: "c1", Capacity: 1000, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
+	cl := store.ClusterPolicy{ID: "c1", Capacity: 1000, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
 		EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
 	ctx := context.Background()
-	rep := func(inst string, cost, inflight int64) limiter.ClusterState {
-		st, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: inst, InFlight: inflight,
-			Apps: []limiter.AppReport{{App: "a", Requests: 3, Cost: cost, InFlight: inflight}}})
+	rep := func(inst string, cost, inflight int64) store.ClusterState {
+		st, err := s.Report(ctx, store.Report{Cluster: cl, Instance: inst, InFlight: inflight,
+			Apps: []store.AppReport{{App: "a", Requests: 3, Cost: cost, InFlight: inflight}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestReportTwoInstances(t *testing.T) {
 		t.Fatalf("u=%v: want auto emergency, got %+v", st.Usage, st)
 	}
 	// i2 falls silent: after the TTL its counts vanish.
-	clk.Advance(limiter.InstanceTTL + time.Millisecond)
+	clk.Advance(store.InstanceTTL + time.Millisecond)
 	st = rep("i1", 0, 4)
 	if st.LiveInstances != 1 || st.RemoteClusterInFlight != 0 || len(st.RemoteInFlight) != 0 {
 		t.Fatalf("after i2's TTL: %+v", st)
@@ -101,8 +101,8 @@ func TestNoscriptReload(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Report(ctx, limiter.Report{Cluster: limiter.ClusterPolicy{ID: "c1"}, Instance: "i1",
-		Apps: []limiter.AppReport{{App: "a", Requests: 1}, {App: "b", Requests: 1}}})
+	st, err := s.Report(ctx, store.Report{Cluster: store.ClusterPolicy{ID: "c1"}, Instance: "i1",
+		Apps: []store.AppReport{{App: "a", Requests: 1}, {App: "b", Requests: 1}}})
 	if err != nil || st.LiveInstances != 1 {
 		t.Fatalf("report after SCRIPT FLUSH: %+v %v", st, err)
 	}
@@ -113,7 +113,7 @@ func TestNoscriptReload(t *testing.T) {
 func TestIdleExpiry(t *testing.T) {
 	s := New(standaloneClient(t), uniquePrefix(t))
 	ctx := context.Background()
-	cl := limiter.ClusterPolicy{ID: "c1"}
+	cl := store.ClusterPolicy{ID: "c1"}
 	pttl := func(key string) time.Duration {
 		d, err := s.client.PTTL(ctx, key).Result()
 		if err != nil {
@@ -121,8 +121,8 @@ func TestIdleExpiry(t *testing.T) {
 		}
 		return d
 	}
-	if _, err := s.Lease(ctx, limiter.LeaseRequest{Cluster: cl, App: "slow", Factor: 1, Want: 1,
-		Policy: limiter.AppPolicy{Guaranteed: 1, Burst: 1000}}); err != nil {
+	if _, err := s.Lease(ctx, store.LeaseRequest{Cluster: cl, App: "slow", Factor: 1, Want: 1,
+		Policy: store.AppPolicy{Guaranteed: 1, Burst: 1000}}); err != nil {
 		t.Fatal(err)
 	}
 	if d := pttl(s.keys.l2("c1", "slow")); d <= 1900*time.Second || d > 2000*time.Second {
@@ -135,8 +135,8 @@ func TestIdleExpiry(t *testing.T) {
 	if err := s.client.PExpire(ctx, s.keys.l2("c1", "slow"), time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i1",
-		Apps: []limiter.AppReport{{App: "slow", Requests: 1}, {App: "new", Requests: 1}}}); err != nil {
+	if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i1",
+		Apps: []store.AppReport{{App: "slow", Requests: 1}, {App: "new", Requests: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	if d := pttl(s.keys.l2("c1", "slow")); d <= 1900*time.Second {
@@ -169,11 +169,11 @@ func TestOperatorEmergencyKeys(t *testing.T) {
 	clk := newManualClock()
 	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk.Now))
 	ctx := context.Background()
-	cl := limiter.ClusterPolicy{ID: "c1", EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
+	cl := store.ClusterPolicy{ID: "c1", EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
 	key := s.keys.l1("c1")
 	report := func() {
 		t.Helper()
-		if _, err := s.Report(ctx, limiter.Report{Cluster: cl, Instance: "i1", Seq: uint64(clk.Now().UnixMicro())}); err != nil {
+		if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i1", Seq: uint64(clk.Now().UnixMicro())}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -185,7 +185,7 @@ func TestOperatorEmergencyKeys(t *testing.T) {
 		}
 		return d
 	}
-	if err := s.SetEmergency(ctx, cl, limiter.Emergency{Active: true, Reason: "r"}); err != nil {
+	if err := s.SetEmergency(ctx, cl, store.Emergency{Active: true, Reason: "r"}); err != nil {
 		t.Fatal(err)
 	}
 	report()
@@ -196,7 +196,7 @@ func TestOperatorEmergencyKeys(t *testing.T) {
 	if d := ttl(); d != -1 {
 		t.Fatalf("PTTL %v with an emergency until deactivated, want none", d)
 	}
-	if err := s.SetEmergency(ctx, cl, limiter.Emergency{Active: true, Reason: "r", Until: clk.Now().Add(2 * time.Hour)}); err != nil {
+	if err := s.SetEmergency(ctx, cl, store.Emergency{Active: true, Reason: "r", Until: clk.Now().Add(2 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Second)
@@ -204,7 +204,7 @@ func TestOperatorEmergencyKeys(t *testing.T) {
 	if d := ttl(); d < 2*time.Hour+59*time.Minute || d > 3*time.Hour {
 		t.Fatalf("PTTL %v with an emergency ending in 2 h, want about 3 h", d)
 	}
-	if err := s.SetEmergency(ctx, cl, limiter.Emergency{}); err != nil {
+	if err := s.SetEmergency(ctx, cl, store.Emergency{}); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := s.client.HExists(ctx, key, "op_active").Result(); n {

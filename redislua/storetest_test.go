@@ -4,23 +4,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
-	"github.com/tierbucket/caddy-tierbucket/limiter/storetest"
+	"github.com/tierbucket/caddy-tierbucket/store"
+	"github.com/tierbucket/caddy-tierbucket/store/storetest"
 )
 
-// The behavioural suite of every limiter.Store, against a real Redis: each case gets a Store
+// The behavioural suite of every store.Store, against a real Redis: each case gets a Store
 // on the shared server (or cluster) reading the case's manual clock.
 
 func TestStoreSuiteStandalone(t *testing.T) {
 	c := standaloneClient(t)
-	storetest.Run(t, func(t *testing.T, now func() time.Time) limiter.Store {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		return New(c, uniquePrefix(t), WithClock(now))
 	})
 }
 
 func TestStoreSuiteCluster(t *testing.T) {
 	c := clusterClient(t)
-	storetest.Run(t, func(t *testing.T, now func() time.Time) limiter.Store {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		return New(c, uniquePrefix(t), WithClock(now))
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 const clusterID = "scale"
@@ -137,13 +138,13 @@ func run(ctx context.Context, s spec, nodes []*node, addrs []string, logf io.Wri
 		}
 	}
 	cfg := limiter.Config{
-		Cluster:    limiter.ClusterPolicy{ID: clusterID},
-		Apps:       make(map[string]limiter.AppPolicy, s.apps),
+		Cluster:    store.ClusterPolicy{ID: clusterID},
+		Apps:       make(map[string]store.AppPolicy, s.apps),
 		UnknownApp: limiter.UnknownReject,
-		Default:    limiter.AppPolicy{Guaranteed: 1, Burst: 1},
+		Default:    store.AppPolicy{Guaranteed: 1, Burst: 1},
 	}
 	for _, a := range res.appSpecs {
-		cfg.Apps[a.id] = limiter.AppPolicy{Guaranteed: a.g, Burst: a.burst}
+		cfg.Apps[a.id] = store.AppPolicy{Guaranteed: a.g, Burst: a.burst}
 	}
 	var stores []*redislua.Store
 	var lims []*limiter.Limiter
@@ -252,7 +253,7 @@ func run(ctx context.Context, s spec, nodes []*node, addrs []string, logf io.Wri
 						}
 						d := app.Take(ctx, 1, 0)
 						if d.Allowed {
-							app.Record(limiter.ReasonNone, 1)
+							app.Record(store.ReasonNone, 1)
 							res.admitted[i]++
 							c.admitted.Add(1)
 							if d.LocalHit {

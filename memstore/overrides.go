@@ -1,8 +1,9 @@
-package limiter
+package memstore
 
 import (
 	"context"
-	"fmt"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // memOverrides are one cluster's overrides in the memory store (Redis: the :cfg hash of the
@@ -16,17 +17,17 @@ type memOverrides struct {
 type memWatchers map[int]func()
 
 // Overrides returns a copy of the cluster's overrides.
-func (m *MemoryStore) Overrides(ctx context.Context, cluster string) (Overrides, error) {
+func (m *Store) Overrides(ctx context.Context, cluster string) (store.Overrides, error) {
 	if err := ctx.Err(); err != nil {
-		return Overrides{}, err
+		return store.Overrides{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.overrides[cluster]
 	if o == nil {
-		return Overrides{Entries: map[string][]byte{}}, nil
+		return store.Overrides{Entries: map[string][]byte{}}, nil
 	}
-	out := Overrides{Version: o.version, Entries: make(map[string][]byte, len(o.entries))}
+	out := store.Overrides{Version: o.version, Entries: make(map[string][]byte, len(o.entries))}
 	for k, v := range o.entries {
 		out.Entries[k] = append([]byte(nil), v...)
 	}
@@ -34,7 +35,7 @@ func (m *MemoryStore) Overrides(ctx context.Context, cluster string) (Overrides,
 }
 
 // SetOverride applies ch if the overrides are at ch.IfVersion (see Store.SetOverride).
-func (m *MemoryStore) SetOverride(ctx context.Context, cluster string, ch OverrideChange) (uint64, error) {
+func (m *Store) SetOverride(ctx context.Context, cluster string, ch store.OverrideChange) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -49,11 +50,11 @@ func (m *MemoryStore) SetOverride(ctx context.Context, cluster string, ch Overri
 	}
 	if o.version != ch.IfVersion {
 		m.mu.Unlock()
-		return 0, ErrVersionConflict
+		return 0, store.ErrVersionConflict
 	}
-	if _, ok := o.entries[ch.Key]; !ok && ch.Value != nil && len(o.entries) >= MaxOverrideEntries {
+	if _, ok := o.entries[ch.Key]; !ok && ch.Value != nil && len(o.entries) >= store.MaxOverrideEntries {
 		m.mu.Unlock()
-		return 0, ErrTooManyOverrides
+		return 0, store.ErrTooManyOverrides
 	}
 	if ch.Value == nil {
 		delete(o.entries, ch.Key)
@@ -74,7 +75,7 @@ func (m *MemoryStore) SetOverride(ctx context.Context, cluster string, ch Overri
 }
 
 // Watch registers notify for the cluster's changes (see Store.Watch).
-func (m *MemoryStore) Watch(cluster string, notify func()) (stop func()) {
+func (m *Store) Watch(cluster string, notify func()) (stop func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.watchers[cluster] == nil {
@@ -92,21 +93,9 @@ func (m *MemoryStore) Watch(cluster string, notify func()) (stop func()) {
 }
 
 // configVersion is the cluster's overrides version (m.mu held).
-func (m *MemoryStore) configVersion(cluster string) uint64 {
+func (m *Store) configVersion(cluster string) uint64 {
 	if o := m.overrides[cluster]; o != nil {
 		return o.version
 	}
 	return 0
-}
-
-// Validate reports a malformed SetOverride call: an empty key, or a version beyond 2^53 (the
-// Redis store keeps it as a Lua number).
-func (ch OverrideChange) Validate() error {
-	switch {
-	case ch.Key == "" || len(ch.Key) > 256 || ch.Key == "version":
-		return fmt.Errorf("override: key %q: must be 1-256 bytes, not \"version\"", ch.Key)
-	case ch.IfVersion > maxAmount:
-		return fmt.Errorf("override %q: version %d: must be <= 2^53", ch.Key, ch.IfVersion)
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package limiter
+package memstore
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // TestMemoryStoreRefillProperty checks the refill: after elapsed seconds at factor f,
@@ -16,7 +18,7 @@ import (
 func TestMemoryStoreRefillProperty(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	rapid.Check(t, func(t *rapid.T) {
-		p := AppPolicy{
+		p := store.AppPolicy{
 			Guaranteed: rapid.Float64Range(0.01, 10000).Draw(t, "guaranteed"),
 		}
 		p.Burst = rapid.Float64Range(p.Guaranteed, 100000).Draw(t, "burst")
@@ -30,13 +32,13 @@ func TestMemoryStoreRefillProperty(t *testing.T) {
 		elapsedUS := rapid.Int64Range(0, 100_000_000).Draw(t, "elapsed µs")
 
 		now := start
-		m := NewMemoryStore(func() time.Time { return now })
+		m := New(func() time.Time { return now })
 		k := memAppKey{"c", "a"}
 		m.apps[k] = &memBucket{hasBucket: true, tokens: tokens, ts: start.UnixMicro(), debt: debt, borrowed: borrowed,
 			touched: start.UnixMicro(), ttl: memMaxIdleTTL}
 		now = start.Add(time.Duration(elapsedUS) * time.Microsecond)
 
-		l, err := m.Lease(context.Background(), LeaseRequest{Cluster: ClusterPolicy{ID: "c"}, App: "a", Policy: p, Factor: factor})
+		l, err := m.Lease(context.Background(), store.LeaseRequest{Cluster: store.ClusterPolicy{ID: "c"}, App: "a", Policy: p, Factor: factor})
 		if err != nil {
 			t.Fatal(err)
 		}

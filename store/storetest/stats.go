@@ -3,7 +3,7 @@ package storetest
 import (
 	"context"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Statistics that travel with leases (LeaseRequest.Stats) and per-app Seqs in reports
@@ -18,11 +18,11 @@ func statsCases() []testCase {
 	}
 }
 
-func (e *env) leaseStats(seq uint64, requests int64) limiter.Lease {
+func (e *env) leaseStats(seq uint64, requests int64) store.Lease {
 	e.t.Helper()
-	l, err := e.s.Lease(context.Background(), limiter.LeaseRequest{
+	l, err := e.s.Lease(context.Background(), store.LeaseRequest{
 		Cluster: e.cluster, App: e.app, Policy: e.policy, Factor: 1, Want: 1, Need: 0, Instance: "i1",
-		Stats: limiter.StatsBatch{Seq: seq, Requests: requests},
+		Stats: store.StatsBatch{Seq: seq, Requests: requests},
 	})
 	if err != nil {
 		e.t.Fatalf("Lease(stats seq %d, %d requests): %v", seq, requests, err)
@@ -49,8 +49,8 @@ func leaseStatsAppliedOnce(e *env) {
 		e.t.Fatalf("lease without statistics: PrevSeq %d, want 0", l.PrevSeq)
 	}
 	e.wantRequests(e.app, 10)
-	if _, err := e.s.Lease(context.Background(), limiter.LeaseRequest{Cluster: e.cluster, App: e.app,
-		Policy: e.policy, Factor: 1, Want: 1, Instance: "i1", Stats: limiter.StatsBatch{Seq: 13, Requests: -1}}); err == nil {
+	if _, err := e.s.Lease(context.Background(), store.LeaseRequest{Cluster: e.cluster, App: e.app,
+		Policy: e.policy, Factor: 1, Want: 1, Instance: "i1", Stats: store.StatsBatch{Seq: 13, Requests: -1}}); err == nil {
 		e.t.Fatal("negative requests accepted")
 	}
 	e.wantRequests(e.app, 10)
@@ -59,12 +59,12 @@ func leaseStatsAppliedOnce(e *env) {
 func leaseAndReportShareSeqs(e *env) {
 	e.leaseStats(20, 5)
 	// A report carrying the app's own older Seq adds nothing; its own newer Seq adds.
-	st := e.reportSeq("i1", 100, 0, limiter.AppReport{App: e.app, Requests: 5, Seq: 20})
+	st := e.reportSeq("i1", 100, 0, store.AppReport{App: e.app, Requests: 5, Seq: 20})
 	if st.PrevSeq[e.app] != 20 {
 		e.t.Fatalf("report with the lease's Seq: PrevSeq %v, want 20", st.PrevSeq)
 	}
 	e.wantRequests(e.app, 5)
-	st = e.reportSeq("i1", 101, 0, limiter.AppReport{App: e.app, Requests: 2, Seq: 21})
+	st = e.reportSeq("i1", 101, 0, store.AppReport{App: e.app, Requests: 2, Seq: 21})
 	if st.PrevSeq[e.app] != 20 {
 		e.t.Fatalf("report with a newer Seq: PrevSeq %v, want 20", st.PrevSeq)
 	}
@@ -78,18 +78,18 @@ func leaseAndReportShareSeqs(e *env) {
 func reportCostFeedsUsage(e *env) {
 	e.withL1()
 	// Report.Cost and the apps' Cost both feed the window, once per report Seq.
-	st, err := e.s.Report(context.Background(), limiter.Report{Cluster: e.cluster, Instance: "i1", Seq: 5, Cost: 300,
-		Apps: []limiter.AppReport{{App: e.app, Cost: 100}}})
+	st, err := e.s.Report(context.Background(), store.Report{Cluster: e.cluster, Instance: "i1", Seq: 5, Cost: 300,
+		Apps: []store.AppReport{{App: e.app, Cost: 100}}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.wantUsage(st, 0.4)
-	st, err = e.s.Report(context.Background(), limiter.Report{Cluster: e.cluster, Instance: "i1", Seq: 5, Cost: 300})
+	st, err = e.s.Report(context.Background(), store.Report{Cluster: e.cluster, Instance: "i1", Seq: 5, Cost: 300})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.wantUsage(st, 0.4)
-	if _, err := e.s.Report(context.Background(), limiter.Report{Cluster: e.cluster, Instance: "i1", Cost: -1}); err == nil {
+	if _, err := e.s.Report(context.Background(), store.Report{Cluster: e.cluster, Instance: "i1", Cost: -1}); err == nil {
 		e.t.Fatal("negative cost accepted")
 	}
 }

@@ -1,8 +1,10 @@
-package limiter
+package memstore
 
 import (
 	"math"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // memBucket is one app's L2 record (the Store semantics' "L2 app bucket"). Times are µs since the
@@ -44,7 +46,7 @@ const (
 //	             borrowed = newdebt == 0 ? 0 : borrowed * (newdebt / debt)
 //	             debt = newdebt; add = add - pay
 //	tokens = min(burst, tokens + add); ts = max(ts, now)
-func (b *memBucket) refill(p AppPolicy, factor float64, now int64) {
+func (b *memBucket) refill(p store.AppPolicy, factor float64, now int64) {
 	elapsed := float64(max(0, now-b.ts)) / 1e6
 	add := elapsed * p.Guaranteed * factor
 	if b.debt > 0 {
@@ -84,7 +86,7 @@ func (b *memBucket) refill(p AppPolicy, factor float64, now int64) {
 //
 // short is what the app may borrow (LeaseRequest.Unallocated): need - avail when the grant is
 // short because the bucket is (avail < need) and no warm-up ramp is in progress; else 0.
-func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) (l Lease, short int64) {
+func (b *memBucket) lease(p store.AppPolicy, factor float64, want, need, now int64) (l store.Lease, short int64) {
 	need = min(need, int64(math.Floor(p.Burst)))
 	want = max(want, need)
 	avail := int64(math.Floor(b.tokens))
@@ -112,12 +114,12 @@ func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) (l
 			b.warmGranted += granted
 		}
 	}
-	l = Lease{Granted: granted, Remaining: int64(math.Floor(b.tokens)), Debt: b.debt, Borrowed: b.borrowed}
+	l = store.Lease{Granted: granted, Remaining: int64(math.Floor(b.tokens)), Debt: b.debt, Borrowed: b.borrowed}
 	if ramping {
 		l.Remaining = int64(math.Min(float64(l.Remaining), math.Max(0, room-float64(granted))))
 	}
 	if granted < need {
-		l.Reason = ReasonAppExhausted
+		l.Reason = store.ReasonAppExhausted
 		var us float64
 		if avail < need {
 			us = 1e6
@@ -146,13 +148,13 @@ func (b *memBucket) lease(p AppPolicy, factor float64, want, need, now int64) (l
 //	remaining = floor(tokens - granted); the lease carries the new debt and borrowed
 //
 // The "else" is for the Redis store, where another lease may take tokens between the steps.
-func (b *memBucket) credit(p AppPolicy, borrowed, need, now int64) Lease {
+func (b *memBucket) credit(p store.AppPolicy, borrowed, need, now int64) store.Lease {
 	need = min(need, int64(math.Floor(p.Burst)))
 	add := float64(borrowed)
 	b.tokens = b.tokens + add
-	b.debt = b.debt + math.Ceil(add*BorrowRepay)
+	b.debt = b.debt + math.Ceil(add*store.BorrowRepay)
 	b.borrowed = b.borrowed + add
-	var l Lease
+	var l store.Lease
 	if int64(math.Floor(b.tokens)) >= need {
 		l.Granted = need
 		b.tokens -= float64(need)
@@ -161,7 +163,7 @@ func (b *memBucket) credit(p AppPolicy, borrowed, need, now int64) Lease {
 			b.hasGrant, b.lastGrant = true, now
 		}
 	} else {
-		l.Reason = ReasonAppExhausted
+		l.Reason = store.ReasonAppExhausted
 	}
 	l.Remaining = int64(math.Floor(b.tokens))
 	l.Debt, l.Borrowed = b.debt, b.borrowed
@@ -186,7 +188,7 @@ func (b *memBucket) credit(p AppPolicy, borrowed, need, now int64) Lease {
 //	ramp_us = max(1, end - (now - warm_start))
 //
 // Every product that is added is rounded on its own (no fused multiply-add), as in Lua.
-func (b *memBucket) warm(p AppPolicy, factor float64, need, now int64) (ramping bool, room, rampUS float64) {
+func (b *memBucket) warm(p store.AppPolicy, factor float64, need, now int64) (ramping bool, room, rampUS float64) {
 	w := p.WarmupUS()
 	if w == 0 {
 		b.warming = false
@@ -221,19 +223,19 @@ func (b *memBucket) warm(p AppPolicy, factor float64, need, now int64) (ramping 
 
 // give adds returned tokens, never above burst. It does not refill: ts stays, so the next
 // refill covers the whole time since the last one at the factor of its caller.
-func (b *memBucket) give(p AppPolicy, tokens int64) {
+func (b *memBucket) give(p store.AppPolicy, tokens int64) {
 	b.tokens = math.Min(p.Burst, b.tokens+float64(tokens))
 }
 
 // touch marks a write: the record lives another max(60 s, 2 × burst / guaranteed, warmup) of
 // idleness (µs, rounded up; capped at 30 days), so that a record is not dropped (which makes
 // the app cold) before the app has been idle for its warm-up.
-func (b *memBucket) touch(p AppPolicy, now int64) {
+func (b *memBucket) touch(p store.AppPolicy, now int64) {
 	b.touched = now
 	b.ttl = memIdleTTL(p)
 }
 
-func memIdleTTL(p AppPolicy) int64 {
+func memIdleTTL(p store.AppPolicy) int64 {
 	us := math.Max(math.Ceil(2*p.Burst/p.Guaranteed*1e6), float64(p.WarmupUS()))
 	if !(us < float64(memMaxIdleTTL)) { // also catches NaN / +Inf
 		return memMaxIdleTTL
@@ -244,7 +246,7 @@ func memIdleTTL(p AppPolicy) int64 {
 func (b *memBucket) expired(now int64) bool { return now-b.touched >= b.ttl }
 
 // lookup returns the app's live record, dropping it if it has been idle too long; nil if none.
-func (m *MemoryStore) lookup(k memAppKey, now int64) *memBucket {
+func (m *Store) lookup(k memAppKey, now int64) *memBucket {
 	b := m.apps[k]
 	if b != nil && b.expired(now) {
 		delete(m.apps, k)
@@ -255,7 +257,7 @@ func (m *MemoryStore) lookup(k memAppKey, now int64) *memBucket {
 
 // bucket returns the app's record with its bucket initialised: absent = {tokens = burst,
 // ts = now, debt = 0, borrowed = 0}.
-func (m *MemoryStore) bucket(k memAppKey, p AppPolicy, now int64) *memBucket {
+func (m *Store) bucket(k memAppKey, p store.AppPolicy, now int64) *memBucket {
 	b := m.lookup(k, now)
 	if b == nil {
 		b = &memBucket{}
@@ -270,7 +272,7 @@ func (m *MemoryStore) bucket(k memAppKey, p AppPolicy, now int64) *memBucket {
 // statsRecord returns the app's record for a statistics write (Report step 4), creating a
 // statistics-only record if there is none. Without a policy the idle lifetime is the one of the
 // last write, or the minimum for a new record.
-func (m *MemoryStore) statsRecord(k memAppKey, now int64) *memBucket {
+func (m *Store) statsRecord(k memAppKey, now int64) *memBucket {
 	b := m.lookup(k, now)
 	if b == nil {
 		b = &memBucket{ttl: memMinIdleTTL}
@@ -282,7 +284,7 @@ func (m *MemoryStore) statsRecord(k memAppKey, now int64) *memBucket {
 
 // sweep drops idle app records about once a minute, so rotating app ids cannot grow the store
 // without bound; between sweeps, lookup drops them lazily.
-func (m *MemoryStore) sweep(now int64) {
+func (m *Store) sweep(now int64) {
 	if now-m.lastSweep < memSweepEvery && now >= m.lastSweep {
 		return
 	}

@@ -1,4 +1,4 @@
-package limiter
+package store
 
 // Reason says why a request was rejected. The zero value means admitted.
 type Reason uint8

@@ -1,16 +1,20 @@
-package limiter
+package memstore
 
-import "context"
+import (
+	"context"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
+)
 
 // LeaseSlots sets the instance's holding of one scope's connection slots (see Store.LeaseSlots).
 // Holdings live in the cluster ledger (Redis: the :slots hashes in the cluster's slot, beside
 // the nodes set that says who is live).
-func (m *MemoryStore) LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease, error) {
+func (m *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.SlotLease, error) {
 	if err := ctx.Err(); err != nil {
-		return SlotLease{}, err
+		return store.SlotLease{}, err
 	}
 	if err := r.Validate(); err != nil {
-		return SlotLease{}, err
+		return store.SlotLease{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -24,7 +28,7 @@ func (m *MemoryStore) LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease,
 		held = map[string]int64{}
 		l.slots[r.App] = held
 	}
-	ttl := InstanceTTL.Microseconds()
+	ttl := store.InstanceTTL.Microseconds()
 	var others int64
 	for inst, n := range held {
 		if inst == r.Instance {
@@ -45,5 +49,5 @@ func (m *MemoryStore) LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease,
 	if len(held) == 0 {
 		delete(l.slots, r.App)
 	}
-	return SlotLease{Held: grant, Others: others}, nil
+	return store.SlotLease{Held: grant, Others: others}, nil
 }

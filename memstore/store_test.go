@@ -1,4 +1,4 @@
-package limiter_test
+package memstore_test
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
-	"github.com/tierbucket/caddy-tierbucket/limiter/storetest"
+	"github.com/tierbucket/caddy-tierbucket/memstore"
+	"github.com/tierbucket/caddy-tierbucket/store"
+	"github.com/tierbucket/caddy-tierbucket/store/storetest"
 )
 
 func TestMemoryStore(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, now func() time.Time) limiter.Store {
-		return limiter.NewMemoryStore(now)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
+		return memstore.New(now)
 	})
 }
 
@@ -38,12 +39,12 @@ func (c *memClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-var memPolicy = limiter.AppPolicy{Guaranteed: 10, Burst: 100}
+var memPolicy = store.AppPolicy{Guaranteed: 10, Burst: 100}
 
-func memLease(t *testing.T, s *limiter.MemoryStore, app string, p limiter.AppPolicy, factor float64, want, need int64) limiter.Lease {
+func memLease(t *testing.T, s *memstore.Store, app string, p store.AppPolicy, factor float64, want, need int64) store.Lease {
 	t.Helper()
-	l, err := s.Lease(context.Background(), limiter.LeaseRequest{
-		Cluster: limiter.ClusterPolicy{ID: "c"}, App: app, Policy: p, Factor: factor, Want: want, Need: need, Instance: "i",
+	l, err := s.Lease(context.Background(), store.LeaseRequest{
+		Cluster: store.ClusterPolicy{ID: "c"}, App: app, Policy: p, Factor: factor, Want: want, Need: need, Instance: "i",
 	})
 	if err != nil {
 		t.Fatalf("Lease: %v", err)
@@ -53,7 +54,7 @@ func memLease(t *testing.T, s *limiter.MemoryStore, app string, p limiter.AppPol
 
 func TestMemoryStoreConcurrentLeasesConserveTokens(t *testing.T) {
 	clk := &memClock{t: storetest.Start}
-	s := limiter.NewMemoryStore(clk.Now)
+	s := memstore.New(clk.Now)
 	var wg sync.WaitGroup
 	held := make([]int64, 8)
 	for g := range held {
@@ -61,8 +62,8 @@ func TestMemoryStoreConcurrentLeasesConserveTokens(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 200 {
-				l, err := s.Lease(context.Background(), limiter.LeaseRequest{
-					Cluster: limiter.ClusterPolicy{ID: "c"}, App: "a", Policy: memPolicy, Factor: 1, Want: 7, Need: 1, Instance: "i",
+				l, err := s.Lease(context.Background(), store.LeaseRequest{
+					Cluster: store.ClusterPolicy{ID: "c"}, App: "a", Policy: memPolicy, Factor: 1, Want: 7, Need: 1, Instance: "i",
 				})
 				if err != nil {
 					t.Error(err)
@@ -70,8 +71,8 @@ func TestMemoryStoreConcurrentLeasesConserveTokens(t *testing.T) {
 				}
 				held[g] += l.Granted
 				if i%3 == 0 && held[g] > 0 {
-					if err := s.Return(context.Background(), limiter.Return{
-						Cluster: limiter.ClusterPolicy{ID: "c"}, App: "a", Policy: memPolicy, Tokens: 1, Instance: "i",
+					if err := s.Return(context.Background(), store.Return{
+						Cluster: store.ClusterPolicy{ID: "c"}, App: "a", Policy: memPolicy, Tokens: 1, Instance: "i",
 					}); err != nil {
 						t.Error(err)
 						return
@@ -95,10 +96,10 @@ func TestMemoryStoreConcurrentLeasesConserveTokens(t *testing.T) {
 
 func TestMemoryStoreStatistics(t *testing.T) {
 	clk := &memClock{t: storetest.Start}
-	s := limiter.NewMemoryStore(clk.Now)
+	s := memstore.New(clk.Now)
 	ctx := context.Background()
-	rep := limiter.Report{Cluster: limiter.ClusterPolicy{ID: "c"}, Instance: "i",
-		Apps: []limiter.AppReport{{App: "a", Requests: 4, Cost: 40}}}
+	rep := store.Report{Cluster: store.ClusterPolicy{ID: "c"}, Instance: "i",
+		Apps: []store.AppReport{{App: "a", Requests: 4, Cost: 40}}}
 	if _, err := s.Report(ctx, rep); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestMemoryStoreStatistics(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, ok = s.AppState("c", "a")
-	want := limiter.MemoryAppState{Tokens: 65, TS: storetest.Start, Consumed: 35, Requests: 8, LastGrant: storetest.Start}
+	want := memstore.MemoryAppState{Tokens: 65, TS: storetest.Start, Consumed: 35, Requests: 8, LastGrant: storetest.Start}
 	if !ok || !st.TS.Equal(want.TS) || !st.LastGrant.Equal(want.LastGrant) {
 		t.Fatalf("AppState = %+v, %v; want %+v", st, ok, want)
 	}
@@ -127,7 +128,7 @@ func TestMemoryStoreStatistics(t *testing.T) {
 
 func TestMemoryStoreIdleExpiry(t *testing.T) {
 	clk := &memClock{t: storetest.Start}
-	s := limiter.NewMemoryStore(clk.Now)
+	s := memstore.New(clk.Now)
 	// idle lifetime: max(60 s, 2 × 100 / 10 s) = 60 s. Factor 0 keeps the bucket empty.
 	memLease(t, s, "a", memPolicy, 0, 100, 100)
 	clk.Advance(59 * time.Second)
@@ -140,7 +141,7 @@ func TestMemoryStoreIdleExpiry(t *testing.T) {
 	}
 
 	// A long fill time keeps the record longer: 2 × 1000 / 1 = 2000 s.
-	slow := limiter.AppPolicy{Guaranteed: 1, Burst: 1000}
+	slow := store.AppPolicy{Guaranteed: 1, Burst: 1000}
 	memLease(t, s, "slow", slow, 0, 1000, 1000)
 	clk.Advance(1999 * time.Second)
 	if _, ok := s.AppState("c", "slow"); !ok {
@@ -154,11 +155,11 @@ func TestMemoryStoreIdleExpiry(t *testing.T) {
 }
 
 func TestMemoryStoreRejectsBadInput(t *testing.T) {
-	s := limiter.NewMemoryStore(nil)
+	s := memstore.New(nil)
 	ctx := context.Background()
-	c := limiter.ClusterPolicy{ID: "c"}
-	lease := func(mod func(*limiter.LeaseRequest)) error {
-		r := limiter.LeaseRequest{Cluster: c, App: "a", Policy: memPolicy, Factor: 1, Want: 1, Need: 1, Instance: "i"}
+	c := store.ClusterPolicy{ID: "c"}
+	lease := func(mod func(*store.LeaseRequest)) error {
+		r := store.LeaseRequest{Cluster: c, App: "a", Policy: memPolicy, Factor: 1, Want: 1, Need: 1, Instance: "i"}
 		mod(&r)
 		_, err := s.Lease(ctx, r)
 		return err
@@ -167,23 +168,23 @@ func TestMemoryStoreRejectsBadInput(t *testing.T) {
 		name, msg string
 		err       error
 	}{
-		{"empty app", "empty app id", lease(func(r *limiter.LeaseRequest) { r.App = "" })},
-		{"guaranteed 0", "guaranteed 0", lease(func(r *limiter.LeaseRequest) { r.Policy.Guaranteed = 0 })},
-		{"burst NaN", "burst NaN", lease(func(r *limiter.LeaseRequest) { r.Policy.Burst = math.NaN() })},
-		{"burst huge", "burst 1e+20", lease(func(r *limiter.LeaseRequest) { r.Policy.Burst = 1e20 })},
-		{"factor negative", "factor -1", lease(func(r *limiter.LeaseRequest) { r.Factor = -1 })},
-		{"need negative", "need -1", lease(func(r *limiter.LeaseRequest) { r.Need = -1 })},
-		{"want negative", "want -1", lease(func(r *limiter.LeaseRequest) { r.Want, r.Need = -1, 0 })},
-		{"capacity Inf", "capacity +Inf", lease(func(r *limiter.LeaseRequest) { r.Cluster.Capacity = math.Inf(1) })},
-		{"return burst 0", "burst 0", s.Return(ctx, limiter.Return{Cluster: c, App: "a", Policy: limiter.AppPolicy{Guaranteed: 1}, Tokens: 1})},
-		{"burst below guaranteed", "burst 5: must be a number >= guaranteed (10)", lease(func(r *limiter.LeaseRequest) { r.Policy.Burst = 5 })},
-		{"report no instance", "empty instance id", func() error { _, err := s.Report(ctx, limiter.Report{Cluster: c}); return err }()},
+		{"empty app", "empty app id", lease(func(r *store.LeaseRequest) { r.App = "" })},
+		{"guaranteed 0", "guaranteed 0", lease(func(r *store.LeaseRequest) { r.Policy.Guaranteed = 0 })},
+		{"burst NaN", "burst NaN", lease(func(r *store.LeaseRequest) { r.Policy.Burst = math.NaN() })},
+		{"burst huge", "burst 1e+20", lease(func(r *store.LeaseRequest) { r.Policy.Burst = 1e20 })},
+		{"factor negative", "factor -1", lease(func(r *store.LeaseRequest) { r.Factor = -1 })},
+		{"need negative", "need -1", lease(func(r *store.LeaseRequest) { r.Need = -1 })},
+		{"want negative", "want -1", lease(func(r *store.LeaseRequest) { r.Want, r.Need = -1, 0 })},
+		{"capacity Inf", "capacity +Inf", lease(func(r *store.LeaseRequest) { r.Cluster.Capacity = math.Inf(1) })},
+		{"return burst 0", "burst 0", s.Return(ctx, store.Return{Cluster: c, App: "a", Policy: store.AppPolicy{Guaranteed: 1}, Tokens: 1})},
+		{"burst below guaranteed", "burst 5: must be a number >= guaranteed (10)", lease(func(r *store.LeaseRequest) { r.Policy.Burst = 5 })},
+		{"report no instance", "empty instance id", func() error { _, err := s.Report(ctx, store.Report{Cluster: c}); return err }()},
 		{"report negative cost", "cost -5", func() error {
-			_, err := s.Report(ctx, limiter.Report{Cluster: c, Instance: "i", Apps: []limiter.AppReport{{App: "a", Cost: -5}}})
+			_, err := s.Report(ctx, store.Report{Cluster: c, Instance: "i", Apps: []store.AppReport{{App: "a", Cost: -5}}})
 			return err
 		}()},
 		{"report negative in-flight", "in-flight -1", func() error {
-			_, err := s.Report(ctx, limiter.Report{Cluster: c, Instance: "i", InFlight: -1})
+			_, err := s.Report(ctx, store.Report{Cluster: c, Instance: "i", InFlight: -1})
 			return err
 		}()},
 	} {
@@ -194,9 +195,9 @@ func TestMemoryStoreRejectsBadInput(t *testing.T) {
 }
 
 func TestFactors(t *testing.T) {
-	c := limiter.ClusterPolicy{Capacity: 1000, EmergencyThreshold: 0.95, EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
+	c := store.ClusterPolicy{Capacity: 1000, EmergencyThreshold: 0.95, EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
 	for _, tc := range []struct {
-		c         limiter.ClusterPolicy
+		c         store.ClusterPolicy
 		u         float64
 		emergency bool
 		want      [4]float64
@@ -205,10 +206,10 @@ func TestFactors(t *testing.T) {
 		{c, 0.8999, false, [4]float64{1, 1, 1, 1}},
 		{c, 0.9, false, [4]float64{1, 1, 1, 1}},
 		{c, 0.5, true, [4]float64{1, 0.5, 0.1, 0}},
-		{limiter.ClusterPolicy{EmergencyThreshold: 0.95}, 5, false, [4]float64{1, 1, 1, 1}}, // no L1
-		{limiter.ClusterPolicy{EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}, 0, true, [4]float64{1, 0.5, 0.1, 0}},
+		{store.ClusterPolicy{EmergencyThreshold: 0.95}, 5, false, [4]float64{1, 1, 1, 1}}, // no L1
+		{store.ClusterPolicy{EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}, 0, true, [4]float64{1, 0.5, 0.1, 0}},
 	} {
-		if got := limiter.Factors(tc.c, tc.u, tc.emergency); got != tc.want {
+		if got := memstore.Factors(tc.c, tc.u, tc.emergency); got != tc.want {
 			t.Errorf("Factors(%+v, %v, %v) = %v; want %v", tc.c, tc.u, tc.emergency, got, tc.want)
 		}
 	}
@@ -217,8 +218,8 @@ func TestFactors(t *testing.T) {
 		thr := rapid.Float64Range(0.91, 1.5).Draw(t, "thr")
 		u1 := rapid.Float64Range(0.9, thr).Draw(t, "u1")
 		u2 := rapid.Float64Range(u1, thr).Draw(t, "u2")
-		c := limiter.ClusterPolicy{Capacity: 1, EmergencyThreshold: thr}
-		f1, f2 := limiter.Factors(c, u1, false), limiter.Factors(c, u2, false)
+		c := store.ClusterPolicy{Capacity: 1, EmergencyThreshold: thr}
+		f1, f2 := memstore.Factors(c, u1, false), memstore.Factors(c, u2, false)
 		if f1[0] != 1 {
 			t.Fatalf("factor(0) = %v at u %v; want 1", f1[0], u1)
 		}
@@ -235,10 +236,10 @@ func TestFactors(t *testing.T) {
 func TestMemoryStoreTokensBounded(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		clk := &memClock{t: storetest.Start}
-		s := limiter.NewMemoryStore(clk.Now)
+		s := memstore.New(clk.Now)
 		ctx := context.Background()
-		c := limiter.ClusterPolicy{ID: "c"}
-		p := limiter.AppPolicy{Guaranteed: 10, Burst: 100}
+		c := store.ClusterPolicy{ID: "c"}
+		p := store.AppPolicy{Guaranteed: 10, Burst: 100}
 		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
 			_ = i
 			switch rapid.IntRange(0, 3).Draw(t, "op") {
@@ -246,7 +247,7 @@ func TestMemoryStoreTokensBounded(t *testing.T) {
 				want := rapid.Int64Range(0, 500).Draw(t, "want")
 				need := rapid.Int64Range(0, want).Draw(t, "need")
 				factor := rapid.Float64Range(0, 1).Draw(t, "factor")
-				l, err := s.Lease(ctx, limiter.LeaseRequest{Cluster: c, App: "a", Policy: p, Factor: factor, Want: want, Need: need, Instance: "i"})
+				l, err := s.Lease(ctx, store.LeaseRequest{Cluster: c, App: "a", Policy: p, Factor: factor, Want: want, Need: need, Instance: "i"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -255,7 +256,7 @@ func TestMemoryStoreTokensBounded(t *testing.T) {
 				}
 			case 1:
 				n := rapid.Int64Range(-10, 1000).Draw(t, "return")
-				if err := s.Return(ctx, limiter.Return{Cluster: c, App: "a", Policy: p, Tokens: n, Instance: "i"}); err != nil {
+				if err := s.Return(ctx, store.Return{Cluster: c, App: "a", Policy: p, Tokens: n, Instance: "i"}); err != nil {
 					t.Fatal(err)
 				}
 			case 2:
@@ -264,7 +265,7 @@ func TestMemoryStoreTokensBounded(t *testing.T) {
 			case 3:
 				p.Guaranteed = rapid.Float64Range(0.001, 1000).Draw(t, "guaranteed")
 				p.Burst = rapid.Float64Range(p.Guaranteed, 5000).Draw(t, "burst")
-				if err := s.Return(ctx, limiter.Return{Cluster: c, App: "a", Policy: p, Tokens: 1, Instance: "i"}); err != nil {
+				if err := s.Return(ctx, store.Return{Cluster: c, App: "a", Policy: p, Tokens: 1, Instance: "i"}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package limiter
+package store
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 // Store holds the state that the tiers above L3 share: the L2 app buckets and the L1 cluster
 // ledger. The memory store (the embedded default) and the Redis store (package redislua) have
-// identical semantics; one behavioural suite (package limiter/storetest) runs against both.
+// identical semantics; one behavioural suite (package store/storetest) runs against both.
 //
 // Calls are stateless with respect to configuration: every call carries the policy it needs, so a
 // config reload, or several instances with slightly different configs, never leaves the Store
@@ -109,7 +109,7 @@ func (p AppPolicy) WarmupUS() int64 {
 	if p.Warmup%time.Microsecond > 0 {
 		us++
 	}
-	return min(max(us, 0), maxAmount)
+	return min(max(us, 0), MaxAmount)
 }
 
 // ClusterPolicy is the L1 policy of one cluster. Capacity 0 means there is no L1.
@@ -139,7 +139,7 @@ func ValidateEmergency(c ClusterPolicy, e Emergency) error {
 	if err := checkCluster(c); err != nil {
 		return err
 	}
-	if e.Active && !e.Until.IsZero() && (e.Until.UnixMicro() <= 0 || e.Until.UnixMicro() > maxAmount) {
+	if e.Active && !e.Until.IsZero() && (e.Until.UnixMicro() <= 0 || e.Until.UnixMicro() > MaxAmount) {
 		return fmt.Errorf("cluster %q: emergency until %v: must be after the Unix epoch (and before 2255)", c.ID, e.Until)
 	}
 	return nil

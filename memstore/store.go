@@ -1,13 +1,15 @@
-package limiter
+package memstore
 
 import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Where the Store semantics is silent or ambiguous, the memory store does the following, and the
-// Redis store (redislua) must do the same (the shared suite limiter/storetest and the
+// Redis store (redislua) must do the same (the shared suite store/storetest and the
 // differential test check it):
 //
 //   - Lease: "avail >= need and need > 0 → avail" plus "Need = 0: grant min(want, avail)" is
@@ -55,15 +57,15 @@ import (
 //     <= 2^53, factor finite and >= 0, want/need/counts/costs >= 0, capacity finite and >= 0,
 //     and a report needs an instance id.
 
-// MemoryStore is the in-process Store: the embedded default when no Redis is configured. It runs
+// Store is the in-process Store: the embedded default when no Redis is configured. It runs
 // the L1/L2 rules of the Redis store in Go (the semantics are spelled out in the memstore_*.go
 // files, step by step, so the Redis Lua can be checked against them line by line).
 //
 // It keeps per-instance records (heartbeats, in-flight counts) exactly as Redis does, so several
-// limiters in one process may share one MemoryStore to simulate a fleet. It is safe for
+// limiters in one process may share one Store to simulate a fleet. It is safe for
 // concurrent use; one mutex is enough because it is called per lease and per report, never per
 // request.
-type MemoryStore struct {
+type Store struct {
 	now func() time.Time
 
 	mu        sync.Mutex
@@ -79,12 +81,12 @@ type MemoryStore struct {
 // memAppKey names one app's L2 record (Redis: <prefix>:{<cluster>/<app>}:l2).
 type memAppKey struct{ cluster, app string }
 
-// NewMemoryStore returns an empty MemoryStore that reads the time from now (nil: time.Now).
-func NewMemoryStore(now func() time.Time) *MemoryStore {
+// New returns an empty Store that reads the time from now (nil: time.Now).
+func New(now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &MemoryStore{
+	return &Store{
 		now:       now,
 		apps:      make(map[memAppKey]*memBucket),
 		clusters:  make(map[string]*memLedger),
@@ -94,15 +96,15 @@ func NewMemoryStore(now func() time.Time) *MemoryStore {
 }
 
 // nowUS is the store's time in microseconds since the Unix epoch (the semantics' now_us).
-func (m *MemoryStore) nowUS() int64 { return m.now().UnixMicro() }
+func (m *Store) nowUS() int64 { return m.now().UnixMicro() }
 
 // Lease refills the app's bucket and takes tokens from it (see memBucket.lease).
-func (m *MemoryStore) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
+func (m *Store) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease, error) {
 	if err := ctx.Err(); err != nil {
-		return Lease{}, err
+		return store.Lease{}, err
 	}
 	if err := req.Validate(); err != nil {
-		return Lease{}, err
+		return store.Lease{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -123,7 +125,7 @@ func (m *MemoryStore) Lease(ctx context.Context, req LeaseRequest) (Lease, error
 }
 
 // leaseBucket is Lease on the app's record b (m.mu held).
-func (m *MemoryStore) leaseBucket(req LeaseRequest, b *memBucket, now int64) (Lease, error) {
+func (m *Store) leaseBucket(req store.LeaseRequest, b *memBucket, now int64) (store.Lease, error) {
 	b.refill(req.Policy, req.Factor, now)
 	l, short := b.lease(req.Policy, req.Factor, req.Want, req.Need, now)
 	b.touch(req.Policy, now)
@@ -143,14 +145,14 @@ func (m *MemoryStore) leaseBucket(req LeaseRequest, b *memBucket, now int64) (Le
 	return l, nil
 }
 
-// BorrowState returns the app's borrowing as stored (see limiter.BorrowState); zero without a record.
-func (m *MemoryStore) BorrowState(ctx context.Context, cluster, app string) (BorrowState, error) {
+// BorrowState returns the app's borrowing as stored (see store.BorrowState); zero without a record.
+func (m *Store) BorrowState(ctx context.Context, cluster, app string) (store.BorrowState, error) {
 	if err := ctx.Err(); err != nil {
-		return BorrowState{}, err
+		return store.BorrowState{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var s BorrowState
+	var s store.BorrowState
 	if b := m.lookup(memAppKey{cluster, app}, m.nowUS()); b != nil {
 		s.Debt, s.Borrowed = b.debt, b.borrowed
 	}
@@ -163,7 +165,7 @@ func (m *MemoryStore) BorrowState(ctx context.Context, cluster, app string) (Bor
 // Return adds the returned tokens to the app's bucket, capped at burst, without refilling it
 // (the elapsed time is refilled by the next lease, at that lease's factor). Tokens <= 0 is a
 // no-op: no write.
-func (m *MemoryStore) Return(ctx context.Context, ret Return) error {
+func (m *Store) Return(ctx context.Context, ret store.Return) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -185,12 +187,12 @@ func (m *MemoryStore) Return(ctx context.Context, ret Return) error {
 
 // Report records one instance's heartbeat, in-flight counts and statistics, feeds L1's usage
 // window and returns L1's state. It never changes tokens.
-func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, error) {
+func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterState, error) {
 	if err := ctx.Err(); err != nil {
-		return ClusterState{}, err
+		return store.ClusterState{}, err
 	}
 	if err := rep.Validate(); err != nil {
-		return ClusterState{}, err
+		return store.ClusterState{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -199,7 +201,7 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 
 	l := m.ledger(rep.Cluster.ID)
 	l1 := rep.Cluster.Capacity > 0
-	var st ClusterState
+	var st store.ClusterState
 	// 1. heartbeat; 2. in-flight counts.
 	st.LiveInstances = l.heartbeat(rep.Instance, now)
 	st.RemoteClusterInFlight, st.RemoteInFlight = l.recordInFlight(rep, now)
@@ -236,13 +238,13 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now)
 		st.Emergency = l.emergency
 		if l.emergency {
-			st.EmergencySource, st.EmergencyReason = EmergencySourceAuto, l.reason
+			st.EmergencySource, st.EmergencyReason = store.EmergencySourceAuto, l.reason
 		}
 	}
 	// 5b. operator emergency: wins over the automatic one (which goes on beside it), also
 	// without L1.
 	if l.operator(now) {
-		st.Emergency, st.EmergencySource, st.EmergencyReason = true, EmergencySourceOperator, l.opReason
+		st.Emergency, st.EmergencySource, st.EmergencyReason = true, store.EmergencySourceOperator, l.opReason
 		if l.opUntil != 0 {
 			st.EmergencyUntil = time.UnixMicro(l.opUntil)
 		}
@@ -254,11 +256,11 @@ func (m *MemoryStore) Report(ctx context.Context, rep Report) (ClusterState, err
 }
 
 // SetEmergency sets or clears the cluster's operator emergency (see Store.SetEmergency).
-func (m *MemoryStore) SetEmergency(ctx context.Context, cluster ClusterPolicy, e Emergency) error {
+func (m *Store) SetEmergency(ctx context.Context, cluster store.ClusterPolicy, e store.Emergency) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := ValidateEmergency(cluster, e); err != nil {
+	if err := store.ValidateEmergency(cluster, e); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -269,8 +271,8 @@ func (m *MemoryStore) SetEmergency(ctx context.Context, cluster ClusterPolicy, e
 	return nil
 }
 
-// Close is a no-op: the MemoryStore holds no external resources.
-func (m *MemoryStore) Close() error { return nil }
+// Close is a no-op: the Store holds no external resources.
+func (m *Store) Close() error { return nil }
 
 // MemoryAppState is a snapshot of one app's L2 record, for statistics and tests.
 type MemoryAppState struct {
@@ -289,7 +291,7 @@ type MemoryAppState struct {
 // AppState returns the app's L2 record as stored, without refilling it; ok is false if the
 // app has no record (or it has expired). A record created by a Report alone has statistics
 // but no bucket yet: its Tokens and TS are zero.
-func (m *MemoryStore) AppState(cluster, app string) (s MemoryAppState, ok bool) {
+func (m *Store) AppState(cluster, app string) (s MemoryAppState, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := m.lookup(memAppKey{cluster, app}, m.nowUS())
@@ -311,7 +313,7 @@ func (m *MemoryStore) AppState(cluster, app string) (s MemoryAppState, ok bool) 
 
 // AppRequests returns the requests reported for the app (0 if it has no record), like the
 // Redis store's method of the same name.
-func (m *MemoryStore) AppRequests(ctx context.Context, cluster, app string) (int64, error) {
+func (m *Store) AppRequests(ctx context.Context, cluster, app string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -320,4 +322,4 @@ func (m *MemoryStore) AppRequests(ctx context.Context, cluster, app string) (int
 }
 
 // Interface guard.
-var _ Store = (*MemoryStore)(nil)
+var _ store.Store = (*Store)(nil)

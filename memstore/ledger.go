@@ -1,6 +1,10 @@
-package limiter
+package memstore
 
-import "math"
+import (
+	"math"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
+)
 
 // memLedger is one cluster's L1 ledger plus its per-instance records (the Store semantics' "L1
 // cluster ledger"; Redis: the :l1, :nodes and :conn keys). Times are µs since the Unix epoch.
@@ -42,7 +46,7 @@ type memInFlight struct {
 	hb int64
 }
 
-func (m *MemoryStore) ledger(cluster string) *memLedger {
+func (m *Store) ledger(cluster string) *memLedger {
 	l := m.clusters[cluster]
 	if l == nil {
 		l = &memLedger{
@@ -60,7 +64,7 @@ func (m *MemoryStore) ledger(cluster string) *memLedger {
 // It returns the number of live instances, this one included.
 func (l *memLedger) heartbeat(instance string, now int64) int {
 	l.nodes[instance] = now
-	ttl := InstanceTTL.Microseconds()
+	ttl := store.InstanceTTL.Microseconds()
 	for i, t := range l.nodes {
 		if now-t > ttl {
 			l.removeInstance(i)
@@ -92,7 +96,7 @@ func (l *memLedger) removeInstance(instance string) {
 //
 // The per-app map holds the apps of the report whose remote sum is not 0, and is nil if there
 // are none.
-func (l *memLedger) recordInFlight(rep Report, now int64) (cluster int64, apps map[string]int64) {
+func (l *memLedger) recordInFlight(rep store.Report, now int64) (cluster int64, apps map[string]int64) {
 	l.conn[rep.Instance] = rep.InFlight
 	for _, a := range rep.Apps {
 		counts := l.appConn[a.App]
@@ -108,7 +112,7 @@ func (l *memLedger) recordInFlight(rep Report, now int64) (cluster int64, apps m
 			cluster += n
 		}
 	}
-	ttl := InstanceTTL.Microseconds()
+	ttl := store.InstanceTTL.Microseconds()
 	for _, a := range rep.Apps {
 		var sum int64
 		for i, c := range l.appConn[a.App] {
@@ -132,7 +136,7 @@ func (l *memLedger) recordInFlight(rep Report, now int64) (cluster int64, apps m
 // pruneInFlight drops app entries that no report has carried for longer than InstanceTTL
 // (recordInFlight drops them too, but only for the apps of the report at hand).
 func (l *memLedger) pruneInFlight(now int64) {
-	ttl := InstanceTTL.Microseconds()
+	ttl := store.InstanceTTL.Microseconds()
 	for app, counts := range l.appConn {
 		for i, c := range counts {
 			if now-c.hb > ttl {
@@ -186,7 +190,7 @@ func (l *memLedger) updateEmergency(u, thr float64, now int64) {
 
 // setOperator is SetEmergency: an active emergency whose end is not after now is not set (the
 // operator emergency is cleared, as by an inactive one).
-func (l *memLedger) setOperator(e Emergency, now int64) {
+func (l *memLedger) setOperator(e store.Emergency, now int64) {
 	var until int64
 	if e.Active && !e.Until.IsZero() {
 		until = e.Until.UnixMicro()
@@ -216,8 +220,8 @@ func (l *memLedger) operator(now int64) bool {
 // evaluated left to right in that order. Emergency wins over Capacity 0 so that an emergency set
 // by an operator applies even without L1; the Store never sets one automatically without L1.
 // No defaults are applied: c must be a complete policy.
-func Factors(c ClusterPolicy, usage float64, emergency bool) [MaxPriority + 1]float64 {
-	var f [MaxPriority + 1]float64
+func Factors(c store.ClusterPolicy, usage float64, emergency bool) [store.MaxPriority + 1]float64 {
+	var f [store.MaxPriority + 1]float64
 	for p := range f {
 		switch {
 		case emergency:
@@ -248,7 +252,7 @@ type memSeqs map[string]memSeq
 // then replaces; and the Seq kept before (0: none). A numbered report renews the instance's
 // entry.
 func (s *memSeqs) apply(instance string, seq uint64, now int64) (fresh bool, prev uint64) {
-	ttl := ReportSeqTTL.Microseconds()
+	ttl := store.ReportSeqTTL.Microseconds()
 	for i, r := range *s {
 		if now-r.at > ttl {
 			delete(*s, i)
@@ -282,7 +286,7 @@ func (s *memSeqs) apply(instance string, seq uint64, now int64) (fresh bool, pre
 //	else pool = pool - short, record[app] = record[app] + short → short
 //
 // A record of 0 is deleted.
-func (l *memLedger) borrow(app string, appBorrowed, maxBorrow, rate float64, short, now int64) (int64, Reason) {
+func (l *memLedger) borrow(app string, appBorrowed, maxBorrow, rate float64, short, now int64) (int64, store.Reason) {
 	rec := appBorrowed
 	if !l.hasPool {
 		l.hasPool, l.pool, l.poolTS = true, rate, now
@@ -292,12 +296,12 @@ func (l *memLedger) borrow(app string, appBorrowed, maxBorrow, rate float64, sho
 	}
 	b := float64(short)
 	var got int64
-	var reason Reason
+	var reason store.Reason
 	switch {
 	case maxBorrow-appBorrowed < b:
-		reason = ReasonBorrowLimitExceeded
+		reason = store.ReasonBorrowLimitExceeded
 	case l.pool < b:
-		reason = ReasonClusterExhausted
+		reason = store.ReasonClusterExhausted
 	default:
 		l.pool = l.pool - b
 		rec = rec + b

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // The admin overrides (Store.Overrides, SetOverride, Watch, ClusterState.ConfigVersion):
@@ -23,7 +23,7 @@ func overrideCases() []testCase {
 	}
 }
 
-func (e *env) overrides() limiter.Overrides {
+func (e *env) overrides() store.Overrides {
 	e.t.Helper()
 	o, err := e.s.Overrides(context.Background(), e.cluster.ID)
 	if err != nil {
@@ -34,7 +34,7 @@ func (e *env) overrides() limiter.Overrides {
 
 func (e *env) setOverride(key string, value []byte, ifVersion uint64) uint64 {
 	e.t.Helper()
-	v, err := e.s.SetOverride(context.Background(), e.cluster.ID, limiter.OverrideChange{Key: key, Value: value, IfVersion: ifVersion})
+	v, err := e.s.SetOverride(context.Background(), e.cluster.ID, store.OverrideChange{Key: key, Value: value, IfVersion: ifVersion})
 	if err != nil {
 		e.t.Fatalf("SetOverride(%q, %q, if %d): %v", key, value, ifVersion, err)
 	}
@@ -55,7 +55,7 @@ func overridesSetAndRemove(e *env) {
 		e.t.Fatalf("first version = %d, want now in µs %d", v1, want)
 	}
 	// Later changes within the same µs still move the version.
-	v2 := e.setOverride(limiter.OverrideClusterKey, []byte(`{"capacity":100}`), v1)
+	v2 := e.setOverride(store.OverrideClusterKey, []byte(`{"capacity":100}`), v1)
 	if v2 != v1+1 {
 		e.t.Fatalf("second version = %d, want %d", v2, v1+1)
 	}
@@ -82,8 +82,8 @@ func overridesSetAndRemove(e *env) {
 
 func overridesVersionConflict(e *env) {
 	v1 := e.setOverride("app:a", []byte(`1`), 0)
-	_, err := e.s.SetOverride(context.Background(), e.cluster.ID, limiter.OverrideChange{Key: "app:a", Value: []byte(`2`), IfVersion: 0})
-	if !errors.Is(err, limiter.ErrVersionConflict) {
+	_, err := e.s.SetOverride(context.Background(), e.cluster.ID, store.OverrideChange{Key: "app:a", Value: []byte(`2`), IfVersion: 0})
+	if !errors.Is(err, store.ErrVersionConflict) {
 		e.t.Fatalf("stale version: err = %v, want ErrVersionConflict", err)
 	}
 	o := e.overrides()
@@ -108,7 +108,7 @@ func overridesVersionInReport(e *env) {
 }
 
 func overridesInvalidChange(e *env) {
-	for _, ch := range []limiter.OverrideChange{
+	for _, ch := range []store.OverrideChange{
 		{Key: ""},
 		{Key: "version", Value: []byte(`1`)},
 		{Key: "app:a", Value: []byte(`1`), IfVersion: 1 << 60},

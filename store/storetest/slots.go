@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Connection slots (LeaseSlots): holdings of live instances stay within the limit; a dead
@@ -19,15 +19,15 @@ func slotCases() []testCase {
 	}
 }
 
-func (e *env) slots(instance, app string, want, limit int64) limiter.SlotLease {
+func (e *env) slots(instance, app string, want, limit int64) store.SlotLease {
 	e.t.Helper()
 	ss, ok := e.s.(interface {
-		LeaseSlots(context.Context, limiter.SlotRequest) (limiter.SlotLease, error)
+		LeaseSlots(context.Context, store.SlotRequest) (store.SlotLease, error)
 	})
 	if !ok {
 		e.t.Fatal("the Store does not lease connection slots")
 	}
-	l, err := ss.LeaseSlots(context.Background(), limiter.SlotRequest{Cluster: e.cluster.ID, App: app,
+	l, err := ss.LeaseSlots(context.Background(), store.SlotRequest{Cluster: e.cluster.ID, App: app,
 		Instance: instance, Want: want, Limit: limit})
 	if err != nil {
 		e.t.Fatalf("LeaseSlots(%s, %q, want %d, limit %d): %v", instance, app, want, limit, err)
@@ -35,7 +35,7 @@ func (e *env) slots(instance, app string, want, limit int64) limiter.SlotLease {
 	return l
 }
 
-func (e *env) wantSlots(got limiter.SlotLease, held, others int64) {
+func (e *env) wantSlots(got store.SlotLease, held, others int64) {
 	e.t.Helper()
 	if got.Held != held || got.Others != others {
 		e.t.Fatalf("slots %+v; want held %d, others %d", got, held, others)
@@ -67,7 +67,7 @@ func slotsDeadInstanceReturns(e *env) {
 	e.wantSlots(e.slots("i1", e.app, 8, 10), 8, 0)
 	e.wantSlots(e.slots("i2", e.app, 8, 10), 2, 8)
 	// i1 stops reporting; i2 goes on.
-	e.clk.advance(limiter.InstanceTTL)
+	e.clk.advance(store.InstanceTTL)
 	e.report("i2", 0)
 	e.wantSlots(e.slots("i2", e.app, 8, 10), 2, 8) // i1 is still live at exactly the TTL
 	e.clk.advance(time.Millisecond)
@@ -86,9 +86,9 @@ func slotsScopesIndependent(e *env) {
 
 func slotsInvalid(e *env) {
 	ss := e.s.(interface {
-		LeaseSlots(context.Context, limiter.SlotRequest) (limiter.SlotLease, error)
+		LeaseSlots(context.Context, store.SlotRequest) (store.SlotLease, error)
 	})
-	for _, r := range []limiter.SlotRequest{
+	for _, r := range []store.SlotRequest{
 		{Cluster: e.cluster.ID, App: e.app, Want: 1, Limit: 1},
 		{Cluster: e.cluster.ID, App: e.app, Instance: "i1", Want: -1, Limit: 1},
 		{Cluster: e.cluster.ID, App: e.app, Instance: "i1", Want: 1, Limit: -1},

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Report.Seq cases: a report's figures count once per Seq, while heartbeats and in-flight
@@ -29,14 +29,14 @@ func seqCases() []testCase {
 }
 
 // reportSeq reports with Seq seq for the cluster and, unless an app has its own, for its apps.
-func (e *env) reportSeq(instance string, seq uint64, inFlight int64, apps ...limiter.AppReport) limiter.ClusterState {
+func (e *env) reportSeq(instance string, seq uint64, inFlight int64, apps ...store.AppReport) store.ClusterState {
 	e.t.Helper()
 	for i := range apps {
 		if apps[i].Seq == 0 {
 			apps[i].Seq = seq
 		}
 	}
-	st, err := e.s.Report(context.Background(), limiter.Report{
+	st, err := e.s.Report(context.Background(), store.Report{
 		Cluster: e.cluster, Instance: instance, Apps: apps, InFlight: inFlight, Seq: seq,
 	})
 	if err != nil {
@@ -61,15 +61,15 @@ func (e *env) wantRequests(app string, want int64) {
 	}
 }
 
-func (e *env) wantUsage(st limiter.ClusterState, usage float64) {
+func (e *env) wantUsage(st store.ClusterState, usage float64) {
 	e.t.Helper()
 	if st.Usage != usage {
 		e.t.Fatalf("usage %v; want %v", st.Usage, usage)
 	}
 }
 
-func xApp(requests, cost, inFlight int64) limiter.AppReport {
-	return limiter.AppReport{App: "x", Requests: requests, Cost: cost, InFlight: inFlight}
+func xApp(requests, cost, inFlight int64) store.AppReport {
+	return store.AppReport{App: "x", Requests: requests, Cost: cost, InFlight: inFlight}
 }
 
 // duplicateSeqAddsNothing: a report sent again with its Seq (or an older one) adds no cost and
@@ -113,7 +113,7 @@ func higherSeqApplies(e *env) {
 func seqKeptPerApp(e *env) {
 	e.withL1()
 	e.wantUsage(e.reportSeq("a", 3, 0, xApp(3, 300, 0)), 0.3)
-	y := limiter.AppReport{App: "y", Requests: 4, Cost: 100}
+	y := store.AppReport{App: "y", Requests: 4, Cost: 100}
 	e.wantUsage(e.reportSeq("a", 3, 0, xApp(3, 300, 0), y), 0.3)
 	e.wantRequests("x", 3)
 	e.wantRequests("y", 4)
@@ -125,13 +125,13 @@ func seqKeptPerApp(e *env) {
 // the instance before it (0 for none), the limiter's evidence that acknowledged statistics
 // were lost; an unnumbered report carries none.
 func prevSeqPerApp(e *env) {
-	want := func(st limiter.ClusterState, app string, seq uint64) {
+	want := func(st store.ClusterState, app string, seq uint64) {
 		e.t.Helper()
 		if got, ok := st.PrevSeq[app]; !ok || got != seq {
 			e.t.Fatalf("PrevSeq[%s] = %d (present %v); want %d (all: %v)", app, got, ok, seq, st.PrevSeq)
 		}
 	}
-	y := limiter.AppReport{App: "y", Requests: 1}
+	y := store.AppReport{App: "y", Requests: 1}
 	st := e.reportSeq("a", 5, 0, xApp(1, 1, 0))
 	want(st, "x", 0)
 	st = e.reportSeq("a", 7, 0, xApp(1, 1, 0), y)
@@ -150,11 +150,11 @@ func prevSeqPerApp(e *env) {
 // most ReportSeqTTL apart (a duplicate renews it), and forgotten after.
 func seqForgottenAfterTTL(e *env) {
 	e.withL1()
-	e.wantUsage(e.reportSeq("a", 9, 0, limiter.AppReport{App: "x", Cost: 300}), 0.3)
-	e.advance(limiter.ReportSeqTTL)
-	e.wantUsage(e.reportSeq("a", 9, 0, limiter.AppReport{App: "x", Cost: 300}), 0)
-	e.advance(limiter.ReportSeqTTL + time.Millisecond)
-	e.wantUsage(e.reportSeq("a", 9, 0, limiter.AppReport{App: "x", Cost: 300}), 0.3)
+	e.wantUsage(e.reportSeq("a", 9, 0, store.AppReport{App: "x", Cost: 300}), 0.3)
+	e.advance(store.ReportSeqTTL)
+	e.wantUsage(e.reportSeq("a", 9, 0, store.AppReport{App: "x", Cost: 300}), 0)
+	e.advance(store.ReportSeqTTL + time.Millisecond)
+	e.wantUsage(e.reportSeq("a", 9, 0, store.AppReport{App: "x", Cost: 300}), 0.3)
 }
 
 // largeSeqsExact: Seqs are compared exactly up to 2^53 (Lua numbers are doubles); above, a
@@ -167,7 +167,7 @@ func largeSeqsExact(e *env) {
 	e.wantUsage(e.reportSeq("a", top-1, 0, xApp(1, 100, 0)), 0.2)
 	e.wantUsage(e.reportSeq("a", top, 0, xApp(1, 100, 0)), 0.2)
 	e.wantRequests("x", 2)
-	_, err := e.s.Report(context.Background(), limiter.Report{Cluster: e.cluster, Instance: "a", Seq: top + 1})
+	_, err := e.s.Report(context.Background(), store.Report{Cluster: e.cluster, Instance: "a", Seq: top + 1})
 	if err == nil {
 		e.t.Fatalf("Report with Seq 2^53 + 1: no error")
 	}

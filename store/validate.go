@@ -1,4 +1,4 @@
-package limiter
+package store
 
 import (
 	"fmt"
@@ -54,7 +54,7 @@ func (p AppPolicy) Validate() FieldErrors {
 		es.add("guaranteed", "must be > 0, got %v", p.Guaranteed)
 	}
 	switch {
-	case !finite(p.Burst) || p.Burst > maxAmount:
+	case !finite(p.Burst) || p.Burst > MaxAmount:
 		es.add("burst", "must be a number <= 2^53, got %v", p.Burst)
 	case p.Burst < p.Guaranteed:
 		es.add("burst", "must be >= guaranteed (%v), got %v", p.Guaranteed, p.Burst)
@@ -64,7 +64,7 @@ func (p AppPolicy) Validate() FieldErrors {
 	if p.Priority < 0 || p.Priority > MaxPriority {
 		es.add("priority", "must be 0-%d, got %d", MaxPriority, p.Priority)
 	}
-	if !finite(p.MaxBorrow) || p.MaxBorrow < 0 || p.MaxBorrow > maxAmount {
+	if !finite(p.MaxBorrow) || p.MaxBorrow < 0 || p.MaxBorrow > MaxAmount {
 		es.add("max_borrow", "must be >= 0 (and <= 2^53), got %v", p.MaxBorrow)
 	}
 	if p.MaxConnections < 0 {
@@ -100,27 +100,6 @@ func (c ClusterPolicy) Validate() FieldErrors {
 		}
 	}
 	return es
-}
-
-// Admission checks that the configured apps' guarantees fit the cluster's unreserved capacity:
-// Σ guaranteed <= (1 - reserved_ratio) × capacity (always true without L1). The `app *`
-// template is not counted: it may stand for any number of buckets, and unknown traffic is what
-// the reserve is for. The error is reported on the field "apps" (the admin API names the field
-// the operator changed instead).
-func (c Config) Admission() FieldErrors {
-	if c.Cluster.Capacity <= 0 {
-		return nil
-	}
-	sum := 0.0
-	for _, p := range c.Apps {
-		sum += p.Guaranteed
-	}
-	limit := (1 - c.Cluster.ReservedRatio) * c.Cluster.Capacity
-	if sum <= limit {
-		return nil
-	}
-	return FieldErrors{{Field: "apps", Problem: fmt.Sprintf(
-		"sum of guaranteed (%v) exceeds (1 - reserved_ratio) × capacity = %v", sum, limit)}}
 }
 
 func inUnit(f float64) bool { return !math.IsNaN(f) && f >= 0 && f <= 1 }

@@ -1,4 +1,4 @@
-// Package storetest is the behavioural test suite that every limiter.Store implementation must
+// Package storetest is the behavioural test suite that every store.Store implementation must
 // pass: the in-memory store and the Redis store run the same cases and must give the same
 // answers (docs/design.md). The suite owns a manual clock; each case uses its own cluster
 // and app ids, so one Store (one Redis) may be shared by all cases.
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Start is the suite clock's initial time: a whole second, so window arithmetic is exact.
@@ -25,7 +25,7 @@ const huge = 1 << 50
 // Run runs every case as a subtest. newStore returns the Store under test reading its time from
 // now (it may return one shared Store wired to each case's clock, and must clean up through
 // t.Cleanup itself: the suite never calls Close).
-func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter.Store) {
+func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.Store) {
 	// A per-run prefix keeps the ids of two runs against one long-lived Redis apart.
 	run := fmt.Sprintf("st%x", time.Now().UnixNano())
 	var seq atomic.Int64
@@ -36,14 +36,14 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) limiter
 				t:   t,
 				clk: clk,
 				s:   newStore(t, clk.Now),
-				cluster: limiter.ClusterPolicy{
+				cluster: store.ClusterPolicy{
 					ID:                 fmt.Sprintf("%s-%d", run, seq.Add(1)),
 					ReservedRatio:      0.1,
 					EmergencyThreshold: 0.95,
-					EmergencyRatios:    [limiter.MaxPriority + 1]float64{1, 0.5, 0.1, 0},
+					EmergencyRatios:    [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0},
 				},
 				app:    "app-a",
-				policy: limiter.AppPolicy{Guaranteed: 10, Burst: 100},
+				policy: store.AppPolicy{Guaranteed: 10, Burst: 100},
 			}
 			c.fn(e)
 		})
@@ -83,10 +83,10 @@ func (c *clock) advance(d time.Duration) {
 type env struct {
 	t       *testing.T
 	clk     *clock
-	s       limiter.Store
-	cluster limiter.ClusterPolicy
+	s       store.Store
+	cluster store.ClusterPolicy
 	app     string
-	policy  limiter.AppPolicy
+	policy  store.AppPolicy
 
 	// Borrowing fields of every lease (LeaseRequest.Unallocated, NoBorrow); zero unless set.
 	unallocated float64
@@ -96,9 +96,9 @@ type env struct {
 func (e *env) advance(d time.Duration) { e.clk.advance(d) }
 
 // leaseF leases for e.app at the given factor and fails the test on an error.
-func (e *env) leaseF(want, need int64, factor float64) limiter.Lease {
+func (e *env) leaseF(want, need int64, factor float64) store.Lease {
 	e.t.Helper()
-	l, err := e.s.Lease(context.Background(), limiter.LeaseRequest{
+	l, err := e.s.Lease(context.Background(), store.LeaseRequest{
 		Cluster: e.cluster, App: e.app, Policy: e.policy, Factor: factor,
 		Want: want, Need: need, Instance: "i1", Unallocated: e.unallocated, NoBorrow: e.noBorrow,
 	})
@@ -108,14 +108,14 @@ func (e *env) leaseF(want, need int64, factor float64) limiter.Lease {
 	return l
 }
 
-func (e *env) lease(want, need int64) limiter.Lease {
+func (e *env) lease(want, need int64) store.Lease {
 	e.t.Helper()
 	return e.leaseF(want, need, 1)
 }
 
 func (e *env) give(tokens int64) {
 	e.t.Helper()
-	err := e.s.Return(context.Background(), limiter.Return{
+	err := e.s.Return(context.Background(), store.Return{
 		Cluster: e.cluster, App: e.app, Policy: e.policy, Tokens: tokens, Instance: "i1",
 	})
 	if err != nil {
@@ -128,7 +128,7 @@ func (e *env) give(tokens int64) {
 func (e *env) content(factor float64) int64 {
 	e.t.Helper()
 	l := e.leaseF(huge, 0, factor)
-	if l.Remaining != 0 || l.Reason != limiter.ReasonNone || l.RetryAfter != 0 {
+	if l.Remaining != 0 || l.Reason != store.ReasonNone || l.RetryAfter != 0 {
 		e.t.Fatalf("probe lease (huge, 0) = %+v; want Remaining 0, no reason, no retry", l)
 	}
 	if l.Granted < 0 || float64(l.Granted) > math.Floor(e.policy.Burst) {
@@ -144,9 +144,9 @@ func (e *env) drain(factor float64) int64 {
 	return e.leaseF(huge, 0, factor).Granted
 }
 
-func (e *env) report(instance string, inFlight int64, apps ...limiter.AppReport) limiter.ClusterState {
+func (e *env) report(instance string, inFlight int64, apps ...store.AppReport) store.ClusterState {
 	e.t.Helper()
-	st, err := e.s.Report(context.Background(), limiter.Report{
+	st, err := e.s.Report(context.Background(), store.Report{
 		Cluster: e.cluster, Instance: instance, Apps: apps, InFlight: inFlight,
 	})
 	if err != nil {
@@ -156,9 +156,9 @@ func (e *env) report(instance string, inFlight int64, apps ...limiter.AppReport)
 }
 
 // reportCost reports cost for e.app from instance i1.
-func (e *env) reportCost(cost int64) limiter.ClusterState {
+func (e *env) reportCost(cost int64) store.ClusterState {
 	e.t.Helper()
-	return e.report("i1", 0, limiter.AppReport{App: e.app, Requests: 1, Cost: cost})
+	return e.report("i1", 0, store.AppReport{App: e.app, Requests: 1, Cost: cost})
 }
 
 func (e *env) wantContent(factor float64, want int64) {
@@ -168,7 +168,7 @@ func (e *env) wantContent(factor float64, want int64) {
 	}
 }
 
-func (e *env) wantLease(got limiter.Lease, want limiter.Lease) {
+func (e *env) wantLease(got store.Lease, want store.Lease) {
 	e.t.Helper()
 	if got != want {
 		e.t.Fatalf("lease = %+v; want %+v", got, want)

@@ -1,6 +1,9 @@
-package limiter
+package store
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Overrides are the admin API's fleet-wide policy overrides of one cluster as a Store keeps
 // them: opaque encoded entries (the limiter encodes them, see override.go) under a version
@@ -36,3 +39,15 @@ func OverrideAppKey(app string) string { return "app:" + app }
 // MaxOverrideEntries bounds a cluster's overrides (the cluster's and one per app), so that the
 // configuration every instance loads stays small.
 const MaxOverrideEntries = 10000
+
+// Validate reports a malformed SetOverride call: an empty key, or a version beyond 2^53 (the
+// Redis store keeps it as a Lua number).
+func (ch OverrideChange) Validate() error {
+	switch {
+	case ch.Key == "" || len(ch.Key) > 256 || ch.Key == "version":
+		return fmt.Errorf("override: key %q: must be 1-256 bytes, not \"version\"", ch.Key)
+	case ch.IfVersion > MaxAmount:
+		return fmt.Errorf("override %q: version %d: must be <= 2^53", ch.Key, ch.IfVersion)
+	}
+	return nil
+}

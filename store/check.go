@@ -1,4 +1,4 @@
-package limiter
+package store
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 // Every Store rejects malformed calls with these checks, so that no store keeps NaN or negative
 // amounts and both stores refuse exactly the same inputs; valid configurations never trigger them.
 
-// maxAmount bounds burst and Seq: doubles represent every whole number up to 2^53 exactly.
-const maxAmount = 1 << 53
+// MaxAmount bounds burst and Seq: doubles represent every whole number up to 2^53 exactly.
+const MaxAmount = 1 << 53
 
 // Validate reports a malformed lease request.
 func (r LeaseRequest) Validate() error {
@@ -25,7 +25,7 @@ func (r LeaseRequest) Validate() error {
 		return fmt.Errorf("lease for app %q: want %d: must be >= 0", r.App, r.Want)
 	case !finite(r.Unallocated) || r.Unallocated < 0:
 		return fmt.Errorf("lease for app %q: unallocated %v: must be a finite number >= 0", r.App, r.Unallocated)
-	case r.Stats.Requests < 0 || r.Stats.Seq > maxAmount:
+	case r.Stats.Requests < 0 || r.Stats.Seq > MaxAmount:
 		return fmt.Errorf("lease for app %q: stats requests %d seq %d: must be >= 0 and <= 2^53", r.App, r.Stats.Requests, r.Stats.Seq)
 	case r.Stats.Seq != 0 && r.Instance == "":
 		return fmt.Errorf("lease for app %q: statistics need an instance id", r.App)
@@ -49,14 +49,14 @@ func (r Report) Validate() error {
 	if r.InFlight < 0 || r.Cost < 0 {
 		return fmt.Errorf("report from instance %q: in-flight %d, cost %d: must be >= 0", r.Instance, r.InFlight, r.Cost)
 	}
-	if r.Seq > maxAmount {
+	if r.Seq > MaxAmount {
 		return fmt.Errorf("report from instance %q: seq %d: must be <= 2^53", r.Instance, r.Seq)
 	}
 	for _, a := range r.Apps {
 		switch {
 		case a.App == "":
 			return fmt.Errorf("report from instance %q: empty app id", r.Instance)
-		case a.Seq > maxAmount:
+		case a.Seq > MaxAmount:
 			return fmt.Errorf("report from instance %q, app %q: seq %d: must be <= 2^53", r.Instance, a.App, a.Seq)
 		case a.Requests < 0 || a.Cost < 0 || a.InFlight < 0:
 			return fmt.Errorf("report from instance %q, app %q: requests %d, cost %d, in-flight %d: must be >= 0",
@@ -75,9 +75,9 @@ func checkApp(c ClusterPolicy, app string, p AppPolicy) error {
 		return fmt.Errorf("cluster %q: empty app id", c.ID)
 	case !finite(p.Guaranteed) || p.Guaranteed <= 0:
 		return fmt.Errorf("app %q: guaranteed %v: must be a finite number > 0", app, p.Guaranteed)
-	case !finite(p.Burst) || p.Burst < p.Guaranteed || p.Burst > maxAmount:
+	case !finite(p.Burst) || p.Burst < p.Guaranteed || p.Burst > MaxAmount:
 		return fmt.Errorf("app %q: burst %v: must be a number >= guaranteed (%v) and <= 2^53", app, p.Burst, p.Guaranteed)
-	case !finite(p.MaxBorrow) || p.MaxBorrow < 0 || p.MaxBorrow > maxAmount:
+	case !finite(p.MaxBorrow) || p.MaxBorrow < 0 || p.MaxBorrow > MaxAmount:
 		return fmt.Errorf("app %q: max_borrow %v: must be a number >= 0 and <= 2^53", app, p.MaxBorrow)
 	case p.Warmup < 0:
 		return fmt.Errorf("app %q: warmup %v: must be >= 0", app, p.Warmup)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // The operator emergency (Store.SetEmergency): fleet-wide, with or without L1, until a time or
@@ -22,7 +22,7 @@ func operatorCases() []testCase {
 	}
 }
 
-func (e *env) setEmergency(em limiter.Emergency) {
+func (e *env) setEmergency(em store.Emergency) {
 	e.t.Helper()
 	if err := e.s.SetEmergency(context.Background(), e.cluster, em); err != nil {
 		e.t.Fatalf("SetEmergency(%+v): %v", em, err)
@@ -31,19 +31,19 @@ func (e *env) setEmergency(em limiter.Emergency) {
 
 func (e *env) activate(reason string, until time.Time) {
 	e.t.Helper()
-	e.setEmergency(limiter.Emergency{Active: true, Reason: reason, Until: until})
+	e.setEmergency(store.Emergency{Active: true, Reason: reason, Until: until})
 }
 
 func (e *env) deactivate() {
 	e.t.Helper()
-	e.setEmergency(limiter.Emergency{})
+	e.setEmergency(store.Emergency{})
 }
 
 // wantOperator requires the operator emergency in st: source "operator", the reason, the end
 // time (zero: none), the ratios as factors, and the usage.
-func (e *env) wantOperator(st limiter.ClusterState, usage float64, reason string, until time.Time) {
+func (e *env) wantOperator(st store.ClusterState, usage float64, reason string, until time.Time) {
 	e.t.Helper()
-	if !st.Emergency || st.EmergencySource != limiter.EmergencySourceOperator || st.EmergencyReason != reason ||
+	if !st.Emergency || st.EmergencySource != store.EmergencySourceOperator || st.EmergencyReason != reason ||
 		!st.EmergencyUntil.Equal(until) || st.EmergencyUntil.IsZero() != until.IsZero() ||
 		st.Factors != e.cluster.EmergencyRatios || st.Usage != usage {
 		e.t.Fatalf("state = emergency %v source %q reason %q until %v factors %v usage %v; "+
@@ -62,7 +62,7 @@ func operatorWithoutCapacity(e *env) {
 	e.advance(time.Hour)
 	e.wantOperator(e.report("other", 0), 0, "incident #42: backend degraded", time.Time{})
 	// The factors follow the policy of the report.
-	e.cluster.EmergencyRatios = [limiter.MaxPriority + 1]float64{0.9, 0.6, 0.3, 0.05}
+	e.cluster.EmergencyRatios = [store.MaxPriority + 1]float64{0.9, 0.6, 0.3, 0.05}
 	e.wantOperator(e.reportCost(0), 0, "incident #42: backend degraded", time.Time{})
 	e.deactivate()
 	e.wantL1(e.reportCost(10), 0, false, allOne)
@@ -148,7 +148,7 @@ func operatorBesideAuto(e *env) {
 }
 
 func operatorInvalid(e *env) {
-	for _, em := range []limiter.Emergency{
+	for _, em := range []store.Emergency{
 		{Active: true, Reason: "before the epoch", Until: time.Unix(-5, 0)},
 		{Active: true, Reason: "too far", Until: time.UnixMicro(1<<53 + 1)},
 	} {
@@ -158,7 +158,7 @@ func operatorInvalid(e *env) {
 	}
 	bad := e.cluster
 	bad.Capacity = -1
-	if err := e.s.SetEmergency(context.Background(), bad, limiter.Emergency{Active: true}); err == nil {
+	if err := e.s.SetEmergency(context.Background(), bad, store.Emergency{Active: true}); err == nil {
 		e.t.Fatal("SetEmergency with capacity -1: no error")
 	}
 	e.wantL1(e.report("a", 0), 0, false, allOne) // nothing was stored

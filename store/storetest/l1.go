@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // L1 cases use capacity 1000, threshold 0.95, ratios 1 / 0.5 / 0.1 / 0, and start on a whole
@@ -27,13 +27,13 @@ func l1Cases() []testCase {
 }
 
 var (
-	allOne    = [limiter.MaxPriority + 1]float64{1, 1, 1, 1}
-	emergency = [limiter.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+	allOne    = [store.MaxPriority + 1]float64{1, 1, 1, 1}
+	emergency = [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
 )
 
 func (e *env) withL1() { e.cluster.Capacity = 1000 }
 
-func (e *env) wantLive(st limiter.ClusterState, n int) {
+func (e *env) wantLive(st store.ClusterState, n int) {
 	e.t.Helper()
 	if st.LiveInstances != n {
 		e.t.Fatalf("LiveInstances = %d; want %d", st.LiveInstances, n)
@@ -41,7 +41,7 @@ func (e *env) wantLive(st limiter.ClusterState, n int) {
 }
 
 // wantRemote compares in-flight sums; an app whose sum is 0 may be absent from the map.
-func (e *env) wantRemote(st limiter.ClusterState, cluster int64, apps map[string]int64) {
+func (e *env) wantRemote(st store.ClusterState, cluster int64, apps map[string]int64) {
 	e.t.Helper()
 	if st.RemoteClusterInFlight != cluster {
 		e.t.Fatalf("RemoteClusterInFlight = %d; want %d", st.RemoteClusterInFlight, cluster)
@@ -66,7 +66,7 @@ func (e *env) wantRemote(st limiter.ClusterState, cluster int64, apps map[string
 	}
 }
 
-func (e *env) wantL1(st limiter.ClusterState, usage float64, inEmergency bool, factors [limiter.MaxPriority + 1]float64) {
+func (e *env) wantL1(st store.ClusterState, usage float64, inEmergency bool, factors [store.MaxPriority + 1]float64) {
 	e.t.Helper()
 	if st.Usage != usage || st.Emergency != inEmergency || st.Factors != factors {
 		e.t.Fatalf("state = usage %v, emergency %v, factors %v; want usage %v, emergency %v, factors %v",
@@ -95,7 +95,7 @@ func heartbeatLiveInstances(e *env) {
 }
 
 func silentInstanceDropsOut(e *env) {
-	x := func(n int64) limiter.AppReport { return limiter.AppReport{App: "x", InFlight: n} }
+	x := func(n int64) store.AppReport { return store.AppReport{App: "x", InFlight: n} }
 	e.report("a", 5, x(3))
 	e.wantRemote(e.report("b", 7, x(4)), 5, map[string]int64{"x": 3})
 	e.advance(3500 * time.Millisecond) // a is silent for longer than InstanceTTL
@@ -108,7 +108,7 @@ func silentInstanceDropsOut(e *env) {
 }
 
 func remoteInFlightExcludesReporter(e *env) {
-	app := func(id string, n int64) limiter.AppReport { return limiter.AppReport{App: id, InFlight: n} }
+	app := func(id string, n int64) store.AppReport { return store.AppReport{App: id, InFlight: n} }
 	e.report("a", 5, app("x", 3))
 	e.wantRemote(e.report("b", 7, app("x", 4), app("y", 2)), 5, map[string]int64{"x": 3})
 	e.wantRemote(e.report("a", 5, app("x", 3)), 7, map[string]int64{"x": 4})
@@ -119,7 +119,7 @@ func remoteInFlightExcludesReporter(e *env) {
 // appInFlightNeedsReports: an app's in-flight entry lives InstanceTTL after the last report
 // that carried the app, even while its instance stays live (see memLedger.recordInFlight).
 func appInFlightNeedsReports(e *env) {
-	x := func(n int64) limiter.AppReport { return limiter.AppReport{App: "x", InFlight: n} }
+	x := func(n int64) store.AppReport { return store.AppReport{App: "x", InFlight: n} }
 	e.report("a", 1, x(3))
 	e.advance(2 * time.Second)
 	e.report("a", 1) // live, without x
@@ -136,13 +136,13 @@ func appInFlightNeedsReports(e *env) {
 
 func usageSlidingWindow(e *env) {
 	e.withL1()
-	st := e.report("a", 0, limiter.AppReport{App: "x", Cost: 300}, limiter.AppReport{App: "y", Cost: 200})
+	st := e.report("a", 0, store.AppReport{App: "x", Cost: 300}, store.AppReport{App: "y", Cost: 200})
 	e.wantL1(st, 0.5, false, allOne)
 	e.advance(500 * time.Millisecond)
-	e.wantL1(e.report("b", 0, limiter.AppReport{App: "x", Cost: 300}), 0.8, false, allOne) // same second: 800
+	e.wantL1(e.report("b", 0, store.AppReport{App: "x", Cost: 300}), 0.8, false, allOne) // same second: 800
 	e.advance(750 * time.Millisecond)
 	// Next second, a quarter gone: 800 × 0.75 + 100.
-	e.wantL1(e.report("a", 0, limiter.AppReport{App: "x", Cost: 100}), 0.7, false, allOne)
+	e.wantL1(e.report("a", 0, store.AppReport{App: "x", Cost: 100}), 0.7, false, allOne)
 	e.advance(2 * time.Second) // a gap of two seconds empties the window
 	e.wantL1(e.report("a", 0), 0, false, allOne)
 }
@@ -158,10 +158,10 @@ func overloadFormula(e *env) {
 	e.withL1()
 	for _, c := range []struct {
 		cost   int64
-		approx [limiter.MaxPriority + 1]float64
+		approx [store.MaxPriority + 1]float64
 	}{
-		{925, [limiter.MaxPriority + 1]float64{1, 5.0 / 6, 2.0 / 3, 0.5}},
-		{940, [limiter.MaxPriority + 1]float64{1, 1 - 0.8/3, 1 - 1.6/3, 0.2}},
+		{925, [store.MaxPriority + 1]float64{1, 5.0 / 6, 2.0 / 3, 0.5}},
+		{940, [store.MaxPriority + 1]float64{1, 1 - 0.8/3, 1 - 1.6/3, 0.2}},
 	} {
 		e.advance(2 * time.Second)
 		st := e.reportCost(c.cost)
@@ -183,16 +183,16 @@ func emergencyAtThreshold(e *env) {
 	e.wantL1(e.reportCost(950), 0.95, true, emergency)
 	// Factors follow the policy's ratios.
 	e.advance(2 * time.Second)
-	e.cluster.EmergencyRatios = [limiter.MaxPriority + 1]float64{0.9, 0.6, 0.3, 0.05}
+	e.cluster.EmergencyRatios = [store.MaxPriority + 1]float64{0.9, 0.6, 0.3, 0.05}
 	e.wantL1(e.reportCost(2000), 2, true, e.cluster.EmergencyRatios)
 }
 
 // overload is the Store semantics' overload formula for the case's threshold,
 // clamp(1 - (u - 0.9) / (thr - 0.9) * p / 3, 0, 1), evaluated left to right in float64 at run
 // time (thr is a variable: Go would fold a constant 0.95 - 0.9 exactly, unlike Lua).
-func (e *env) overload(u float64) [limiter.MaxPriority + 1]float64 {
+func (e *env) overload(u float64) [store.MaxPriority + 1]float64 {
 	thr := e.cluster.EmergencyThreshold
-	var f [limiter.MaxPriority + 1]float64
+	var f [store.MaxPriority + 1]float64
 	for p := range f {
 		f[p] = min(max(1-(u-0.9)/(thr-0.9)*float64(p)/3, 0), 1)
 	}
