@@ -155,7 +155,7 @@ func newClusterState(def definition) (*clusterState, error) {
 	}
 	s.conns = connlimit.New(def.conns, nil)
 	lc.Connections = s.conns
-	lim, err := limiter.New(lc, newTimedStore(s.store, def.key.cluster), limiter.SystemClock{})
+	lim, err := limiter.New(lc, newTimedStore(s.store, def.key.cluster), nil)
 	if err != nil {
 		s.conns.Close()
 		_ = s.store.Close()

@@ -64,7 +64,7 @@ func TestConcurrent(t *testing.T) {
 				return
 			default:
 			}
-			clk.advance(300 * time.Millisecond)
+			clk.Advance(300 * time.Millisecond)
 			c.Sweep()
 		}
 	}()
@@ -86,7 +86,7 @@ func TestConcurrent(t *testing.T) {
 	close(done)
 	side.Wait()
 
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	c.Sweep()
 	for _, tk := range longHeld {
 		tk.Release() // swept already: no-op

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -87,9 +88,9 @@ type shard struct {
 // It implements limiter.InFlightSource through InFlight and SetRemote. All methods are safe
 // for concurrent use.
 type Counter struct {
-	now   func() time.Time
-	epoch time.Time // activity times are durations since epoch (monotonic with time.Now)
-	real  bool      // now is time.Now: clock uses time.Since, which reads only the monotonic clock
+	now   clock.Clock
+	epoch time.Time // activity times are durations since epoch (monotonic with the system clock)
+	real  bool      // now is the system clock: c.clock uses time.Since, which reads only the monotonic clock
 	cfg   atomic.Pointer[Config]
 
 	cluster counts
@@ -114,21 +115,18 @@ type Counter struct {
 
 // New returns a Counter for one cluster and starts its leak sweep loop (stopped by Close).
 // Zero or negative fields of cfg take their defaults (call cfg.Validate first to reject them).
-// now is the clock (nil = time.Now); tests inject one and call Sweep themselves.
-func New(cfg Config, now func() time.Time) *Counter {
-	return newCounter(cfg, now, nil)
+// clk is the clock (nil = the system clock); tests inject one and call Sweep themselves.
+func New(cfg Config, clk clock.Clock) *Counter {
+	return newCounter(cfg, clk, nil)
 }
 
 // newCounter is New with a hook the loop calls after each Sweep (tests await it).
-func newCounter(cfg Config, now func() time.Time, onSweep func()) *Counter {
-	real := now == nil
-	if real {
-		now = time.Now
-	}
+func newCounter(cfg Config, clk clock.Clock, onSweep func()) *Counter {
+	_, real := clock.Or(clk).(clock.System)
 	c := &Counter{
-		now:     now,
+		now:     clock.Or(clk),
 		real:    real,
-		epoch:   now(),
+		epoch:   clock.Or(clk).Now(),
 		maxApps: MaxApps,
 		onSweep: onSweep,
 		reset:   make(chan struct{}, 1),
@@ -259,7 +257,7 @@ func (c *Counter) clock() int64 {
 	if c.real {
 		return int64(time.Since(c.epoch)) // half the cost of time.Now on the hot path
 	}
-	return int64(c.now().Sub(c.epoch))
+	return int64(c.now.Now().Sub(c.epoch))
 }
 
 // app returns app's counters, creating them on first use (bounded by MaxApps).

@@ -1,25 +1,17 @@
 package connlimit
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// manualClock is a clock tests move by hand.
-type manualClock struct{ ns atomic.Int64 }
-
-var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func (m *manualClock) now() time.Time          { return base.Add(time.Duration(m.ns.Load())) }
-func (m *manualClock) advance(d time.Duration) { m.ns.Add(int64(d)) }
-
 // newTest returns a Counter on a manual clock, closed at the end of the test.
-func newTest(t testing.TB, cfg Config) (*Counter, *manualClock) {
-	clk := &manualClock{}
-	c := New(cfg, clk.now)
+func newTest(t testing.TB, cfg Config) (*Counter, *clock.Manual) {
+	clk := clock.NewManual()
+	c := New(cfg, clk)
 	t.Cleanup(c.Close)
 	return c, clk
 }

@@ -6,6 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -39,7 +40,7 @@ type held struct {
 
 type connMachine struct {
 	c       *Counter
-	clk     *manualClock
+	clk     *clock.Manual
 	cluster modelCounts
 	apps    map[string]*modelCounts
 	held    []*held
@@ -125,7 +126,7 @@ func (m *connMachine) Touch(t *rapid.T) {
 
 func (m *connMachine) Advance(t *rapid.T) {
 	// Whole seconds, so that idle == IdleTimeout exactly (not swept) comes up often.
-	m.clk.advance(time.Duration(rapid.IntRange(0, 2*int(propIdle/time.Second)).Draw(t, "advance")) * time.Second)
+	m.clk.Advance(time.Duration(rapid.IntRange(0, 2*int(propIdle/time.Second)).Draw(t, "advance")) * time.Second)
 }
 
 func (m *connMachine) Sweep(t *rapid.T) {
@@ -153,7 +154,7 @@ func (m *connMachine) SetRemote(t *rapid.T) {
 	m.c.SetRemote(remote, m.cluster.remote)
 }
 
-func (m *connMachine) now() time.Duration { return time.Duration(m.clk.ns.Load()) }
+func (m *connMachine) now() time.Duration { return m.clk.Now().Sub(clock.Start) }
 
 // Check compares every scope with the model.
 func (m *connMachine) Check(t *rapid.T) {
@@ -176,9 +177,9 @@ func (m *connMachine) Check(t *rapid.T) {
 
 func TestPropertyCounters(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		clk := &manualClock{}
+		clk := clock.NewManual()
 		m := &connMachine{
-			c:    New(Config{App: propApp, Cluster: propCluster, IdleTimeout: propIdle, SweepInterval: time.Hour}, clk.now),
+			c:    New(Config{App: propApp, Cluster: propCluster, IdleTimeout: propIdle, SweepInterval: time.Hour}, clk),
 			clk:  clk,
 			apps: map[string]*modelCounts{},
 		}

@@ -2,11 +2,11 @@ package connlimit
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -35,27 +35,15 @@ func (s *instanceSlots) heartbeat(t *testing.T) {
 	}
 }
 
-type manualNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (m *manualNow) now() time.Time { m.mu.Lock(); defer m.mu.Unlock(); return m.t }
-func (m *manualNow) add(d time.Duration) {
-	m.mu.Lock()
-	m.t = m.t.Add(d)
-	m.mu.Unlock()
-}
-
 // Property 13: the slots held by live instances never exceed the limit; acquiring and releasing
 // inside a holding make no Store call; a dead instance's slots come back after InstanceTTL.
 func TestSlotsFleetWide(t *testing.T) {
-	clk := &manualNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	st := memstore.New(clk.now)
+	clk := clock.NewManual()
+	st := memstore.New(clk)
 	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
 	a.heartbeat(t)
 	b.heartbeat(t)
-	ca, cb := New(Config{App: 10, Cluster: 100}, clk.now), New(Config{App: 10, Cluster: 100}, clk.now)
+	ca, cb := New(Config{App: 10, Cluster: 100}, clk), New(Config{App: 10, Cluster: 100}, clk)
 	t.Cleanup(ca.Close)
 	t.Cleanup(cb.Close)
 	ca.UseSlots(a)
@@ -121,7 +109,7 @@ func TestSlotsFleetWide(t *testing.T) {
 			tk.Release()
 		}
 	}
-	clk.add(store.InstanceTTL + time.Millisecond)
+	clk.Advance(store.InstanceTTL + time.Millisecond)
 	a.heartbeat(t)
 	live = []*Counter{ca}
 	got := 0
@@ -136,12 +124,12 @@ func TestSlotsFleetWide(t *testing.T) {
 // Trim gives back a holding far beyond use, and all of it after idleTrims idle trims; the other
 // instance can then use it.
 func TestSlotsTrim(t *testing.T) {
-	clk := &manualNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	st := memstore.New(clk.now)
+	clk := clock.NewManual()
+	st := memstore.New(clk)
 	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
 	a.heartbeat(t)
 	b.heartbeat(t)
-	ca, cb := New(Config{App: 8, Cluster: 100}, clk.now), New(Config{App: 8, Cluster: 100}, clk.now)
+	ca, cb := New(Config{App: 8, Cluster: 100}, clk), New(Config{App: 8, Cluster: 100}, clk)
 	t.Cleanup(ca.Close)
 	t.Cleanup(cb.Close)
 	ca.UseSlots(a)
@@ -164,7 +152,7 @@ func TestSlotsTrim(t *testing.T) {
 	for range idleTrims {
 		ca.Trim()
 	}
-	clk.add(refusalBackoff) // b's refusal above is over
+	clk.Advance(refusalBackoff) // b's refusal above is over
 	var theirs int
 	for range 8 {
 		if tk, _ := cb.Acquire("x", 0); tk != nil {

@@ -3,18 +3,20 @@ package connlimit
 import (
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 )
 
 func TestSweepLeaked(t *testing.T) {
 	c, clk := newTest(t, Config{IdleTimeout: 300 * time.Second})
 	leak := mustAcquire(t, c, "a", 0)
-	clk.advance(300 * time.Second)
+	clk.Advance(300 * time.Second)
 	c.Sweep() // idle exactly IdleTimeout: not yet
 	if s := stats(t, c, "a"); s.Current != 1 || s.Leaked != 0 {
 		t.Fatalf("at the timeout %+v, want current 1, leaked 0", s)
 	}
 	fresh := mustAcquire(t, c, "a", 0)
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	c.Sweep()
 	if s := stats(t, c, "a"); s.Current != 1 || s.Leaked != 1 {
 		t.Fatalf("after the sweep %+v, want current 1, leaked 1", s)
@@ -43,8 +45,8 @@ func TestTouchKeepsStreamAlive(t *testing.T) {
 	idle := mustAcquire(t, c, "a", 0)
 	h := stream.Handle()
 	for range 10 { // an hour-long stream that shows activity every 200 s
-		clk.advance(200 * time.Second)
-		if i := clk.ns.Load() / int64(200*time.Second); i%2 == 0 {
+		clk.Advance(200 * time.Second)
+		if i := clk.Now().Sub(clock.Start) / (200 * time.Second); i%2 == 0 {
 			stream.Touch()
 		} else {
 			h.Touch()
@@ -63,9 +65,9 @@ func TestTouchKeepsStreamAlive(t *testing.T) {
 }
 
 func TestSweepLoop(t *testing.T) {
-	clk := &manualClock{}
+	clk := clock.NewManual()
 	swept := make(chan struct{}, 1)
-	c := newCounter(Config{IdleTimeout: time.Second, SweepInterval: time.Hour}, clk.now, func() {
+	c := newCounter(Config{IdleTimeout: time.Second, SweepInterval: time.Hour}, clk, func() {
 		select {
 		case swept <- struct{}{}:
 		default:
@@ -73,7 +75,7 @@ func TestSweepLoop(t *testing.T) {
 	})
 	defer c.Close()
 	mustAcquire(t, c, "a", 0)
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	c.Update(Config{IdleTimeout: time.Second, SweepInterval: time.Millisecond}) // the loop picks up the new interval
 	<-swept
 	if s := stats(t, c, "a"); s.Current != 0 || s.Leaked != 1 {

@@ -3,21 +3,17 @@ package limiter
 import (
 	"context"
 	"testing"
-	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 )
 
-// frozenClock is a lock-free clock for benchmarks: a refused app stays refused.
-type frozenClock struct{ t time.Time }
-
-func (c frozenClock) Now() time.Time { return c.t }
-
 func benchApps(b *testing.B) (hit, refused *App) {
-	c := newClock()
+	c := clock.NewManual()
 	cfg := baseConfig()
 	cfg.Apps["small"] = pol(10, 10, 0)
-	l, err := newLimiter(cfg, memstore.New(c.Now), frozenClock{c.Now()})
+	frozen := clock.NewManual() // the limiter's time never moves: a refused app stays refused
+	l, err := newLimiter(cfg, memstore.New(c), frozen)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,8 +75,8 @@ func BenchmarkTakeLocalRejectParallel(b *testing.B) {
 }
 
 func BenchmarkAppLookup(b *testing.B) {
-	c := newClock()
-	l := testLimiter(b, baseConfig(), memstore.New(c.Now), c, false)
+	c := clock.NewManual()
+	l := testLimiter(b, baseConfig(), memstore.New(c), c, false)
 	b.ReportAllocs()
 	for b.Loop() {
 		if a, _ := l.App("a"); a == nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -42,7 +43,7 @@ func (r *leaseRecorder) Lease(ctx context.Context, req store.LeaseRequest) (stor
 // The limiter borrows through the Store: it passes the pool's rate from its config, and no
 // borrowing in an emergency.
 func TestLimiterBorrows(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	rec := &leaseRecorder{Store: newStore(c)}
 	cfg := baseConfig()
 	cfg.Cluster.Capacity, cfg.Cluster.ReservedRatio = 1000, 0.1
@@ -97,13 +98,13 @@ func TestLimiterBorrows(t *testing.T) {
 // A borrowing app is not held back by its own short leases: every request beyond its bucket
 // borrows its shortfall until max_borrow is reached, and only that refusal stops it.
 func TestBorrowerGetsMaxBorrowBeyondBurst(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	cfg := baseConfig()
 	cfg.Cluster.Capacity, cfg.Cluster.ReservedRatio = 10000, 0.1
 	p := pol(50, 50, 0)
 	p.MaxBorrow = 200
 	cfg.Apps["b"] = p
-	l := testLimiter(t, cfg, memstore.New(c.Now), c, false)
+	l := testLimiter(t, cfg, memstore.New(c), c, false)
 	a := mustApp(t, l, "b")
 	reasons := map[store.Reason]int{}
 	for range 300 {

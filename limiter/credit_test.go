@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -17,7 +18,7 @@ type gateStore struct {
 	release chan error
 }
 
-func newGate(c *manualClock) *gateStore {
+func newGate(c *clock.Manual) *gateStore {
 	return &gateStore{Store: newStore(c), entered: make(chan struct{}, 1), release: make(chan error)}
 }
 
@@ -42,7 +43,7 @@ func inFlight(t *testing.T, a *App) *leaseCall {
 
 // creditLimiter is a Limiter with background leases whose requests stop waiting for the
 // Store at once (StoreTimeout 1 ns: the context deadline has passed when the waiter looks).
-func creditLimiter(t *testing.T, c *manualClock, g *gateStore) (*Limiter, *App) {
+func creditLimiter(t *testing.T, c *clock.Manual, g *gateStore) (*Limiter, *App) {
 	cfg := baseConfig()
 	cfg.StoreTimeout = time.Nanosecond
 	l := testLimiter(t, cfg, g, c, true)
@@ -52,7 +53,7 @@ func creditLimiter(t *testing.T, c *manualClock, g *gateStore) (*Limiter, *App) 
 // A request that stops waiting for a lease still in flight is admitted on credit: the level
 // stays normal, nothing is minted, and the grant that arrives later pays the debt.
 func TestCreditWhileLeaseInFlight(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	g := newGate(c)
 	l, a := creditLimiter(t, c, g)
 
@@ -101,7 +102,7 @@ func TestCreditWhileLeaseInFlight(t *testing.T) {
 // A lease that fails switches to fail-open; a request admitted on credit before the failure
 // stays debt, and the rescue admissions after it are minted.
 func TestFailedLeaseMintsRescue(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	g := newGate(c)
 	l, a := creditLimiter(t, c, g)
 
@@ -130,7 +131,7 @@ func TestFailedLeaseMintsRescue(t *testing.T) {
 // The rescue bucket is persistent: a second fail-open episode right after the first one only
 // gets what refilled in between, not another burst.
 func TestRescueBurstNotRenewedPerEpisode(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	a := mustApp(t, l, "a") // rescue: burst 1000, 100/s with one live instance

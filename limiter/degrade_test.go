@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func TestDegradationLevels(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	report := func(n int) {
@@ -71,7 +72,7 @@ func TestDegradationLevels(t *testing.T) {
 func TestFailModes(t *testing.T) {
 	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed} {
 		t.Run(mode.String(), func(t *testing.T) {
-			c := newClock()
+			c := clock.NewManual()
 			ps := newProbe(c)
 			cfg := baseConfig()
 			cfg.OnStoreFailure = mode
@@ -129,7 +130,7 @@ func TestFailModes(t *testing.T) {
 }
 
 func TestStatsBacklogSentOnceAfterRecovery(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.SyncBatch = 1 // every report flushes the app's statistics
@@ -255,8 +256,8 @@ func (s *ackLostStore) Report(ctx context.Context, r store.Report) (store.Cluste
 // Reports whose reply is lost are sent again with the same Seq and the same figures, and the
 // Store counts every request exactly once (a resend used to count them twice).
 func TestReportAckLostCountsOnce(t *testing.T) {
-	c := newClock()
-	ms := memstore.New(c.Now)
+	c := clock.NewManual()
+	ms := memstore.New(c)
 	st := &ackLostStore{Store: ms, reqBySeq: map[uint64]int64{}, costBySeq: map[uint64]int64{}}
 	cfg := baseConfig()
 	cfg.SyncBatch = 1 // every report flushes the app's statistics
@@ -323,8 +324,8 @@ func (s *returnLostStore) Return(ctx context.Context, r store.Return) error {
 // A Return whose outcome is unknown drops its tokens locally: when it was applied after all,
 // the tokens exist once (in L2), never twice.
 func TestReturnLostDropsTokens(t *testing.T) {
-	c := newClock()
-	ms := memstore.New(c.Now)
+	c := clock.NewManual()
+	ms := memstore.New(c)
 	st := &returnLostStore{Store: ms}
 	l := testLimiter(t, baseConfig(), st, c, false)
 	a := mustApp(t, l, "a")

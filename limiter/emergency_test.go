@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -15,8 +16,8 @@ import (
 // limiter on the same Store learns it at its next report; deactivating clears it; a closed
 // limiter refuses.
 func TestSetEmergency(t *testing.T) {
-	clk := newClock()
-	shared := memstore.New(clk.Now)
+	clk := clock.NewManual()
+	shared := memstore.New(clk)
 	cfg := baseConfig()
 	cfg.Cluster.EmergencyRatios = [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
 	l := testLimiter(t, cfg, shared, clk, false)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -21,7 +22,7 @@ import (
 // and gave up after three rounds. Now the lease is sized for every waiter, and a waiter that is
 // outrun while L2 still has tokens is admitted on credit, never refused.
 func TestSlowLeaseAfterIdleRefusesNobody(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	g := newGate(c)
 	cfg := baseConfig()
 	cfg.Apps = map[string]store.AppPolicy{"big": pol(1e8, 1e8, 0)}
@@ -78,7 +79,7 @@ func TestSlowLeaseAfterIdleRefusesNobody(t *testing.T) {
 // Issue: a refund of an admission that was never leased (the Store down, the rescue bucket
 // paying) put real tokens in the local balance: tokens created from nothing.
 func TestMintedRefundCreatesNoTokens(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	a := mustApp(t, l, "a")
@@ -103,7 +104,7 @@ func TestMintedRefundCreatesNoTokens(t *testing.T) {
 // A refund that leaves more local tokens than the fairness cap (burst / 2 per live instance)
 // gives the excess back to L2 at the next tick: local tokens sit outside L2's burst bound.
 func TestRefundAboveFairnessCapReturned(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Apps = map[string]store.AppPolicy{"a": pol(20, 20, 0)}
@@ -131,7 +132,7 @@ func TestRefundAboveFairnessCapReturned(t *testing.T) {
 // meanwhile), a WARN that the rescue buckets assumed this instance alone.
 func TestFailOpenLoggedOnce(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Logger = zap.New(core)
@@ -177,7 +178,7 @@ func TestFailOpenLoggedOnce(t *testing.T) {
 // Rescue sizing: a process that starts while the Store is down sizes its rescue buckets with
 // the live-instance count persisted from its last run, and reports each new count.
 func TestKnownInstancesSizeRescue(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig() // app a: guaranteed 100, burst 1000
 	cfg.KnownInstances = 4
@@ -206,7 +207,7 @@ func TestKnownInstancesSizeRescue(t *testing.T) {
 // A Limiter that admitted nothing makes no Store call when closed (`caddy validate`
 // provisions and closes one, and must not dial Redis).
 func TestCloseUnusedMakesNoStoreCall(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	if err := l.Close(); err != nil {
@@ -243,7 +244,7 @@ func (f *forgetfulStore) Report(ctx context.Context, r store.Report) (store.Clus
 // Statistics the Store acknowledged and then lost are sent again, once, and logged.
 func TestLostStatisticsSentAgain(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	c := newClock()
+	c := clock.NewManual()
 	fs := &forgetfulStore{probeStore: newProbe(c)}
 	cfg := baseConfig()
 	cfg.Logger = zap.New(core)
@@ -293,7 +294,7 @@ func TestLostStatisticsSentAgain(t *testing.T) {
 // operator's fix is logged like any other.
 func TestPermanentErrorLoggedOnce(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Logger = zap.New(core)

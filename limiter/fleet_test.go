@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -26,8 +27,8 @@ type fleetResult struct {
 // offer is each instance's offered cost per ms (0: the whole quota's rate × 4); maxCost 1 makes
 // every request cost 1, otherwise costs are 1..maxCost.
 func simulateFleet(t *testing.T, n int, p store.AppPolicy, dur time.Duration, seed uint64, offer, maxCost int64) fleetResult {
-	c := newClock()
-	ms := memstore.New(c.Now)
+	c := clock.NewManual()
+	ms := memstore.New(c)
 	var stores []*probeStore
 	var apps []*App
 	var lims []*Limiter

@@ -4,34 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
-
-// manualClock is a Clock tests move by hand.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *manualClock {
-	return &manualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 var errDown = errors.New("store down")
 
@@ -39,7 +17,7 @@ var errDown = errors.New("store down")
 // or blocks on demand.
 type probeStore struct {
 	store.Store
-	clock                 *manualClock
+	clock                 *clock.Manual
 	leases, returns, reps atomic.Int64
 	fail                  atomic.Bool
 	permanent             atomic.Bool   // with fail: the error is errRefused (a PermanentError)
@@ -134,7 +112,7 @@ type tb interface {
 
 // testLimiter builds a Limiter without its loop; leases run inline (deterministic) unless
 // async is set.
-func testLimiter(t tb, cfg Config, st store.Store, c *manualClock, async bool) *Limiter {
+func testLimiter(t tb, cfg Config, st store.Store, c *clock.Manual, async bool) *Limiter {
 	t.Helper()
 	if cfg.Instance == "" {
 		cfg.Instance = "i1"

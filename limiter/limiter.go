@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -17,7 +18,7 @@ import (
 // level. One Limiter lives per cluster per process and survives config reloads (Update).
 type Limiter struct {
 	store store.Store
-	clock Clock
+	clock clock.Clock
 
 	cur   atomic.Pointer[snapshot]           // configuration and configured apps: read-mostly
 	state atomic.Pointer[store.ClusterState] // L1's state from the last report
@@ -86,8 +87,8 @@ func unallocatedRate(cfg Config) float64 {
 
 // New validates cfg, builds the Limiter and starts its sync loop. The Limiter does not own the
 // Store: Close leaves it open. A nil clock means the system clock.
-func New(cfg Config, st store.Store, clock Clock) (*Limiter, error) {
-	l, err := newLimiter(cfg, st, clock)
+func New(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
+	l, err := newLimiter(cfg, st, clk)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +98,7 @@ func New(cfg Config, st store.Store, clock Clock) (*Limiter, error) {
 }
 
 // newLimiter builds a Limiter without starting its loop (tests drive tick themselves).
-func newLimiter(cfg Config, st store.Store, clock Clock) (*Limiter, error) {
+func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 	if st == nil {
 		return nil, errors.New("limiter: nil store")
 	}
@@ -105,12 +106,9 @@ func newLimiter(cfg Config, st store.Store, clock Clock) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if clock == nil {
-		clock = SystemClock{}
-	}
 	l := &Limiter{
 		store:    st,
-		clock:    clock,
+		clock:    clock.Or(clk),
 		isolated: make(map[string]*App),
 		unknown:  new(appStats),
 		overrides: overrides{
@@ -122,7 +120,7 @@ func newLimiter(cfg Config, st store.Store, clock Clock) (*Limiter, error) {
 		sleep: sleepCtx,
 	}
 	l.state.Store(&store.ClusterState{Factors: [store.MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: max(cfg.KnownInstances, 1)})
-	now := clock.Now()
+	now := l.clock.Now()
 	l.lastReport, l.lastRate = now, now
 	// Report Seqs start at the time in µs, so that a later Limiter with the same instance id
 	// (a restart, a rebuilt pool) continues above its predecessor's (about 10 reports a second).

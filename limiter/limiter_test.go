@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -39,7 +40,7 @@ func TestConfigValidation(t *testing.T) {
 	} {
 		cfg := baseConfig()
 		tc.mut(&cfg)
-		_, err := newLimiter(cfg, memstore.New(nil), newClock())
+		_, err := newLimiter(cfg, memstore.New(nil), clock.NewManual())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", name, err, tc.want)
 		}
@@ -48,7 +49,7 @@ func TestConfigValidation(t *testing.T) {
 	cfg.Default = store.AppPolicy{}
 	cfg.UnknownApp = UnknownReject
 	cfg.Reserve = 0 // the default, 1000
-	l, err := newLimiter(cfg, memstore.New(nil), newClock())
+	l, err := newLimiter(cfg, memstore.New(nil), clock.NewManual())
 	if err != nil {
 		t.Fatalf("reject mode needs no app *: %v", err)
 	}
@@ -60,7 +61,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestUnknownAppModes(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	t.Run("shared", func(t *testing.T) {
 		ps := newProbe(c)
 		l := testLimiter(t, baseConfig(), ps, c, false)
@@ -138,7 +139,7 @@ func TestUnknownAppModes(t *testing.T) {
 }
 
 func TestReloadKeepsBucketsAndReturnsRemoved(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	a := mustApp(t, l, "a")
@@ -195,7 +196,7 @@ func hasApp(rep *store.Report, id string, req int64) bool {
 }
 
 func TestLeaseTTLReturnsUnspentTokens(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	a := mustApp(t, l, "a")
@@ -217,7 +218,7 @@ func TestLeaseTTLReturnsUnspentTokens(t *testing.T) {
 }
 
 func TestCloseReturnsTokensAndFlushesStats(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	a := mustApp(t, l, "a")
@@ -268,7 +269,7 @@ func TestReasonMapping(t *testing.T) {
 }
 
 func TestEmergencyFromReport(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Apps["p1"] = pol(10, 10, 1)
@@ -296,7 +297,7 @@ func TestEmergencyFromReport(t *testing.T) {
 }
 
 func TestCostAboveBurstBecomesDebt(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Apps["small"] = pol(10, 10, 0)
@@ -315,7 +316,7 @@ func TestCostAboveBurstBecomesDebt(t *testing.T) {
 }
 
 func TestMaxWait(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Apps["small"] = pol(10, 10, 0)
@@ -348,7 +349,7 @@ func TestMaxWait(t *testing.T) {
 // Statistics travel with leases; the report flushes an app's statistics once SyncBatch of them
 // wait (or after StatsInterval), and carries the cluster's cost in every report.
 func TestSyncBatchFlushesStats(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.SyncBatch = 5
@@ -399,7 +400,7 @@ func (s *signalStore) Report(ctx context.Context, r store.Report) (store.Cluster
 }
 
 func TestSyncLoopRuns(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ss := &signalStore{Store: newStore(c), reported: make(chan struct{}, 1)}
 	cfg := baseConfig()
 	l, err := New(cfg, ss, c)
@@ -424,7 +425,7 @@ func TestSyncLoopRuns(t *testing.T) {
 }
 
 func TestZeroAllocs(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	cfg := baseConfig()
 	cfg.Apps["small"] = pol(10, 10, 0)
 	l := testLimiter(t, cfg, newProbe(c), c, false)
@@ -451,7 +452,7 @@ func TestZeroAllocs(t *testing.T) {
 }
 
 func TestStats(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	cfg := baseConfig()
 	cfg.UnknownApp = UnknownIsolated
 	l := testLimiter(t, cfg, newProbe(c), c, false)
@@ -482,7 +483,7 @@ func TestStats(t *testing.T) {
 }
 
 func TestUpdateUnknownModeSettlesBuckets(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	u := mustApp(t, l, "someone")

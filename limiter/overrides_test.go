@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"pgregory.net/rapid"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -20,9 +21,9 @@ import (
 func ptr[T any](v T) *T { return &v }
 
 // fleetOf builds n loop-less limiters (instances i1…) on one MemoryStore.
-func fleetOf(t tb, n int, cfg Config) ([]*Limiter, *memstore.Store, *manualClock) {
-	c := newClock()
-	st := memstore.New(c.Now)
+func fleetOf(t tb, n int, cfg Config) ([]*Limiter, *memstore.Store, *clock.Manual) {
+	c := clock.NewManual()
+	st := memstore.New(c)
 	ls := make([]*Limiter, n)
 	for i := range ls {
 		cfg := cfg
@@ -33,7 +34,7 @@ func fleetOf(t tb, n int, cfg Config) ([]*Limiter, *memstore.Store, *manualClock
 }
 
 // syncAll runs one tick on every limiter: their reports bring the overrides' version.
-func syncAll(ls []*Limiter, c *manualClock) {
+func syncAll(ls []*Limiter, c *clock.Manual) {
 	c.Advance(time.Second)
 	for _, l := range ls {
 		l.tick(c.Now())

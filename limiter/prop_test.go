@@ -7,11 +7,12 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-func rapidLimiter(t *rapid.T) (*Limiter, *probeStore, *manualClock) {
-	c := newClock()
+func rapidLimiter(t *rapid.T) (*Limiter, *probeStore, *clock.Manual) {
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Apps["r"] = store.AppPolicy{

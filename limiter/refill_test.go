@@ -3,12 +3,14 @@ package limiter
 import (
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 )
 
 // The background refill starts early enough that, at the app's rate, the local tokens outlast
 // two Store round trips — but never above half the lease target.
 func TestRefillPointFollowsStoreLatency(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	cfg := baseConfig()
 	l := testLimiter(t, cfg, newStore(c), c, false)
 	a := mustApp(t, l, "a")

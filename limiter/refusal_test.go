@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -12,7 +13,7 @@ import (
 // refusal was about the refused request's need. Requests L2 cannot cover are still rejected
 // locally, without a Store call, until the retry-after.
 func TestRefusalDoesNotBlockCheaperRequests(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Apps["slow"] = pol(0.01, 20, 0) // one token per 100 s: nothing refills during the test
@@ -79,7 +80,7 @@ func TestRefusalDoesNotBlockCheaperRequests(t *testing.T) {
 
 // A rejection's Remaining counts what L2 still holds, like an admission's.
 func TestRejectionRemainingIncludesL2(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Apps["slow"] = pol(0.01, 20, 0)

@@ -6,12 +6,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 )
 
 // Concurrent takes, refunds, charges, ticks, Store outages and reloads with real background
 // leases: no race, and tokens are conserved once everything has settled.
 func TestConcurrentConservation(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Apps["s"] = pol(500, 2000, 1)

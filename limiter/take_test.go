@@ -6,15 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-func newProbe(c *manualClock) *probeStore {
+func newProbe(c *clock.Manual) *probeStore {
 	return &probeStore{Store: newStore(c), clock: c}
 }
 
 func TestTakeLeasesThenHitsLocally(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	a := mustApp(t, l, "a")
@@ -43,7 +44,7 @@ func TestTakeLeasesThenHitsLocally(t *testing.T) {
 }
 
 func TestRefusedAppCostsNoStoreCalls(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.Apps["small"] = pol(10, 10, 0)
@@ -82,7 +83,7 @@ func TestRefusedAppCostsNoStoreCalls(t *testing.T) {
 }
 
 func TestSingleFlightLease(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	ps.block = make(chan struct{})
 	ps.entered = make(chan struct{}, 1)
@@ -125,7 +126,7 @@ func TestSingleFlightLease(t *testing.T) {
 }
 
 func TestRefundAndCharge(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	ps := newProbe(c)
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	a := mustApp(t, l, "a")
@@ -152,7 +153,7 @@ func TestRefundAndCharge(t *testing.T) {
 }
 
 func TestLeaseTarget(t *testing.T) {
-	c := newClock()
+	c := clock.NewManual()
 	cfg := baseConfig()
 	cfg.Apps["big"] = pol(100000, 100000, 0)
 	cfg.Apps["tiny"] = pol(10, 40, 0)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 )
 
 // TestWarmupBoundsColdAdmission: a cold app offered ten times its guaranteed rate is admitted,
@@ -16,7 +18,7 @@ func TestWarmupBoundsColdAdmission(t *testing.T) {
 		warmup = 10 * time.Second
 	)
 	run := func(w time.Duration) (first, total int64) {
-		c := newClock()
+		c := clock.NewManual()
 		cfg := baseConfig()
 		p := pol(g, burst, 0)
 		p.Warmup = w

@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -31,12 +32,14 @@ func TestMemoryStoreRefillProperty(t *testing.T) {
 		factor := rapid.SampledFrom([]float64{0, 0.1, 0.5, 1, rapid.Float64Range(0, 1).Draw(t, "f")}).Draw(t, "factor")
 		elapsedUS := rapid.Int64Range(0, 100_000_000).Draw(t, "elapsed µs")
 
-		now := start
-		m := New(func() time.Time { return now })
+		clk := clock.NewManual()
+		clk.Set(start)
+		m := New(clk)
 		k := memAppKey{"c", "a"}
 		m.apps[k] = &memBucket{hasBucket: true, tokens: tokens, ts: start.UnixMicro(), debt: debt, borrowed: borrowed,
 			touched: start.UnixMicro(), ttl: memMaxIdleTTL}
-		now = start.Add(time.Duration(elapsedUS) * time.Microsecond)
+		clk.Advance(time.Duration(elapsedUS) * time.Microsecond)
+		now := clk.Now()
 
 		l, err := m.Lease(context.Background(), store.LeaseRequest{Cluster: store.ClusterPolicy{ID: "c"}, App: "a", Policy: p, Factor: factor})
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -58,7 +59,7 @@ import (
 //     and a report needs an instance id.
 
 // Store is the in-process Store: the embedded default when no Redis is configured. It runs
-// the L1/L2 rules of the Redis store in Go (the semantics are spelled out in the memstore_*.go
+// the L1/L2 rules of the Redis store in Go (the semantics are spelled out in this package's
 // files, step by step, so the Redis Lua can be checked against them line by line).
 //
 // It keeps per-instance records (heartbeats, in-flight counts) exactly as Redis does, so several
@@ -66,7 +67,7 @@ import (
 // concurrent use; one mutex is enough because it is called per lease and per report, never per
 // request.
 type Store struct {
-	now func() time.Time
+	clock clock.Clock
 
 	mu        sync.Mutex
 	apps      map[memAppKey]*memBucket
@@ -81,13 +82,10 @@ type Store struct {
 // memAppKey names one app's L2 record (Redis: <prefix>:{<cluster>/<app>}:l2).
 type memAppKey struct{ cluster, app string }
 
-// New returns an empty Store that reads the time from now (nil: time.Now).
-func New(now func() time.Time) *Store {
-	if now == nil {
-		now = time.Now
-	}
+// New returns an empty Store that reads the time from clk (nil: the system clock).
+func New(clk clock.Clock) *Store {
 	return &Store{
-		now:       now,
+		clock:     clock.Or(clk),
 		apps:      make(map[memAppKey]*memBucket),
 		clusters:  make(map[string]*memLedger),
 		overrides: make(map[string]*memOverrides),
@@ -96,7 +94,7 @@ func New(now func() time.Time) *Store {
 }
 
 // nowUS is the store's time in microseconds since the Unix epoch (the semantics' now_us).
-func (m *Store) nowUS() int64 { return m.now().UnixMicro() }
+func (m *Store) nowUS() int64 { return m.clock.Now().UnixMicro() }
 
 // Lease refills the app's bucket and takes tokens from it (see memBucket.lease).
 func (m *Store) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease, error) {

@@ -10,33 +10,16 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 	"github.com/tierbucket/caddy-tierbucket/store/storetest"
 )
 
 func TestMemoryStore(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		return memstore.New(now)
+	storetest.Run(t, func(t *testing.T, clk clock.Clock) store.Store {
+		return memstore.New(clk)
 	})
-}
-
-// memClock is a manual clock for the tests below.
-type memClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *memClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *memClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 var memPolicy = store.AppPolicy{Guaranteed: 10, Burst: 100}
@@ -53,8 +36,8 @@ func memLease(t *testing.T, s *memstore.Store, app string, p store.AppPolicy, fa
 }
 
 func TestMemoryStoreConcurrentLeasesConserveTokens(t *testing.T) {
-	clk := &memClock{t: storetest.Start}
-	s := memstore.New(clk.Now)
+	clk := clock.NewManual()
+	s := memstore.New(clk)
 	var wg sync.WaitGroup
 	held := make([]int64, 8)
 	for g := range held {
@@ -95,8 +78,8 @@ func TestMemoryStoreConcurrentLeasesConserveTokens(t *testing.T) {
 }
 
 func TestMemoryStoreStatistics(t *testing.T) {
-	clk := &memClock{t: storetest.Start}
-	s := memstore.New(clk.Now)
+	clk := clock.NewManual()
+	s := memstore.New(clk)
 	ctx := context.Background()
 	rep := store.Report{Cluster: store.ClusterPolicy{ID: "c"}, Instance: "i",
 		Apps: []store.AppReport{{App: "a", Requests: 4, Cost: 40}}}
@@ -127,8 +110,8 @@ func TestMemoryStoreStatistics(t *testing.T) {
 }
 
 func TestMemoryStoreIdleExpiry(t *testing.T) {
-	clk := &memClock{t: storetest.Start}
-	s := memstore.New(clk.Now)
+	clk := clock.NewManual()
+	s := memstore.New(clk)
 	// idle lifetime: max(60 s, 2 × 100 / 10 s) = 60 s. Factor 0 keeps the bucket empty.
 	memLease(t, s, "a", memPolicy, 0, 100, 100)
 	clk.Advance(59 * time.Second)
@@ -235,8 +218,8 @@ func TestFactors(t *testing.T) {
 // returns, time steps and policy changes, L2 tokens stay within [0, burst].
 func TestMemoryStoreTokensBounded(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		clk := &memClock{t: storetest.Start}
-		s := memstore.New(clk.Now)
+		clk := clock.NewManual()
+		s := memstore.New(clk)
 		ctx := context.Background()
 		c := store.ClusterPolicy{ID: "c"}
 		p := store.AppPolicy{Guaranteed: 10, Burst: 100}

@@ -11,6 +11,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -26,9 +27,9 @@ func TestDifferential(t *testing.T) {
 	instances := []string{"i1", "i2", "i3"}
 
 	rapid.Check(t, func(rt *rapid.T) {
-		clk := newManualClock()
-		mem := memstore.New(clk.Now)
-		red := New(client, uniquePrefix(t), WithClock(clk.Now))
+		clk := clock.NewManual()
+		mem := memstore.New(clk)
+		red := New(client, uniquePrefix(t), WithClock(clk))
 
 		num := rapid.SampledFrom([]float64{0.3, 1, 2.5, 7, 10, 33.3, 100, 1234.5678, 1e5})
 		// A burst below guaranteed (x 0.5) is invalid: both stores must refuse it.

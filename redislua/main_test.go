@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,14 +34,3 @@ func clusterClient(t testing.TB) *redis.ClusterClient {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
-
-// manualClock is a clock tests advance by hand.
-type manualClock struct{ us atomic.Int64 }
-
-func newManualClock() *manualClock {
-	c := &manualClock{}
-	c.us.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro())
-	return c
-}
-func (c *manualClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
-func (c *manualClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
 	"github.com/tierbucket/caddy-tierbucket/store"
 	"github.com/tierbucket/caddy-tierbucket/store/storetest"
@@ -70,8 +71,8 @@ func TestTLSACLSuiteStandalone(t *testing.T) {
 		Address: []string{srv.TLSAddr()}, Username: "rl", Password: "pw-standalone", KeyPrefix: "sec",
 		RootCAs: p.CertPool(), TLSClientAuth: &ClientAuth{CertificateFile: p.ClientCert, KeyFile: p.ClientKey},
 	})
-	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		return New(st.Client(), "sec", WithClock(now))
+	storetest.Run(t, func(t *testing.T, clk clock.Clock) store.Store {
+		return New(st.Client(), "sec", WithClock(clk))
 	})
 	noACLDenials(t, srv)
 }
@@ -85,8 +86,8 @@ func TestTLSACLSuiteCluster(t *testing.T) {
 		Address: redistest.TLSAddrs(c.Nodes), Username: "rl", Password: "pw-cluster", KeyPrefix: "sec",
 		RootCAs: p.CertPool(),
 	})
-	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		return New(st.Client(), "sec", WithClock(now))
+	storetest.Run(t, func(t *testing.T, clk clock.Clock) store.Store {
+		return New(st.Client(), "sec", WithClock(clk))
 	})
 	noACLDenials(t, c.Nodes...)
 }

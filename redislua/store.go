@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -17,8 +18,8 @@ import (
 type Store struct {
 	client  redis.UniversalClient
 	keys    keys
-	now     func() time.Time // nil: Redis TIME
-	release func() error     // set by Open: gives the shared client back to the pool
+	clock   clock.Clock  // nil: Redis TIME
+	release func() error // set by Open: gives the shared client back to the pool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -26,10 +27,10 @@ var _ store.Store = (*Store)(nil)
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock makes the scripts use now() instead of Redis TIME. It exists for tests that drive
+// WithClock makes the scripts use clk instead of Redis TIME. It exists for tests that drive
 // the Redis store and the memory store with one manual clock.
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.now = now }
+func WithClock(clk clock.Clock) Option {
+	return func(s *Store) { s.clock = clk }
 }
 
 // New returns a Store using client and keys under prefix (DefaultPrefix if empty). Close does
@@ -53,10 +54,10 @@ func (s *Store) Prefix() string { return s.keys.prefix }
 
 // nowArg is the time argument of every script: "" lets the script read Redis TIME.
 func (s *Store) nowArg() string {
-	if s.now == nil {
+	if s.clock == nil {
 		return ""
 	}
-	return strconv.FormatInt(s.now().UnixMicro(), 10)
+	return strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

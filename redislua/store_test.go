@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -23,8 +24,8 @@ func lease(t *testing.T, s *Store, app string, want, need int64, factor float64)
 }
 
 func TestLeaseRefillReturn(t *testing.T) {
-	clk := newManualClock()
-	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk.Now))
+	clk := clock.NewManual()
+	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk))
 	if l := lease(t, s, "a", 60, 1, 1); l.Granted != 60 || l.Remaining != 40 {
 		t.Fatalf("first lease %+v, want 60 granted of a full bucket of 100", l)
 	}
@@ -52,8 +53,8 @@ func TestLeaseRefillReturn(t *testing.T) {
 }
 
 func TestReportTwoInstances(t *testing.T) {
-	clk := newManualClock()
-	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk.Now))
+	clk := clock.NewManual()
+	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk))
 	cl := store.ClusterPolicy{ID: "c1", Capacity: 1000, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
 		EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
 	ctx := context.Background()
@@ -166,8 +167,8 @@ func TestRedisTime(t *testing.T) {
 // op_reason, op_until_us), which does not expire while one set until deactivated is in force,
 // and lives at least until the end of one with an end; reports keep it so.
 func TestOperatorEmergencyKeys(t *testing.T) {
-	clk := newManualClock()
-	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk.Now))
+	clk := clock.NewManual()
+	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk))
 	ctx := context.Background()
 	cl := store.ClusterPolicy{ID: "c1", EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
 	key := s.keys.l1("c1")

@@ -2,8 +2,8 @@ package redislua
 
 import (
 	"testing"
-	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 	"github.com/tierbucket/caddy-tierbucket/store/storetest"
 )
@@ -13,14 +13,14 @@ import (
 
 func TestStoreSuiteStandalone(t *testing.T) {
 	c := standaloneClient(t)
-	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		return New(c, uniquePrefix(t), WithClock(now))
+	storetest.Run(t, func(t *testing.T, clk clock.Clock) store.Store {
+		return New(c, uniquePrefix(t), WithClock(clk))
 	})
 }
 
 func TestStoreSuiteCluster(t *testing.T) {
 	c := clusterClient(t)
-	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
-		return New(c, uniquePrefix(t), WithClock(now))
+	storetest.Run(t, func(t *testing.T, clk clock.Clock) store.Store {
+		return New(c, uniquePrefix(t), WithClock(clk))
 	})
 }

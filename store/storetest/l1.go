@@ -200,7 +200,7 @@ func (e *env) overload(u float64) [store.MaxPriority + 1]float64 {
 }
 
 // at sets the clock to Start + d.
-func (e *env) at(d time.Duration) { e.clk.advance(Start.Add(d).Sub(e.clk.Now())) }
+func (e *env) at(d time.Duration) { e.clk.Advance(Start.Add(d).Sub(e.clk.Now())) }
 
 func emergencyLeavesAfterCalm(e *env) {
 	e.withL1()

@@ -64,7 +64,7 @@ func overridesSetAndRemove(e *env) {
 		string(o.Entries["cluster"]) != `{"capacity":100}` {
 		e.t.Fatalf("after two sets: %+v", o)
 	}
-	e.clk.advance(time.Second)
+	e.clk.Advance(time.Second)
 	v3 := e.setOverride("app:a", nil, v2)
 	if want := uint64(e.clk.Now().UnixMicro()); v3 != want {
 		e.t.Fatalf("version after a second = %d, want %d", v3, want)

@@ -67,10 +67,10 @@ func slotsDeadInstanceReturns(e *env) {
 	e.wantSlots(e.slots("i1", e.app, 8, 10), 8, 0)
 	e.wantSlots(e.slots("i2", e.app, 8, 10), 2, 8)
 	// i1 stops reporting; i2 goes on.
-	e.clk.advance(store.InstanceTTL)
+	e.clk.Advance(store.InstanceTTL)
 	e.report("i2", 0)
 	e.wantSlots(e.slots("i2", e.app, 8, 10), 2, 8) // i1 is still live at exactly the TTL
-	e.clk.advance(time.Millisecond)
+	e.clk.Advance(time.Millisecond)
 	e.report("i2", 0)
 	e.wantSlots(e.slots("i2", e.app, 8, 10), 8, 0)
 }

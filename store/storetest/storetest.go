@@ -8,34 +8,34 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Start is the suite clock's initial time: a whole second, so window arithmetic is exact.
-var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+var Start = clock.Start
 
 // huge is a lease target no bucket can satisfy: a lease of (huge, 0) takes the whole content.
 const huge = 1 << 50
 
 // Run runs every case as a subtest. newStore returns the Store under test reading its time from
-// now (it may return one shared Store wired to each case's clock, and must clean up through
+// clk (it may return one shared Store wired to each case's clock, and must clean up through
 // t.Cleanup itself: the suite never calls Close).
-func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) store.Store) {
+func Run(t *testing.T, newStore func(t *testing.T, clk clock.Clock) store.Store) {
 	// A per-run prefix keeps the ids of two runs against one long-lived Redis apart.
 	run := fmt.Sprintf("st%x", time.Now().UnixNano())
 	var seq atomic.Int64
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) {
-			clk := &clock{t: Start}
+			clk := clock.NewManual()
 			e := &env{
 				t:   t,
 				clk: clk,
-				s:   newStore(t, clk.Now),
+				s:   newStore(t, clk),
 				cluster: store.ClusterPolicy{
 					ID:                 fmt.Sprintf("%s-%d", run, seq.Add(1)),
 					ReservedRatio:      0.1,
@@ -60,29 +60,11 @@ func cases() []testCase {
 		append(append(append(borrowCases(), overrideCases()...), statsCases()...), slotCases()...)...)
 }
 
-// clock is a manual clock: time moves only through advance.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // env is one case's store, clock and default ids and policies. Cluster capacity is 0 (no L1)
 // unless the case sets it.
 type env struct {
 	t       *testing.T
-	clk     *clock
+	clk     *clock.Manual
 	s       store.Store
 	cluster store.ClusterPolicy
 	app     string
@@ -93,7 +75,7 @@ type env struct {
 	noBorrow    bool
 }
 
-func (e *env) advance(d time.Duration) { e.clk.advance(d) }
+func (e *env) advance(d time.Duration) { e.clk.Advance(d) }
 
 // leaseF leases for e.app at the given factor and fails the test on an error.
 func (e *env) leaseF(want, need int64, factor float64) store.Lease {
