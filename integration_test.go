@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
 // In-process tests: Caddy runs inside the test binary (caddytest) with the configs below, loaded
@@ -27,17 +28,6 @@ var (
 	adminPort int
 )
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // site is one in-process Caddy config with a single http:// site.
 type site struct {
 	t    *testing.T
@@ -48,8 +38,8 @@ type site struct {
 // loadSite (re)loads the in-process Caddy with one site whose body is routes.
 func loadSite(t *testing.T, routes string) *site {
 	t.Helper()
-	adminOnce.Do(func() { adminPort = freePort(t) })
-	port := freePort(t)
+	adminOnce.Do(func() { adminPort = testnet.FreePort(t) })
+	port := testnet.FreePort(t)
 	tc := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
 		AdminPort:          adminPort,
 		LoadRequestTimeout: 10 * time.Second,
@@ -587,9 +577,9 @@ func TestIntegrationReloadKeepsState(t *testing.T) {
 }
 
 func TestIntegrationConflictingClusterDefinitions(t *testing.T) {
-	adminOnce.Do(func() { adminPort = freePort(t) })
+	adminOnce.Do(func() { adminPort = testnet.FreePort(t) })
 	s := loadSite(t, `respond "ok"`) // make sure the in-process Caddy runs
-	p1, p2 := freePort(t), freePort(t)
+	p1, p2 := testnet.FreePort(t), testnet.FreePort(t)
 	cfg := fmt.Sprintf(`{
 	admin localhost:%d
 	skip_install_trust

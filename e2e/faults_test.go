@@ -17,6 +17,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/internal/faultproxy"
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
+	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
 // The fault matrix: two real Caddy gateways share one Redis topology under a steady load, a
@@ -527,9 +528,9 @@ func TestClusterFormingAtStart(t *testing.T) {
 func TestValidateDoesNotDialRedis(t *testing.T) {
 	requireCaddy(t)
 	dir := t.TempDir()
-	site := faultSite(faultTopology{block: fmt.Sprintf("address 127.0.0.1:%d", freePort(t))})
+	site := faultSite(faultTopology{block: fmt.Sprintf("address 127.0.0.1:%d", testnet.FreePort(t))})
 	path := dir + "/Caddyfile"
-	if err := os.WriteFile(path, []byte(gatewayConfig(freePort(t), freePort(t), site)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(gatewayConfig(testnet.FreePort(t), testnet.FreePort(t), site)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(caddyBin, "validate", "--config", path, "--adapter", "caddyfile")

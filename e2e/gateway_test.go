@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
 // startTimeout bounds how long a Caddy process may take to answer on its admin endpoint and
@@ -108,7 +110,7 @@ func startGatewayAdmin(t *testing.T, name, site, adminBlock string) *gateway {
 }
 
 func tryStartGateway(t *testing.T, name, site, adminBlock, dir string, attempt int) (*gateway, error) {
-	adminPort, sitePort := freePort(t), freePort(t)
+	adminPort, sitePort := testnet.FreePort(t), testnet.FreePort(t)
 	adminBlock = strings.ReplaceAll(adminBlock, "{port}", strconv.Itoa(adminPort))
 	conf := gatewayConfigAdmin(adminPort, sitePort, site, adminBlock)
 	confPath := filepath.Join(dir, fmt.Sprintf("Caddyfile.%d", attempt))
@@ -283,17 +285,6 @@ func (g *gateway) waitMetric(timeout time.Duration, cond func(float64) bool, nam
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func lastLines(s string, n int) string {

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
 // startTimeout bounds how long a server may take to answer PING or a cluster to reach
@@ -201,7 +203,7 @@ func Sentinel(t testing.TB) (master, sentinelAddr string, r *Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Stop)
-	port, err := freePort(false)
+	port, err := testnet.FreePortWith(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +323,7 @@ type serverOpts struct {
 func startIn(parent string, tmpl serverOpts) (*Server, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort(tmpl.cluster)
+		port, err := clusterPort(tmpl.cluster)
 		if err != nil {
 			return nil, err
 		}
@@ -332,7 +334,7 @@ func startIn(parent string, tmpl serverOpts) (*Server, error) {
 		s := &Server{Port: port, dir: dir, cluster: tmpl.cluster, nodeTimeout: tmpl.nodeTimeout, replicaOf: tmpl.replicaOf,
 			tls: tmpl.tls, extra: tmpl.extra}
 		if s.tls != nil {
-			if s.TLSPort, err = freePort(tmpl.cluster); err != nil {
+			if s.TLSPort, err = clusterPort(tmpl.cluster); err != nil {
 				return nil, err
 			}
 		}
@@ -341,29 +343,6 @@ func startIn(parent string, tmpl serverOpts) (*Server, error) {
 		}
 	}
 	return nil, lastErr
-}
-
-// freePort picks a free loopback port; a cluster node also needs port+10000 (its bus port).
-func freePort(cluster bool) (int, error) {
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !cluster {
-			return port, nil
-		}
-		if port+10000 > 65535 {
-			continue
-		}
-		if bl, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000)); err == nil {
-			bl.Close()
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("redistest: no free port found")
 }
 
 // Start starts the server (again) on its port. Data is not kept across Stop/Start.
@@ -610,4 +589,12 @@ func Slow(t testing.TB, why string) {
 		t.Fatalf("redistest: %s, and CI must not run it with -short", why)
 	}
 	t.Skip(why)
+}
+
+// clusterPort is a free port; a cluster node also needs port+10000 (its bus port).
+func clusterPort(cluster bool) (int, error) {
+	if cluster {
+		return testnet.FreePortWith(10000)
+	}
+	return testnet.FreePortWith(0)
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
 // topologyTimeout bounds a failover or a slot migration (polling, no fixed sleeps).
@@ -371,7 +373,7 @@ func newSentinel(parent, name string, master *Server) (*Server, error) {
 	var s *Server
 	var lastErr error
 	for attempt := 0; attempt < 5 && s == nil; attempt++ {
-		port, err := freePort(false)
+		port, err := testnet.FreePortWith(0)
 		if err != nil {
 			return nil, err
 		}

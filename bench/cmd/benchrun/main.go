@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
 // sample is one measured wrk run of one variant in one scenario and round.
@@ -173,11 +175,11 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	if err := rs.reset(); err != nil {
 		return smp, err
 	}
-	httpPort, err := freePort()
+	httpPort, err := testnet.FreePortWith(0)
 	if err != nil {
 		return smp, err
 	}
-	adminPort, err := freePort()
+	adminPort, err := testnet.FreePortWith(0)
 	if err != nil {
 		return smp, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,17 +14,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// freePort asks the kernel for an unused loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
+)
 
 // proc is a child process started by the bench; stop ends it (SIGTERM, then SIGKILL).
 type proc struct {
@@ -108,7 +99,7 @@ type redisServer struct {
 }
 
 func startRedis(dir string, log io.Writer) (*redisServer, error) {
-	port, err := freePort()
+	port, err := testnet.FreePortWith(0)
 	if err != nil {
 		return nil, err
 	}

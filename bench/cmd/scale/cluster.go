@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
 // node is one redis-server started by the harness (a child that dies with it).
@@ -22,15 +23,6 @@ type node struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
 	client *redis.Client
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // startCluster starts n redis-server processes with --cluster-enabled yes on free loopback
@@ -44,7 +36,7 @@ func startCluster(dir string, n int, log io.Writer) ([]*node, error) {
 		}
 	}
 	for i := range n {
-		port, err := freePort()
+		port, err := testnet.FreePortWith(0)
 		if err != nil {
 			stop()
 			return nil, err
