@@ -73,9 +73,6 @@ type API struct {
 	// source, when set, replaces the installed source (tests).
 	source func() []Cluster
 
-	// streamTick, when set, replaces the stream's one-second check for a new sample (tests).
-	streamTick time.Duration
-
 	ctx    caddy.Context
 	logger *zap.Logger      // nil: Caddy's default logger (tests)
 	events *caddyevents.App // nil: no events (tests, or no events app)

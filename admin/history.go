@@ -113,8 +113,7 @@ func historyView(c Cluster, q url.Values) (any, error) {
 }
 
 // stream is GET /rate_limit/stream: an event with the newest sample at once (if there is one),
-// then one for each new sample, checked every second (a.streamTick in tests), until the client
-// goes away. Caddy's admin server has a read timeout that would end the request's context; the
+// then one for each new sample as the recorder takes it, until the client goes away. Caddy's admin server has a read timeout that would end the request's context; the
 // stream clears the read deadline and sets a write deadline per event instead.
 func (a API) stream(w http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
 	rec, err := recorder(c)
@@ -135,14 +134,9 @@ func (a API) stream(w http.ResponseWriter, r *http.Request, c Cluster) (any, err
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
 
-	tick := a.streamTick
-	if tick <= 0 {
-		tick = time.Second
-	}
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
 	last := int64(-1)
 	for {
+		changed := rec.Changed() // before Latest: a sample recorded in between is not missed
 		if s, apps, ok := rec.Latest(); ok && s.T != last {
 			last = s.T
 			b, err := json.Marshal(StreamEvent{Cluster: c.ID(), Sample: s, Apps: apps})
@@ -160,7 +154,7 @@ func (a API) stream(w http.ResponseWriter, r *http.Request, c Cluster) (any, err
 		select {
 		case <-r.Context().Done():
 			return written{}, nil
-		case <-ticker.C:
+		case <-changed:
 		}
 	}
 }

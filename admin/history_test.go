@@ -116,7 +116,6 @@ func TestStream(t *testing.T) {
 	c := newCluster(t, "c1", testConfig(), nil)
 	recordTraffic(t, c)
 	a := apiWith(c)
-	a.streamTick = 5 * time.Millisecond
 	srv, served := streamServer(t, a)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/rate_limit/stream", nil)

@@ -126,11 +126,21 @@ type Recorder struct {
 	// The last reading's app Totals, series or not (so that an app getting a series late
 	// counts from its last reading): the apps of one reading, bounded by the config.
 	prevApps map[string]Totals
+
+	changed chan struct{} // closed (and replaced) by the next Record
 }
 
 // New returns an empty Recorder.
 func New() *Recorder {
-	return &Recorder{ring: newRing[point](), apps: map[string]*series{}}
+	return &Recorder{ring: newRing[point](), apps: map[string]*series{}, changed: make(chan struct{})}
+}
+
+// Changed returns a channel that is closed by the next Record. Taken before Latest, it tells a
+// reader when there may be a newer sample, without polling.
+func (r *Recorder) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
 }
 
 // Record adds the reading taken at now: the counts since the previous reading (the first one
@@ -177,6 +187,8 @@ func (r *Recorder) Record(now time.Time, rd Reading) {
 		}
 	}
 	r.prevApps = prevApps
+	close(r.changed)
+	r.changed = make(chan struct{})
 }
 
 // dropStale drops the series whose newest sample is Window seconds older than t.

@@ -238,3 +238,25 @@ func TestSampleJSON(t *testing.T) {
 		t.Errorf("empty recorder window: %+v (want empty, non-nil)", h)
 	}
 }
+
+// TestChangedSignalsRecord: the channel from Changed closes at the next Record, not before.
+func TestChangedSignalsRecord(t *testing.T) {
+	r := New()
+	ch := r.Changed()
+	select {
+	case <-ch:
+		t.Fatal("closed before any Record")
+	default:
+	}
+	r.Record(time.Unix(100, 0), Reading{})
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not closed by Record")
+	}
+	select {
+	case <-r.Changed():
+		t.Fatal("the next channel is closed already")
+	default:
+	}
+}
