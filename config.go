@@ -115,19 +115,19 @@ func (c *ConnectionsConfig) limits() connlimit.Config {
 type headerMode uint8
 
 const (
-	headersBoth headerMode = iota
+	headersDraft headerMode = iota // the default
 	headersLegacy
-	headersDraft
+	headersBoth
 	headersOff
 )
 
 func parseHeaderMode(s string) (headerMode, bool) {
 	switch s {
-	case "", "both":
+	case "both":
 		return headersBoth, true
 	case "legacy":
 		return headersLegacy, true
-	case "draft":
+	case "", "draft":
 		return headersDraft, true
 	case "off":
 		return headersOff, true

@@ -30,11 +30,14 @@ func connCurrent(h *Handler, app string) int64 {
 	return 0
 }
 
+// unitHandler is a handler writing both header sets: the unit tests read the legacy fields
+// (X-RateLimit-Remaining and friends) and the draft ones.
 func unitHandler(t *testing.T, cluster string, apps map[string]*AppConfig) *Handler {
 	return newTestHandler(t, &Handler{
 		Cluster: cluster,
 		Key:     "{http.request.header.X-App-Id}",
 		Apps:    apps,
+		Headers: "both",
 	})
 }
 
@@ -226,6 +229,7 @@ func TestResponseBytesCharged(t *testing.T) {
 		Key:     "{http.request.header.X-App-Id}",
 		Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 100}},
 		Cost:    costConfigResponseBytes(),
+		Headers: "both",
 	})
 	w := httptest.NewRecorder()
 	err := h.ServeHTTP(w, get("a"), caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
@@ -458,6 +462,42 @@ func TestHeaderModes(t *testing.T) {
 				t.Error("Retry-After missing on a rejection")
 			}
 		})
+	}
+}
+
+// TestDefaultHeaders: by default an admitted response carries one field, RateLimit; a rejection
+// adds RateLimit-Policy and Retry-After; no X-RateLimit-* field is written.
+func TestDefaultHeaders(t *testing.T) {
+	h := newTestHandler(t, &Handler{
+		Cluster: "unit-hdr-default",
+		Key:     "{http.request.header.X-App-Id}",
+		Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 1}},
+	})
+	w := httptest.NewRecorder()
+	_ = h.ServeHTTP(w, get("a"), nopNext)
+	if w.Code != 200 {
+		t.Fatalf("status %d", w.Code)
+	}
+	if got := w.Header().Get("RateLimit"); got != `"app";r=0;t=1000` {
+		t.Errorf("RateLimit %q on an admitted response", got)
+	}
+	for _, k := range []string{"RateLimit-Policy", "X-RateLimit-Cost", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+		if v := w.Header().Get(k); v != "" {
+			t.Errorf("%s %q on an admitted response", k, v)
+		}
+	}
+	w = httptest.NewRecorder()
+	_ = h.ServeHTTP(w, get("a"), nopNext)
+	if w.Code != 429 {
+		t.Fatalf("status %d", w.Code)
+	}
+	for _, k := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
+		if w.Header().Get(k) == "" {
+			t.Errorf("%s missing on a rejection", k)
+		}
+	}
+	if v := w.Header().Get("X-RateLimit-Remaining"); v != "" {
+		t.Errorf("X-RateLimit-Remaining %q by default", v)
 	}
 }
 

@@ -125,6 +125,7 @@ const slowApp = `guaranteed 0.01`
 func TestIntegrationBurstThen429(t *testing.T) {
 	s := loadSite(t, `
 	rate_limit {
+		headers both
 		cluster it-burst
 		key {http.request.header.X-App-Id}
 		app alpha {
@@ -190,6 +191,7 @@ func readingBackend(t *testing.T) string {
 func TestIntegrationCostWeighted(t *testing.T) {
 	s := loadSite(t, `
 	rate_limit {
+		headers both
 		cluster it-cost
 		key {http.request.header.X-App-Id}
 		app alpha {
@@ -223,6 +225,7 @@ func TestIntegrationCostWeighted(t *testing.T) {
 func TestIntegrationUnreadBodyRefunded(t *testing.T) {
 	s := loadSite(t, `
 	rate_limit {
+		headers both
 		cluster it-refund
 		key {http.request.header.X-App-Id}
 		app alpha {
@@ -246,6 +249,7 @@ func TestIntegrationUnreadBodyRefunded(t *testing.T) {
 func TestIntegrationS3Operations(t *testing.T) {
 	s := loadSite(t, `
 	rate_limit {
+		headers both
 		cluster it-ops
 		key {http.request.header.X-App-Id}
 		app alpha {
@@ -628,6 +632,7 @@ func TestIntegrationFailedReloadKeepsPolicy(t *testing.T) {
 	site := func(burst int) string {
 		return fmt.Sprintf(`
 	rate_limit {
+		headers both
 		cluster it-failed-reload
 		key {http.request.header.X-App-Id}
 		app alpha {

@@ -57,7 +57,8 @@ type Handler struct {
 	OnRedisFailure string `json:"on_redis_failure,omitempty"`
 	// Wait up to this long for tokens instead of rejecting at once. Default 0.
 	MaxWait caddy.Duration `json:"max_wait,omitempty"`
-	// Which rate-limit headers to write: legacy, draft, both (default) or off.
+	// Which rate-limit headers to write: draft (default: RateLimit on every response,
+	// RateLimit-Policy on rejections), legacy, both or off.
 	Headers string `json:"headers,omitempty"`
 	// The rejection body: json (default) or s3 (S3 XML errors, 503 SlowDown, for S3 SDKs).
 	Format string `json:"format,omitempty"`

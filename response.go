@@ -165,13 +165,17 @@ func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
 			})
 		}
 	}
-	if h.headers == headersDraft || h.headers == headersBoth {
+	if h.headers == headersBoth || (h.headers == headersDraft && o.rejected()) {
+		// draft (the default): the policy is static, so it goes on rejections only; every
+		// response carries RateLimit (remaining and reset), one field.
 		hdr[hdrPolicy] = o.value(func(b []byte) []byte {
 			b = append(b, `"app";q=`...)
 			b = strconv.AppendInt(b, o.limit, 10)
 			b = append(b, ";w="...)
 			return strconv.AppendInt(b, o.windowSeconds(), 10)
 		})
+	}
+	if h.headers == headersDraft || h.headers == headersBoth {
 		hdr[hdrRateLimit] = o.value(func(b []byte) []byte {
 			b = append(b, `"app";r=`...)
 			b = strconv.AppendInt(b, remaining, 10)

@@ -95,8 +95,8 @@ func TestFormatS3Rejections(t *testing.T) {
 			t.Fatalf("%s: x-amz-retry-after on a rejection that waiting does not cure", c.name)
 		}
 	}
-	// The same rate-limit headers as json.
-	if w := serve("GET", "a", "/b/o"); w.Header().Get("X-RateLimit-Remaining") == "" || w.Header().Get("RateLimit") == "" {
+	// The same rate-limit headers as json (the default: draft's, the policy on rejections).
+	if w := serve("GET", "a", "/b/o"); w.Header().Get("RateLimit-Policy") == "" || w.Header().Get("RateLimit") == "" {
 		t.Fatalf("rate-limit headers missing: %v", w.Header())
 	}
 	// HEAD: the status and headers, no body.

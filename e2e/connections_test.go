@@ -166,6 +166,7 @@ func TestFleetConnections(t *testing.T) {
 	addr, _ := redistest.Standalone(t)
 	u := newSlowUpstream(t)
 	site := fmt.Sprintf(`	rate_limit {
+		headers both
 		cluster conns
 		key {http.request.header.X-App-Id}
 		app slow {

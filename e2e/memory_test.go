@@ -14,6 +14,7 @@ import (
 // memorySite is the site of TestEndToEndMemoryStore; burst is what the reload changes.
 func memorySite(backend string, burst int) string {
 	return fmt.Sprintf(`	rate_limit {
+		headers both
 		cluster e2e
 		key {http.request.header.X-App-Id}
 		unknown_app reject

@@ -34,6 +34,7 @@ func TestFleetQuota(t *testing.T) {
 	)
 	addr, _ := redistest.Standalone(t)
 	site := fmt.Sprintf(`	rate_limit {
+		headers both
 		cluster quota
 		key {http.request.header.X-App-Id}
 		app shop {

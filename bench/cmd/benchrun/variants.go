@@ -60,9 +60,9 @@ var variants = []variant{
 		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers off") },
 	},
 	{
-		name: "tierbucket-redis-headers-draft", title: "tierbucket, Redis store, `headers draft`", bin: "tierbucket",
+		name: "tierbucket-redis-headers-both", title: "tierbucket, Redis store, `headers both`", bin: "tierbucket",
 		tierbucket: true, redis: true,
-		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers draft") },
+		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers both") },
 	},
 	{
 		name: "tierbucket-redis-headers-legacy", title: "tierbucket, Redis store, `headers legacy`", bin: "tierbucket",
