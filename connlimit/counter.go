@@ -177,12 +177,13 @@ func (c *Counter) Acquire(app string, appLimit int64) (*Ticket, store.Reason) {
 	a := c.app(app)
 	a.setLimit(appLimit)
 	// The app first: a request its app refuses takes no cluster slot (and grows no holding).
-	na, ok := c.take(&a.counts, app, appLimit)
+	var deadline time.Time // of the Store calls growing holdings: one Store timeout in all
+	na, ok := c.take(&a.counts, app, appLimit, &deadline)
 	if !ok {
 		a.rejected.Add(1)
 		return nil, store.ReasonAppLimitExceeded
 	}
-	nc, ok := c.take(&c.cluster, "", cfg.Cluster)
+	nc, ok := c.take(&c.cluster, "", cfg.Cluster, &deadline)
 	if !ok {
 		a.current.Add(-1) // roll back: the request never got in
 		c.cluster.rejected.Add(1)

@@ -1,6 +1,7 @@
 package connlimit
 
 import (
+	"context"
 	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/store"
@@ -15,8 +16,9 @@ import (
 
 // SlotSource leases connection slots from the fleet's Store (the limiter).
 type SlotSource interface {
-	// LeaseSlots sets this instance's holding of app's scope ("" = the cluster) to at most want.
-	LeaseSlots(app string, want, limit int64) (store.SlotLease, error)
+	// LeaseSlots sets this instance's holding of app's scope ("" = the cluster) to at most want,
+	// giving up at ctx's deadline (and at the Store timeout in any case).
+	LeaseSlots(ctx context.Context, app string, want, limit int64) (store.SlotLease, error)
 	// LiveInstances is the fleet's live-instance count as last known.
 	LiveInstances() int
 	// StoreTimeout bounds how long a request waits on a slot lease.
@@ -51,8 +53,10 @@ func (s *counts) tryHeld() (int64, bool) {
 	}
 }
 
-// take takes one slot of scope s (its name for the Store: app, or "" for the cluster).
-func (c *Counter) take(s *counts, name string, limit int64) (int64, bool) {
+// take takes one slot of scope s (its name for the Store: app, or "" for the cluster). A request
+// that must grow holdings waits on the Store at most once the Store timeout in all, whether it
+// grows one scope or both: dl is its deadline, set by its first grow.
+func (c *Counter) take(s *counts, name string, limit int64, dl *time.Time) (int64, bool) {
 	src := c.slots.Load()
 	if src == nil {
 		return s.tryAcquire(limit)
@@ -60,20 +64,23 @@ func (c *Counter) take(s *counts, name string, limit int64) (int64, bool) {
 	if n, ok := s.tryHeld(); ok {
 		return n, true
 	}
-	return c.grow(*src, s, name, limit)
+	if dl.IsZero() {
+		*dl = time.Now().Add((*src).StoreTimeout())
+	}
+	return c.grow(*src, s, name, limit, *dl)
 }
 
 // grow asks for a larger holding: one more slot than is in use plus headroom (an eighth of the
 // use, none below 8 in flight, at most limit / (2 × live instances)), so that a fleet at its
 // limit is not short of the slots other instances hold idle. While the Store is unavailable the
 // others' last known holdings bound this instance instead.
-func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64) (int64, bool) {
-	// Another request of this scope may be asking the Store: wait for it at most the Store
-	// timeout, then decide locally, within what the others held at the last lease.
+func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, deadline time.Time) (int64, bool) {
+	// Another request of this scope may be asking the Store: wait for it until the request's
+	// deadline, then decide locally, within what the others held at the last lease.
 	select {
 	case s.slotSem <- struct{}{}:
 	default:
-		t := time.NewTimer(src.StoreTimeout())
+		t := time.NewTimer(time.Until(deadline))
 		select {
 		case s.slotSem <- struct{}{}:
 			t.Stop()
@@ -94,7 +101,9 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64) (int
 	}
 	cur := s.current.Load()
 	want := min(cur+1+headroom(cur, limit, src.LiveInstances()), limit)
-	res, err := src.LeaseSlots(name, want, limit)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	res, err := src.LeaseSlots(ctx, name, want, limit)
+	cancel()
 	if err != nil {
 		return s.tryAcquire(limit)
 	}
@@ -178,7 +187,7 @@ func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live
 	if want == held {
 		return
 	}
-	if res, err := src.LeaseSlots(name, want, limit); err == nil {
+	if res, err := src.LeaseSlots(context.Background(), name, want, limit); err == nil {
 		s.held.Store(res.Held)
 		s.remote.Store(res.Others)
 	}
@@ -195,7 +204,7 @@ func (c *Counter) GiveBackSlots() {
 		s.slotSem <- struct{}{}
 		defer func() { <-s.slotSem }()
 		if s.held.Load() > 0 {
-			if _, err := (*src).LeaseSlots(name, 0, limit); err == nil {
+			if _, err := (*src).LeaseSlots(context.Background(), name, 0, limit); err == nil {
 				s.held.Store(0)
 			}
 		}

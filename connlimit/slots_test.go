@@ -19,9 +19,9 @@ type instanceSlots struct {
 	calls atomic.Int64
 }
 
-func (s *instanceSlots) LeaseSlots(app string, want, limit int64) (store.SlotLease, error) {
+func (s *instanceSlots) LeaseSlots(ctx context.Context, app string, want, limit int64) (store.SlotLease, error) {
 	s.calls.Add(1)
-	return s.st.LeaseSlots(context.Background(), store.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit})
+	return s.st.LeaseSlots(ctx, store.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit})
 }
 
 func (s *instanceSlots) LiveInstances() int { return 2 }
@@ -161,5 +161,47 @@ func TestSlotsTrim(t *testing.T) {
 	}
 	if theirs != 8 {
 		t.Fatalf("after a's holding went back, b admitted %d of 8", theirs)
+	}
+}
+
+// slowSlots is a SlotSource whose Store never answers in time: each call waits for its
+// context to end, and records the deadline it was given.
+type slowSlots struct {
+	deadlines chan time.Time
+}
+
+func (s *slowSlots) LeaseSlots(ctx context.Context, app string, want, limit int64) (store.SlotLease, error) {
+	d, _ := ctx.Deadline()
+	s.deadlines <- d
+	<-ctx.Done()
+	return store.SlotLease{}, ctx.Err()
+}
+
+func (s *slowSlots) LiveInstances() int { return 1 }
+
+func (s *slowSlots) StoreTimeout() time.Duration { return 20 * time.Millisecond }
+
+// TestSlotGrowsShareOneDeadline: a request that must grow both its app's and the cluster's
+// holding while the Store does not answer waits one Store timeout in all, not one per scope:
+// both calls carry the same deadline, and the request is still decided locally.
+func TestSlotGrowsShareOneDeadline(t *testing.T) {
+	src := &slowSlots{deadlines: make(chan time.Time, 4)}
+	c := New(Config{App: 10, Cluster: 100}, nil)
+	t.Cleanup(c.Close)
+	c.UseSlots(src)
+	tk, reason := c.Acquire("a", 0)
+	if tk == nil {
+		t.Fatalf("refused (%v): a Store that does not answer must leave the decision to the local limits", reason)
+	}
+	tk.Release()
+	var got []time.Time
+	for len(src.deadlines) > 0 {
+		got = append(got, <-src.deadlines)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d slot leases, want 2 (the app's and the cluster's)", len(got))
+	}
+	if got[0].IsZero() || !got[0].Equal(got[1]) {
+		t.Fatalf("deadlines %v and %v: the request's two grows must share one deadline", got[0], got[1])
 	}
 }

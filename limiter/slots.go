@@ -15,8 +15,8 @@ import (
 // holdings of all live instances stay within the limit (docs/design.md, "Connection slots").
 
 // LeaseSlots asks the Store for a holding of want slots of app's scope ("" for the cluster),
-// bounded by the Store timeout. It is connlimit's SlotSource.
-func (l *Limiter) LeaseSlots(app string, want, limit int64) (store.SlotLease, error) {
+// bounded by the Store timeout and by ctx. It is connlimit's SlotSource.
+func (l *Limiter) LeaseSlots(ctx context.Context, app string, want, limit int64) (store.SlotLease, error) {
 	if l.closed.Load() {
 		return store.SlotLease{}, ErrClosed
 	}
@@ -28,7 +28,7 @@ func (l *Limiter) LeaseSlots(app string, want, limit int64) (store.SlotLease, er
 	// slot leases cut short at the Store timeout, the level under a slow Store misjudged the
 	// Store and the fleet over-admitted tokens in the fault matrix.)
 	var res store.SlotLease
-	err := l.callStore(func(ctx context.Context) (err error) {
+	err := l.callStore(func(context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		defer cancel()
 		res, err = l.store.LeaseSlots(ctx, store.SlotRequest{Cluster: s.cfg.Cluster.ID, App: app,
