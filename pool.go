@@ -119,6 +119,8 @@ type clusterState struct {
 	store store.Store
 	hist  *sampler // the per-second history (admin GET /rate_limit/history)
 
+	stopProbe func() // ends the start-up probe of a Redis Store (nil: none running)
+
 	// Decisions taken before there is an App to record them on (metrics, label "*").
 	invalidIDs     atomic.Int64
 	unknownRejects atomic.Int64
@@ -163,6 +165,14 @@ func newClusterState(def definition) (*clusterState, error) {
 	}
 	s.lim = lim
 	s.conns.UseSlots(lim) // fleet-wide in-flight limits through leased slots
+	if rs, ok := s.store.(*redislua.Store); ok {
+		if err := s.probe(rs, lc.Logger); err != nil {
+			_ = lim.Close()
+			s.conns.Close()
+			_ = s.store.Close()
+			return nil, err
+		}
+	}
 	s.hist = startSampler(s)
 	return s, nil
 }
@@ -170,6 +180,9 @@ func newClusterState(def definition) (*clusterState, error) {
 // Destruct is called by the pool when the last handler using the state is cleaned up: the
 // limiter returns its unspent tokens to L2 and sends its last statistics.
 func (s *clusterState) Destruct() error {
+	if s.stopProbe != nil {
+		s.stopProbe()
+	}
 	s.hist.close()
 	s.conns.GiveBackSlots()
 	errs := []error{s.lim.Close()}

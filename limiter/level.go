@@ -244,3 +244,14 @@ func (l *Limiter) Latency() time.Duration {
 	defer l.levelMu.Unlock()
 	return l.latency
 }
+
+// StoreFailed records a failed call to the Store made outside the limiter (the start-up probe
+// of the Store's configuration): like a failed report, it enters fail_open, and a permanent
+// error is logged at ERROR once for the episode. Only a successful probe of the limiter's own
+// leaves fail_open.
+func (l *Limiter) StoreFailed(err error) {
+	if err == nil {
+		return
+	}
+	l.observe(0, err, false)
+}
