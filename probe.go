@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/tierbucket/caddy-tierbucket/store"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // probeTimeout bounds the start-up probe of a Redis Store (docs/security.md, "Permanent

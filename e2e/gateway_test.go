@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -96,7 +97,7 @@ func startGatewayAdmin(t *testing.T, name, site, adminBlock string) *gateway {
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // a picked port may be taken before Caddy binds it
-		g, err := tryStartGateway(t, name, site, adminBlock, dir, attempt)
+		g, err := tryStartGateway(t, name, site, adminBlock, dir, attempt, nil)
 		if err == nil {
 			return g
 		}
@@ -109,7 +110,19 @@ func startGatewayAdmin(t *testing.T, name, site, adminBlock string) *gateway {
 	return nil
 }
 
-func tryStartGateway(t *testing.T, name, site, adminBlock, dir string, attempt int) (*gateway, error) {
+// startGatewayJSON is startGateway with a JSON config: the gateway's Caddyfile adapted by
+// `caddy adapt`, then changed by edit (for what the Caddyfile cannot say, such as admin.remote).
+func startGatewayJSON(t *testing.T, name, site string, edit func(cfg map[string]any)) *gateway {
+	t.Helper()
+	requireCaddy(t)
+	g, err := tryStartGateway(t, name, site, "", t.TempDir(), 0, edit)
+	if err != nil {
+		t.Fatalf("gateway %s: %v", name, err)
+	}
+	return g
+}
+
+func tryStartGateway(t *testing.T, name, site, adminBlock, dir string, attempt int, edit func(map[string]any)) (*gateway, error) {
 	adminPort, sitePort := testnet.FreePort(t), testnet.FreePort(t)
 	adminBlock = strings.ReplaceAll(adminBlock, "{port}", strconv.Itoa(adminPort))
 	conf := gatewayConfigAdmin(adminPort, sitePort, site, adminBlock)
@@ -117,12 +130,33 @@ func tryStartGateway(t *testing.T, name, site, adminBlock, dir string, attempt i
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
+	adapter := []string{"--adapter", "caddyfile"}
+	if edit != nil {
+		out, err := exec.Command(caddyBin, "adapt", "--config", confPath, "--adapter", "caddyfile").Output()
+		if err != nil {
+			return nil, fmt.Errorf("caddy adapt: %v", err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(out, &cfg); err != nil {
+			return nil, err
+		}
+		edit(cfg)
+		b, err := json.Marshal(cfg)
+		if err != nil {
+			return nil, err
+		}
+		confPath = filepath.Join(dir, fmt.Sprintf("caddy.%d.json", attempt))
+		if err := os.WriteFile(confPath, b, 0o644); err != nil {
+			return nil, err
+		}
+		adapter = nil
+	}
 	logPath := filepath.Join(dir, fmt.Sprintf("caddy-%s.%d.log", name, attempt))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(caddyBin, "run", "--config", confPath, "--adapter", "caddyfile")
+	cmd := exec.Command(caddyBin, append([]string{"run", "--config", confPath}, adapter...)...)
 	cmd.Dir = dir
 	// Caddy's data and config directories go to the test's own directory.
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
