@@ -168,15 +168,6 @@ func (h *Handler) configure() (definition, error) {
 	return h.definition()
 }
 
-// Validate checks that Provision completed; every field was already validated there (see
-// Provision for why).
-func (h *Handler) Validate() error {
-	if h.state == nil || h.model == nil {
-		return fmt.Errorf("rate_limit: not provisioned")
-	}
-	return nil
-}
-
 // Cleanup gives this handler's references to the cluster's shared state back. The last
 // reference (no config uses the cluster any more) closes it: unspent tokens return to L2.
 func (h *Handler) Cleanup() error {
@@ -245,7 +236,6 @@ func hostOnly(host string) string {
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
-	_ caddy.Validator             = (*Handler)(nil)
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

@@ -20,10 +20,7 @@ func TestRedisTLSFromJSON(t *testing.T) {
 	p := redistest.NewTLS(t, t.TempDir())
 	p.AuthClients = true
 	srv := redistest.StandaloneWith(t, p)
-	args := append([]string{"ACL", "SETUSER", "gw", ">json-secret-pw"}, strings.Fields(redislua.ACLRules("jsontls"))...)
-	if _, err := srv.Do(args...); err != nil {
-		t.Fatal(err)
-	}
+	srv.SetUser(t, "gw", "json-secret-pw", redislua.ACLRules("jsontls"))
 	t.Setenv("TIERBUCKET_TEST_REDIS_PW", "json-secret-pw")
 	block, _ := pem.Decode(p.CAPEM)
 	raw := fmt.Sprintf(`{

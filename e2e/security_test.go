@@ -25,17 +25,8 @@ const secretEnv = "TIERBUCKET_E2E_REDIS_PASSWORD"
 func aclServer(t *testing.T, p *redistest.TLS, prefix, pw string) *redistest.Server {
 	t.Helper()
 	s := redistest.StandaloneWith(t, p)
-	setUser(t, s, "gw", pw, redislua.ACLRules(prefix))
+	s.SetUser(t, "gw", pw, redislua.ACLRules(prefix))
 	return s
-}
-
-// setUser creates or replaces an ACL user with password pw and the given rules.
-func setUser(t *testing.T, s *redistest.Server, user, pw, rules string) {
-	t.Helper()
-	args := append([]string{"ACL", "SETUSER", user, "reset", ">" + pw}, strings.Fields(rules)...)
-	if _, err := s.Do(args...); err != nil {
-		t.Fatalf("ACL SETUSER %s: %v", user, err)
-	}
 }
 
 // securitySite is a site whose limiter uses Redis at addr as user gw with the password from
@@ -82,8 +73,8 @@ func TestValidateReportsRefusedConfig(t *testing.T) {
 	const pw = "right-Passw0rd-e2e"
 	s := aclServer(t, nil, "vsec", pw)
 	// Users one permission short of the documented ACL.
-	setUser(t, s, "noeval", pw, strings.ReplaceAll(redislua.ACLRules("vsec"), "+evalsha", ""))
-	setUser(t, s, "nosub", pw, strings.ReplaceAll(redislua.ACLRules("vsec"), "+subscribe", ""))
+	s.SetUser(t, "noeval", pw, strings.ReplaceAll(redislua.ACLRules("vsec"), "+evalsha", ""))
+	s.SetUser(t, "nosub", pw, strings.ReplaceAll(redislua.ACLRules("vsec"), "+subscribe", ""))
 	p := redistest.NewTLS(t, t.TempDir())
 	tlsSrv := aclServer(t, p, "vsec", pw)
 
@@ -181,7 +172,7 @@ func TestRefusedConfigAtStartAndRecovery(t *testing.T) {
 	}
 
 	// The operator fixes the user: the limiter recovers and says so.
-	setUser(t, s, "gw", secret, redislua.ACLRules("rsec"))
+	s.SetUser(t, "gw", secret, redislua.ACLRules("rsec"))
 	g.waitMetric(10*time.Second, func(v float64) bool { return v == 0 }, "caddy_rate_limit_degradation_level", `cluster="sec"`)
 	recovered := false
 	for _, l := range logLines(t, g) {

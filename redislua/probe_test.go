@@ -67,20 +67,14 @@ func TestProbe(t *testing.T) {
 		wantPermanent(t, probeT(openT(t, cfg)), KindCertificate, "unknown authority")
 	})
 	t.Run("missing commands", func(t *testing.T) {
-		rules := strings.Fields(strings.NewReplacer("+hset ", "", "+subscribe", "").Replace(ACLRules("sec")))
-		if _, err := srv.Do(append([]string{"ACL", "SETUSER", "narrow", ">pw"}, rules...)...); err != nil {
-			t.Fatal(err)
-		}
+		srv.SetUser(t, "narrow", "pw", strings.NewReplacer("+hset ", "", "+subscribe", "").Replace(ACLRules("sec")))
 		cfg := good
 		cfg.Username, cfg.Password = "narrow", "pw"
 		err := probeT(openT(t, cfg))
 		wantPermanent(t, err, KindPermission, "may not run hset, subscribe")
 	})
 	t.Run("missing channel pattern", func(t *testing.T) {
-		rules := strings.Fields(strings.Replace(ACLRules("sec"), "&sec:*", "", 1))
-		if _, err := srv.Do(append([]string{"ACL", "SETUSER", "nochan", ">pw"}, rules...)...); err != nil {
-			t.Fatal(err)
-		}
+		srv.SetUser(t, "nochan", "pw", strings.Replace(ACLRules("sec"), "&sec:*", "", 1))
 		cfg := good
 		cfg.Username, cfg.Password = "nochan", "pw"
 		wantPermanent(t, probeT(openT(t, cfg)), KindPermission, "may not run publish, subscribe")
@@ -91,10 +85,7 @@ func TestProbe(t *testing.T) {
 		wantPermanent(t, probeT(openT(t, cfg)), KindPermission, "may not run evalsha, eval, hget")
 	})
 	t.Run("no EVAL", func(t *testing.T) {
-		rules := strings.Fields(strings.Replace(ACLRules("sec"), "+eval ", "", 1))
-		if _, err := srv.Do(append([]string{"ACL", "SETUSER", "noeval", ">pw"}, rules...)...); err != nil {
-			t.Fatal(err)
-		}
+		srv.SetUser(t, "noeval", "pw", strings.Replace(ACLRules("sec"), "+eval ", "", 1))
 		cfg := good
 		cfg.Username, cfg.Password = "noeval", "pw"
 		wantPermanent(t, probeT(openT(t, cfg)), KindPermission, "NOPERM")

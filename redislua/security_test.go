@@ -18,10 +18,7 @@ import (
 func aclUser(t *testing.T, pw, prefix string, servers ...*redistest.Server) {
 	t.Helper()
 	for _, s := range servers {
-		args := append([]string{"ACL", "SETUSER", "rl", ">" + pw}, strings.Fields(ACLRules(prefix))...)
-		if _, err := s.Do(args...); err != nil {
-			t.Fatalf("ACL SETUSER: %v", err)
-		}
+		s.SetUser(t, "rl", pw, ACLRules(prefix))
 	}
 }
 
@@ -159,10 +156,7 @@ func TestPermanentErrors(t *testing.T) {
 	})
 	t.Run("missing permission", func(t *testing.T) {
 		// The user may run the scripts, but not every command they call.
-		if _, err := srv.Do("ACL", "SETUSER", "narrow", "on", ">narrowpw", "~sec:*", "&sec:*", "-@all",
-			"+hello", "+auth", "+ping", "+evalsha", "+eval", "+time", "+hget"); err != nil {
-			t.Fatal(err)
-		}
+		srv.SetUser(t, "narrow", "narrowpw", "on ~sec:* &sec:* -@all +hello +auth +ping +evalsha +eval +time +hget")
 		cfg := good
 		cfg.Username, cfg.Password = "narrow", "narrowpw"
 		wantPermanent(t, probeLease(openT(t, cfg)), KindPermission, "can't run this command")

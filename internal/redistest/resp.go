@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"testing"
 )
 
 // Do sends one command to the server and returns its reply: a string (simple and bulk
@@ -90,4 +91,14 @@ func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cmd != nil
+}
+
+// SetUser creates or replaces the ACL user with password pw and rules (the rest of an
+// `ACL SETUSER` command after the user name, such as redislua.ACLRules), or fails the test.
+func (s *Server) SetUser(t testing.TB, user, pw, rules string) {
+	t.Helper()
+	args := append([]string{"ACL", "SETUSER", user, "reset", ">" + pw}, strings.Fields(rules)...)
+	if _, err := s.Do(args...); err != nil {
+		t.Fatalf("ACL SETUSER %s: %v", user, err)
+	}
 }
