@@ -371,7 +371,7 @@ func (a *App) Charge(n int64) {
 func (a *App) wait(ctx context.Context, cost int64, maxWait time.Duration, d Decision) Decision {
 	for left := maxWait; !d.Allowed && left > 0 && waitable(d.Reason); {
 		w := min(max(d.RetryAfter, time.Millisecond), left)
-		if !a.l.sleep(ctx, w) {
+		if !a.l.clock.Sleep(ctx, w) {
 			return d
 		}
 		left -= w
@@ -387,19 +387,4 @@ func waitable(r store.Reason) bool {
 		return true
 	}
 	return false
-}
-
-// sleepCtx waits for d or until ctx is done; it reports whether the full time passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

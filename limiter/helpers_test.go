@@ -124,13 +124,6 @@ func testLimiter(t tb, cfg Config, st store.Store, c *clock.Manual, async bool) 
 	if !async {
 		l.spawn = func(f func()) { f() }
 	}
-	l.sleep = func(ctx context.Context, d time.Duration) bool {
-		if ctx.Err() != nil {
-			return false
-		}
-		c.Advance(d)
-		return true
-	}
 	return l
 }
 

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"context"
 	"errors"
 	"sort"
 	"strings"
@@ -55,8 +54,7 @@ type Limiter struct {
 	closed  atomic.Bool
 	looping bool // the loop goroutine was started (New); Close waits for it
 
-	spawn func(func())                                    // runs a lease; tests run it inline
-	sleep func(ctx context.Context, d time.Duration) bool // max_wait; tests advance a manual clock
+	spawn func(func()) // runs a lease; tests run it inline
 }
 
 // snapshot is one immutable configuration with its apps.
@@ -117,7 +115,6 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		spawn: func(f func()) { go f() },
-		sleep: sleepCtx,
 	}
 	l.state.Store(&store.ClusterState{Factors: [store.MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: max(cfg.KnownInstances, 1)})
 	now := l.clock.Now()

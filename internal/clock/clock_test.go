@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -18,6 +19,14 @@ func TestManual(t *testing.T) {
 	m.Set(later)
 	if !m.Now().Equal(later) || m.Now().Location() != time.UTC {
 		t.Fatalf("set to %v, want %v in UTC", m.Now(), later)
+	}
+	if !m.Sleep(context.Background(), time.Second) || !m.Now().Equal(later.Add(time.Second)) {
+		t.Fatalf("Sleep did not advance the manual clock: %v", m.Now())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if m.Sleep(ctx, time.Second) || System.Sleep(System{}, ctx, time.Hour) {
+		t.Fatal("Sleep with a done context reported the full time")
 	}
 	if _, ok := Or(nil).(System); !ok {
 		t.Fatal("Or(nil) is not the system clock")
