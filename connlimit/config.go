@@ -20,6 +20,7 @@ type Config struct {
 	Cluster       int64         // in-flight limit of the whole cluster
 	IdleTimeout   time.Duration // a ticket idle this long is swept as leaked
 	SweepInterval time.Duration // how often the leak sweep runs
+	MaxApps       int           // per-app counters at most (default MaxApps); more apps count under "*"
 }
 
 // withDefaults returns c with every zero field set to its default.
@@ -35,6 +36,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.MaxApps <= 0 {
+		c.MaxApps = MaxApps
 	}
 	return c
 }

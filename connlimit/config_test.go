@@ -37,7 +37,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	got := Config{}.withDefaults()
-	want := Config{App: 1000, Cluster: 5000, IdleTimeout: 300 * time.Second, SweepInterval: 30 * time.Second}
+	want := Config{App: 1000, Cluster: 5000, IdleTimeout: 300 * time.Second, SweepInterval: 30 * time.Second, MaxApps: MaxApps}
 	if got != want {
 		t.Fatalf("defaults = %+v, want %+v", got, want)
 	}

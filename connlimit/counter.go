@@ -9,7 +9,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// MaxApps bounds the number of per-app counters. The root passes only configured app ids and
+// MaxApps is the default bound on the number of per-app counters (Config.MaxApps). The root passes only configured app ids and
 // "*" (all unknown apps), so the set is bounded by the config; this cap is a second line of
 // defence: past it, new ids are counted under "*" instead of growing the map.
 const MaxApps = 10000
@@ -101,9 +101,6 @@ type Counter struct {
 	nextShard atomic.Uint32
 	pool      sync.Pool
 
-	maxApps int    // MaxApps; lowered by tests
-	onSweep func() // test hook: called by the loop after each Sweep
-
 	slots    atomic.Pointer[SlotSource] // fleet-wide slots (UseSlots); nil: local + reported counts
 	trimOnce sync.Once
 
@@ -117,21 +114,14 @@ type Counter struct {
 // Zero or negative fields of cfg take their defaults (call cfg.Validate first to reject them).
 // clk is the clock (nil = the system clock); tests inject one and call Sweep themselves.
 func New(cfg Config, clk clock.Clock) *Counter {
-	return newCounter(cfg, clk, nil)
-}
-
-// newCounter is New with a hook the loop calls after each Sweep (tests await it).
-func newCounter(cfg Config, clk clock.Clock, onSweep func()) *Counter {
 	_, real := clock.Or(clk).(clock.System)
 	c := &Counter{
-		now:     clock.Or(clk),
-		real:    real,
-		epoch:   clock.Or(clk).Now(),
-		maxApps: MaxApps,
-		onSweep: onSweep,
-		reset:   make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		now:   clock.Or(clk),
+		real:  real,
+		epoch: clock.Or(clk).Now(),
+		reset: make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
 	c.pool.New = func() any {
 		return &Ticket{c: c, shard: &c.shards[c.nextShard.Add(1)%numShards]}
@@ -244,9 +234,6 @@ func (c *Counter) loop(interval time.Duration) {
 			return
 		case <-tick.C:
 			c.Sweep()
-			if c.onSweep != nil {
-				c.onSweep()
-			}
 		case <-c.reset:
 			tick.Reset(c.cfg.Load().SweepInterval)
 		}
@@ -277,7 +264,7 @@ func (c *Counter) addApp(name string) *appCounts {
 	if a := old[name]; a != nil {
 		return a
 	}
-	if len(old) >= c.maxApps && name != UnknownApp {
+	if len(old) >= c.cfg.Load().MaxApps && name != UnknownApp {
 		if a := old[UnknownApp]; a != nil {
 			return a
 		}

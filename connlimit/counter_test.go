@@ -208,8 +208,7 @@ func TestUpdateKeepsCounters(t *testing.T) {
 }
 
 func TestAppsBounded(t *testing.T) {
-	c, _ := newTest(t, Config{})
-	c.maxApps = 2
+	c, _ := newTest(t, Config{MaxApps: 2})
 	mustAcquire(t, c, "a", 0)
 	mustAcquire(t, c, "b", 0)
 	tk := mustAcquire(t, c, "c", 0) // past the bound: counted under "*"

@@ -2,6 +2,7 @@ package connlimit
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/clock"
@@ -64,23 +65,26 @@ func TestTouchKeepsStreamAlive(t *testing.T) {
 	}
 }
 
+// TestSweepLoop: the background loop sweeps at the configured interval, and picks up a new
+// interval from Update. It runs in a synctest bubble: time is fake, and synctest.Wait returns
+// once the loop has swept and is waiting again.
 func TestSweepLoop(t *testing.T) {
-	clk := clock.NewManual()
-	swept := make(chan struct{}, 1)
-	c := newCounter(Config{IdleTimeout: time.Second, SweepInterval: time.Hour}, clk, func() {
-		select {
-		case swept <- struct{}{}:
-		default:
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Config{IdleTimeout: time.Second, SweepInterval: time.Hour}, nil)
+		defer c.Close()
+		mustAcquire(t, c, "a", 0)
+		time.Sleep(2 * time.Second) // past IdleTimeout; the hourly sweep is far away
+		synctest.Wait()
+		if s := stats(t, c, "a"); s.Current != 1 || s.Leaked != 0 {
+			t.Fatalf("stats %+v before any sweep, want current 1, leaked 0", s)
 		}
+		c.Update(Config{IdleTimeout: time.Second, SweepInterval: time.Millisecond}) // the loop picks up the new interval
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if s := stats(t, c, "a"); s.Current != 0 || s.Leaked != 1 {
+			t.Fatalf("stats %+v after the loop swept, want current 0, leaked 1", s)
+		}
+		c.Close()
+		c.Close() // idempotent
 	})
-	defer c.Close()
-	mustAcquire(t, c, "a", 0)
-	clk.Advance(2 * time.Second)
-	c.Update(Config{IdleTimeout: time.Second, SweepInterval: time.Millisecond}) // the loop picks up the new interval
-	<-swept
-	if s := stats(t, c, "a"); s.Current != 0 || s.Leaked != 1 {
-		t.Fatalf("stats %+v after the loop swept, want current 0, leaked 1", s)
-	}
-	c.Close()
-	c.Close() // idempotent
 }

@@ -193,7 +193,7 @@ func FuzzClassify(f *testing.F) {
 // the operation is Classify's (checked as in FuzzClassify for the default models); Declared and
 // Streaming follow Content-Length and the body; the cost is min(base + ceil(bytes/quantum) ×
 // bandwidth, max) exactly, so in [0, max] and >= 1 when the base is >= 1; Settle is in [0, max]
-// and is what §4's settlement rule says.
+// and is what the settlement rule says (docs/design.md, "Cost model").
 func FuzzEstimate(f *testing.F) {
 	type seed struct {
 		method, path, query                          string
