@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -422,42 +424,54 @@ func TestRollbackOnDownstream429(t *testing.T) {
 	}
 }
 
-// TestHeaderModes: legacy, draft and off write exactly their own headers.
+// TestHeaderModes: each mode writes exactly its own headers, on an admitted response and on
+// a rejection; the default is draft with RateLimit-Policy on rejections only.
 func TestHeaderModes(t *testing.T) {
 	legacy := []string{"X-Ratelimit-Cost", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
 	draft := []string{"Ratelimit-Policy", "Ratelimit"}
+	all := append(append([]string{}, legacy...), draft...)
 	for _, tc := range []struct {
-		mode      string
-		has, lack []string
+		mode                     string
+		admitted, rejected, lack []string // lack: on neither
 	}{
-		{"legacy", legacy, append([]string{"X-Ratelimit-Limit"}, draft...)},
-		{"draft", draft, legacy},
-		{"both", append(append([]string{}, legacy...), draft...), nil},
-		{"off", nil, append(append([]string{"Retry-After"}, legacy...), draft...)},
+		{"", []string{"Ratelimit"}, draft, legacy}, // the default
+		{"draft", []string{"Ratelimit"}, draft, legacy},
+		{"legacy", legacy, legacy, append([]string{"X-Ratelimit-Limit"}, draft...)},
+		{"both", all, all, nil},
+		{"off", nil, nil, append([]string{"Retry-After"}, all...)},
 	} {
-		t.Run(tc.mode, func(t *testing.T) {
+		t.Run("mode="+tc.mode, func(t *testing.T) {
 			h := newTestHandler(t, &Handler{
 				Cluster: "unit-hdr-" + tc.mode,
 				Key:     "{http.request.header.X-App-Id}",
 				Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 1}},
 				Headers: tc.mode,
 			})
-			_ = h.ServeHTTP(httptest.NewRecorder(), get("a"), nopNext)
+			check := func(w *httptest.ResponseRecorder, has []string, status int) {
+				t.Helper()
+				if w.Code != status {
+					t.Fatalf("status %d, want %d", w.Code, status)
+				}
+				for _, k := range all {
+					if got, want := w.Header().Get(k) != "", slices.Contains(has, k); got != want {
+						t.Errorf("status %d: %s present %v, want %v (%q)", status, k, got, want, w.Header().Get(k))
+					}
+				}
+				for _, k := range tc.lack {
+					if w.Header().Get(k) != "" && !slices.Contains(has, k) {
+						t.Errorf("status %d: %s present: %q", status, k, w.Header().Get(k))
+					}
+				}
+			}
 			w := httptest.NewRecorder()
-			_ = h.ServeHTTP(w, get("a"), nopNext) // a rejection: every header applies
-			if w.Code != 429 {
-				t.Fatalf("status %d", w.Code)
+			_ = h.ServeHTTP(w, get("a"), nopNext)
+			check(w, tc.admitted, 200)
+			if w.Header().Get("Retry-After") != "" {
+				t.Error("Retry-After on an admitted response")
 			}
-			for _, k := range tc.has {
-				if w.Header().Get(k) == "" {
-					t.Errorf("%s missing", k)
-				}
-			}
-			for _, k := range tc.lack {
-				if w.Header().Get(k) != "" {
-					t.Errorf("%s present: %q", k, w.Header().Get(k))
-				}
-			}
+			w = httptest.NewRecorder()
+			_ = h.ServeHTTP(w, get("a"), nopNext) // a rejection
+			check(w, tc.rejected, 429)
 			if tc.mode != "off" && w.Header().Get("Retry-After") == "" {
 				t.Error("Retry-After missing on a rejection")
 			}
@@ -517,5 +531,56 @@ func TestOutcomeValueOverflow(t *testing.T) {
 		if v != long {
 			t.Fatalf("value %d corrupted: %q", i, v)
 		}
+	}
+}
+
+// TestPlaceholdersChain: with two rate_limit handlers on one request, the placeholders show
+// the last one that decided, also through another handler's writer wrapper and when the first
+// lets the request through in shadow mode; each request has its own values.
+func TestPlaceholdersChain(t *testing.T) {
+	for _, shadow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shadow=%v", shadow), func(t *testing.T) {
+			first := newTestHandler(t, &Handler{
+				Cluster: fmt.Sprintf("unit-chain-1-%v", shadow),
+				Key:     "{http.request.header.X-App-Id}",
+				Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 1}},
+				Shadow:  shadow,
+			})
+			second := newTestHandler(t, &Handler{
+				Cluster: fmt.Sprintf("unit-chain-2-%v", shadow),
+				Key:     "{http.request.header.X-App-Id}",
+				Apps:    map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 100}},
+			})
+			chain := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				// another handler's wrapper between the two
+				return second.ServeHTTP(&caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, r, nopNext)
+			})
+			serve := func() (*caddy.Replacer, int) {
+				r := get("a")
+				repl := caddyhttp.NewTestReplacer(r)
+				w := httptest.NewRecorder()
+				_ = first.ServeHTTP(w, r, chain)
+				return repl, w.Code
+			}
+			placeholders := func(repl *caddy.Replacer) string {
+				return repl.ReplaceAll("{http.rate_limit.app} {http.rate_limit.decision} "+
+					"{http.rate_limit.reason} {http.rate_limit.remaining} {http.rate_limit.cost}", "-")
+			}
+			repl1, code := serve()
+			if got := placeholders(repl1); code != 200 || got != "a allowed - 99 1" {
+				t.Errorf("request 1: %d %q, want the second handler's: a allowed - 99 1", code, got)
+			}
+			repl2, code := serve() // the first handler's bucket is empty now
+			want := "a rejected app_exhausted 0 1"
+			if shadow {
+				want = "a allowed - 98 1" // let through, and the second handler admitted it
+			}
+			if got := placeholders(repl2); got != want {
+				t.Errorf("request 2: %d %q, want %q", code, got, want)
+			}
+			if got := placeholders(repl1); got != "a allowed - 99 1" {
+				t.Errorf("request 1's placeholders changed to %q", got)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package tierbucket
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -122,58 +123,83 @@ func decodeRejection(t *testing.T, resp *http.Response, body string) rejection {
 // A tiny refill rate (one token per 100 s) makes "burst then reject" independent of timing.
 const slowApp = `guaranteed 0.01`
 
+// TestIntegrationBurstThen429: a burst, then 429 with the JSON body and the headers: by
+// default (draft) RateLimit on every response and RateLimit-Policy on the rejection only; with
+// `headers both` the X-RateLimit-* fields too, and the policy on every response.
 func TestIntegrationBurstThen429(t *testing.T) {
-	s := loadSite(t, `
+	for _, mode := range []string{"", "both"} {
+		t.Run("headers="+cmp.Or(mode, "default"), func(t *testing.T) {
+			directive := ""
+			if mode != "" {
+				directive = "headers " + mode
+			}
+			s := loadSite(t, `
 	rate_limit {
-		headers both
-		cluster it-burst
+		cluster it-burst-`+cmp.Or(mode, "default")+`
 		key {http.request.header.X-App-Id}
+		`+directive+`
 		app alpha {
 			`+slowApp+`
 			burst 5
 		}
 	}
 	respond "ok"`)
-	for i := 0; i < 5; i++ {
-		resp, body := s.do("GET", "/bucket/key", "alpha", "")
-		if resp.StatusCode != 200 || body != "ok" {
-			t.Fatalf("request %d: %d %q", i+1, resp.StatusCode, body)
-		}
-		if got := resp.Header.Get("X-RateLimit-Remaining"); got != strconv.Itoa(4-i) {
-			t.Errorf("request %d: X-RateLimit-Remaining = %q, want %d", i+1, got, 4-i)
-		}
-		if resp.Header.Get("Retry-After") != "" {
-			t.Errorf("Retry-After on an admitted request")
-		}
-	}
-	resp, body := s.do("GET", "/bucket/key", "alpha", "")
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("6th request: %d %q, want 429", resp.StatusCode, body)
-	}
-	r := decodeRejection(t, resp, body)
-	if r.Reason != "app_exhausted" || r.RetryAfter < 1 || r.Remaining != 0 || r.Cost != 1 {
-		t.Errorf("rejection %+v", r)
-	}
-	ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-	if err != nil || ra < 1 || int64(ra) != r.RetryAfter {
-		t.Errorf("Retry-After = %q, body retry_after %d", resp.Header.Get("Retry-After"), r.RetryAfter)
-	}
-	if got := resp.Header.Get("RateLimit-Policy"); got != `"app";q=5;w=500` {
-		t.Errorf("RateLimit-Policy = %q", got)
-	}
-	if got := resp.Header.Get("RateLimit"); got != fmt.Sprintf(`"app";r=0;t=%d`, ra) {
-		t.Errorf("RateLimit = %q", got)
-	}
-	if got := resp.Header.Get("X-RateLimit-Limit"); got != "" {
-		t.Errorf("X-RateLimit-Limit = %q: not one of the documented headers (the limit is in RateLimit-Policy)", got)
-	}
-	reset, _ := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64)
-	if now := time.Now().Unix(); reset < now || reset > now+int64(ra)+2 {
-		t.Errorf("X-RateLimit-Reset = %d, now %d", reset, now)
-	}
-	// another app is not affected
-	if resp, _ := s.do("GET", "/bucket/key", "other", ""); resp.StatusCode != 200 {
-		t.Errorf("unknown app shares nothing with alpha, got %d", resp.StatusCode)
+			for i := 0; i < 5; i++ {
+				resp, body := s.do("GET", "/bucket/key", "alpha", "")
+				if resp.StatusCode != 200 || body != "ok" {
+					t.Fatalf("request %d: %d %q", i+1, resp.StatusCode, body)
+				}
+				// t: the seconds until the bucket is full again, (5 - remaining) / 0.01
+				if got, want := resp.Header.Get("RateLimit"), fmt.Sprintf(`"app";r=%d;t=%d`, 4-i, (i+1)*100); got != want {
+					t.Errorf("request %d: RateLimit = %q, want %q", i+1, got, want)
+				}
+				policy, legacy := resp.Header.Get("RateLimit-Policy"), resp.Header.Get("X-RateLimit-Remaining")
+				if mode == "both" {
+					if legacy != strconv.Itoa(4-i) || policy != `"app";q=5;w=500` {
+						t.Errorf("request %d: X-RateLimit-Remaining = %q, want %d; RateLimit-Policy %q", i+1, legacy, 4-i, policy)
+					}
+				} else if policy != "" || legacy != "" || resp.Header.Get("X-RateLimit-Cost") != "" {
+					t.Errorf("request %d: admitted response carries RateLimit-Policy %q, X-RateLimit-Remaining %q (default: RateLimit only)",
+						i+1, policy, legacy)
+				}
+				if resp.Header.Get("Retry-After") != "" {
+					t.Errorf("Retry-After on an admitted request")
+				}
+			}
+			resp, body := s.do("GET", "/bucket/key", "alpha", "")
+			if resp.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("6th request: %d %q, want 429", resp.StatusCode, body)
+			}
+			r := decodeRejection(t, resp, body)
+			if r.Reason != "app_exhausted" || r.RetryAfter < 1 || r.Remaining != 0 || r.Cost != 1 {
+				t.Errorf("rejection %+v", r)
+			}
+			ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if err != nil || ra < 1 || int64(ra) != r.RetryAfter {
+				t.Errorf("Retry-After = %q, body retry_after %d", resp.Header.Get("Retry-After"), r.RetryAfter)
+			}
+			if got := resp.Header.Get("RateLimit-Policy"); got != `"app";q=5;w=500` {
+				t.Errorf("RateLimit-Policy = %q", got)
+			}
+			if got := resp.Header.Get("RateLimit"); got != fmt.Sprintf(`"app";r=0;t=%d`, ra) {
+				t.Errorf("RateLimit = %q", got)
+			}
+			if got := resp.Header.Get("X-RateLimit-Limit"); got != "" {
+				t.Errorf("X-RateLimit-Limit = %q: not one of the documented headers (the limit is in RateLimit-Policy)", got)
+			}
+			if mode == "both" {
+				reset, _ := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64)
+				if now := time.Now().Unix(); reset < now || reset > now+int64(ra)+2 {
+					t.Errorf("X-RateLimit-Reset = %d, now %d", reset, now)
+				}
+			} else if got := resp.Header.Get("X-RateLimit-Reset"); got != "" {
+				t.Errorf("default headers: X-RateLimit-Reset = %q on the rejection", got)
+			}
+			// another app is not affected
+			if resp, _ := s.do("GET", "/bucket/key", "other", ""); resp.StatusCode != 200 {
+				t.Errorf("unknown app shares nothing with alpha, got %d", resp.StatusCode)
+			}
+		})
 	}
 }
 
@@ -660,6 +686,7 @@ http://127.0.0.1:%s {
 	rate_limit /b/* {
 		cluster it-failed-reload
 		key {http.request.header.X-App-Id}
+		headers both
 		app alpha {
 			%s
 			burst 20

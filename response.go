@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -40,28 +41,43 @@ type result struct {
 }
 
 // outcome is a result published to the response headers and the replacer. It is the one
-// allocation per request of the handler in Caddy: it has to outlive ServeHTTP, because the
-// response headers are written and access logs read the placeholders after the handler chain
-// has returned, so it cannot be pooled. The header values are built into buf and handed out
-// as strings that point into it (buf is never written again once a value is cut from it), so
-// the headers cost no further allocation.
+// allocation per request of the handler in Caddy besides the placeholder provider: it has to
+// outlive ServeHTTP, because the response headers are written and access logs read the
+// placeholders after the handler chain has returned, so it cannot be pooled. The header values
+// are built into buf and handed out as strings that point into it (buf is never written again
+// once a value is cut from it), so the headers cost no further allocation.
 type outcome struct {
 	result
-	vals [12]string
-	nval int
-	buf  [160]byte // enough for typical values; a value that does not fit is allocated
-	nbuf int
+	// root is the outcome whose placeholder provider the request's replacer holds: this one,
+	// or that of an earlier rate_limit handler in the same chain. latest (on the root only) is
+	// the outcome of the last handler that published, which the placeholders show.
+	root   *outcome
+	latest atomic.Pointer[outcome]
+	vals   [12]string
+	nval   int
+	buf    [160]byte // enough for typical values; a value that does not fit is allocated
+	nbuf   int
 }
 
 // publish sets the headers and placeholders of res and returns the outcome that holds them
-// (nil, and no allocation, with headers off and no replacer).
+// (nil, and no allocation, with headers off and no replacer). w is the writer the handler was
+// given: when an earlier rate_limit handler of the chain wrapped it, that handler's provider
+// is pointed at this outcome instead of registering a second one.
 func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *result) *outcome {
 	if repl == nil && (h.headers == headersOff || !res.hasQuota()) {
 		return nil
 	}
 	o := &outcome{result: *res}
 	h.setHeaders(w, o)
-	h.setPlaceholders(repl, o)
+	if repl != nil {
+		if root := publishedOutcome(w); root != nil {
+			o.root = root
+			root.latest.Store(o)
+		} else {
+			o.root = o
+			repl.Map(o.placeholder)
+		}
+	}
 	return o
 }
 
@@ -226,40 +242,50 @@ func writeRejection(w http.ResponseWriter, r *http.Request, status int, o *outco
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 160); return &b }}
 
-// The placeholders for later handlers and logs. Their values are pointers into the request's
-// outcome whose String methods run only when a placeholder is actually used: setting them
-// costs no allocation beyond the replacer's own map.
-const (
-	phApp       = "http.rate_limit.app"
-	phCost      = "http.rate_limit.cost"
-	phRemaining = "http.rate_limit.remaining"
-	phReason    = "http.rate_limit.reason"
-	phDecision  = "http.rate_limit.decision"
-)
+// The placeholders for later handlers and logs, {http.rate_limit.app}, .cost, .remaining,
+// .reason and .decision. They cost nothing unless used: one provider function per request
+// (repl.Map: a method value, no map entries), whose values are built only when a placeholder
+// is looked up.
+const phPrefix = "http.rate_limit."
 
-type (
-	phAppValue       outcome
-	phCostValue      outcome
-	phRemainingValue outcome
-	phReasonValue    outcome
-	phDecisionValue  outcome
-)
-
-func (v *phAppValue) String() string  { return v.app }
-func (v *phCostValue) String() string { return strconv.FormatInt(v.cost, 10) }
-func (v *phRemainingValue) String() string {
-	return strconv.FormatInt(max(v.remaining, 0), 10)
-}
-func (v *phReasonValue) String() string   { return v.reason.String() }
-func (v *phDecisionValue) String() string { return decisionNames[v.decision] }
-
-func (h *Handler) setPlaceholders(repl *caddy.Replacer, o *outcome) {
-	if repl == nil {
-		return
+// placeholder is the replacer provider of a request's outcome (the root of its chain).
+func (o *outcome) placeholder(key string) (any, bool) {
+	if len(key) <= len(phPrefix) || key[:len(phPrefix)] != phPrefix {
+		return nil, false
 	}
-	repl.Set(phApp, (*phAppValue)(o))
-	repl.Set(phCost, (*phCostValue)(o))
-	repl.Set(phRemaining, (*phRemainingValue)(o))
-	repl.Set(phReason, (*phReasonValue)(o))
-	repl.Set(phDecision, (*phDecisionValue)(o))
+	if l := o.latest.Load(); l != nil {
+		o = l
+	}
+	switch key[len(phPrefix):] {
+	case "app":
+		return o.app, true
+	case "cost":
+		return strconv.FormatInt(o.cost, 10), true
+	case "remaining":
+		return strconv.FormatInt(max(o.remaining, 0), 10), true
+	case "reason":
+		return o.reason.String(), true
+	case "decision":
+		return decisionNames[o.decision], true
+	}
+	return nil, false
+}
+
+// publishedOutcome finds the root outcome of an earlier rate_limit handler of the same chain:
+// its writer wraps w, possibly under other handlers' wrappers.
+func publishedOutcome(w http.ResponseWriter) *outcome {
+	for range 16 {
+		switch ww := w.(type) {
+		case *trackedWriter:
+			if ww.out != nil {
+				return ww.out
+			}
+			w = ww.ResponseWriter
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = ww.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
 }

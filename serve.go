@@ -66,8 +66,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	o.decision = decisionAllowed
-	h.publish(w, repl, &o)
-	return h.serveAdmitted(w, r, next, app, d, est, ticket)
+	out := h.publish(w, repl, &o)
+	return h.serveAdmitted(w, r, next, app, d, est, ticket, out)
 }
 
 // serveAdmitted runs the rest of the chain for an admitted request and settles afterwards.
@@ -81,8 +81,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // request): the request was admitted and usually reached the backend, and refunding downstream
 // rejections such as a 401 from basic_auth would make brute force free.
 func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
-	app *limiter.App, d limiter.Decision, est cost.Estimate, ticket *connlimit.Ticket) (err error) {
-	tw := getTrackedWriter(w, ticket)
+	app *limiter.App, d limiter.Decision, est cost.Estimate, ticket *connlimit.Ticket,
+	out *outcome) (err error) {
+	tw := getTrackedWriter(w, ticket, out)
 	var body *touchingBody
 	orig := r.Body
 	if orig != nil && orig != http.NoBody {
@@ -151,7 +152,13 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 	out := h.publish(w, repl, o)
 	h.emit(o)
 	if h.Shadow {
-		return next.ServeHTTP(w, r)
+		if out == nil || repl == nil {
+			return next.ServeHTTP(w, r)
+		}
+		// wrapped so that a later rate_limit handler's outcome reaches the placeholders
+		tw := getTrackedWriter(w, nil, out)
+		defer putTrackedWriter(tw)
+		return next.ServeHTTP(tw, r)
 	}
 	status := h.statusFor(reason)
 	if h.Errors {

@@ -23,14 +23,22 @@ type trackedWriter struct {
 	n        int64 // response body bytes written
 	status   int   // the final status written (0 before WriteHeader)
 	hijacked bool
+	out      *outcome // the root outcome of the request's placeholders, for later rate_limit handlers
 }
 
 var writerPool = sync.Pool{New: func() any { return new(trackedWriter) }}
 
-func getTrackedWriter(w http.ResponseWriter, t *connlimit.Ticket) *trackedWriter {
+// getTrackedWriter wraps w for a request holding t (nil: no slot to track) whose placeholders
+// are out's (nil: none).
+func getTrackedWriter(w http.ResponseWriter, t *connlimit.Ticket, out *outcome) *trackedWriter {
 	tw := writerPool.Get().(*trackedWriter)
 	tw.ResponseWriter = w
-	tw.ticket = t.Handle()
+	if t != nil {
+		tw.ticket = t.Handle()
+	}
+	if out != nil {
+		tw.out = out.root
+	}
 	return tw
 }
 
