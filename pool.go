@@ -58,10 +58,12 @@ type defEntry struct {
 	refs        int
 }
 
-// poolKey identifies one shared state: a cluster id on one Store.
+// poolKey identifies one shared state: a cluster id on one Store, reached with one set of
+// credentials and TLS settings.
 type poolKey struct {
 	cluster string
 	store   string // "memory" or the Redis identity
+	conn    string // the digest of the Redis credentials and TLS settings (redisConnDigest)
 }
 
 // definition is everything that makes up a cluster's shared state in one handler's config.
@@ -92,6 +94,7 @@ func (h *Handler) definition() (definition, error) {
 		}
 		def.redis = &rc
 		def.key.store = redisIdentity(rc)
+		def.key.conn = redisConnDigest(rc, h.Redis.TrustPoolRaw)
 		lc.StoreTimeout = rc.Timeout
 	}
 	def.lim = lc
@@ -119,7 +122,7 @@ type clusterState struct {
 	store store.Store
 	hist  *sampler // the per-second history (admin GET /rate_limit/history)
 
-	stopProbe func() // ends the start-up probe of a Redis Store (nil: none running)
+	probed atomic.Pointer[probeState] // the start-up probe of a Redis Store (nil: none)
 
 	// Decisions taken before there is an App to record them on (metrics, label "*").
 	invalidIDs     atomic.Int64
@@ -150,6 +153,12 @@ func newClusterState(def definition) (*clusterState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster %q: redis: %v", def.key.cluster, err)
 		}
+		if err := validateStore(st, def.key.cluster); err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		logger := lc.Logger
+		st.OnWatchRefused(func(p store.PermanentError, first bool) { s.watchRefused(logger, p, first) })
 		s.store = st
 		lc.KnownInstances, lc.OnLiveInstances = liveInstancesFile(def.key, lc.Logger)
 	} else {
@@ -166,12 +175,7 @@ func newClusterState(def definition) (*clusterState, error) {
 	s.lim = lim
 	s.conns.UseSlots(lim) // fleet-wide in-flight limits through leased slots
 	if rs, ok := s.store.(*redislua.Store); ok {
-		if err := s.probe(rs, lc.Logger); err != nil {
-			_ = lim.Close()
-			s.conns.Close()
-			_ = s.store.Close()
-			return nil, err
-		}
+		s.probe(rs, lc.Logger)
 	}
 	s.hist = startSampler(s)
 	return s, nil
@@ -180,8 +184,8 @@ func newClusterState(def definition) (*clusterState, error) {
 // Destruct is called by the pool when the last handler using the state is cleaned up: the
 // limiter returns its unspent tokens to L2 and sends its last statistics.
 func (s *clusterState) Destruct() error {
-	if s.stopProbe != nil {
-		s.stopProbe()
+	if p := s.probed.Load(); p != nil {
+		p.stop()
 	}
 	s.hist.close()
 	s.conns.GiveBackSlots()

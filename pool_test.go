@@ -2,8 +2,10 @@ package tierbucket
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -121,5 +123,41 @@ func TestStoreChangeMakesNewState(t *testing.T) {
 	}
 	if h1.state == h2.state || h2.state.key.store == "memory" {
 		t.Errorf("states %v %v", h1.state.key, h2.state.key)
+	}
+}
+
+// A reload that changes the Redis credentials (the fix of a refused password) gets a new state,
+// whose client uses them; one that changes only the client's tuning keeps the state. The key
+// holds a digest of the credentials, never the password.
+func TestCredentialChangeMakesNewState(t *testing.T) {
+	redisPolicy := func(pw string, timeout time.Duration) *Handler {
+		h := policy("pool-cred", 10)
+		h.Redis = &RedisConfig{Config: redislua.Config{Address: []string{"127.0.0.1:1"}, Password: pw},
+			Timeout: caddy.Duration(timeout)} // nothing listens: the probe gives up at once
+		return h
+	}
+	g1 := newCtx(t)
+	h1 := redisPolicy("old-pw-a1", 50*time.Millisecond)
+	if err := setupOn(t, g1, h1); err != nil {
+		t.Fatal(err)
+	}
+	g2 := newCtx(t)
+	h2 := redisPolicy("old-pw-a1", 80*time.Millisecond)
+	if err := setupOn(t, g2, h2); err != nil {
+		t.Fatal(err)
+	}
+	if h1.state != h2.state {
+		t.Errorf("a timeout change made a new state: %v %v", h1.state.key, h2.state.key)
+	}
+	g3 := newCtx(t)
+	h3 := redisPolicy("new-pw-b2", 80*time.Millisecond)
+	if err := setupOn(t, g3, h3); err != nil {
+		t.Fatal(err)
+	}
+	if h3.state == h2.state || h3.state.key.store != h2.state.key.store {
+		t.Errorf("a password change: states %v %v, want a new state on the same Store", h2.state.key, h3.state.key)
+	}
+	if k := fmt.Sprint(h3.state.key); strings.Contains(k, "new-pw-b2") {
+		t.Errorf("the pool key holds the password: %s", k)
 	}
 }

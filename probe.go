@@ -2,10 +2,14 @@ package tierbucket
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,66 +26,128 @@ const probeTimeout = 2 * time.Second
 // Caddy provisions the modules the same way for validation and for running; only the command
 // line tells them apart. Validation fails on a configuration Redis refuses; a running Caddy
 // logs it and keeps serving under the rescue limits.
-var validating = sync.OnceValue(func() bool {
-	if len(os.Args) < 2 {
+var validating = sync.OnceValue(func() bool { return isValidateCommand(os.Args) })
+
+func isValidateCommand(args []string) bool {
+	if len(args) < 2 {
 		return false
 	}
-	switch os.Args[1] {
+	switch args[1] {
 	case "validate":
 		return true
 	case "adapt":
-		for _, a := range os.Args[2:] {
-			if a == "--validate" || a == "-validate" || strings.HasPrefix(a, "--validate=true") {
+		for _, a := range args[2:] {
+			if a == "--" {
+				break
+			}
+			if a == "--validate" {
 				return true
+			}
+			if v, ok := strings.CutPrefix(a, "--validate="); ok {
+				b, err := strconv.ParseBool(v)
+				return err == nil && b
 			}
 		}
 	}
 	return false
-})
+}
 
-// probe checks, when the cluster's shared state is created, that Redis accepts the
-// configuration: the connection (TLS, certificates, credentials), then the ACL permissions the
-// Store needs on its keys and its notification channel (redislua.Store.Probe). An unreachable
-// or slow Redis says nothing about the configuration and is never an error here.
-//
-// Validating, the probe runs at once (at most probeTimeout) and a refused configuration fails
-// validation with its cause and remedy. Running, it runs in the background so that start-up
-// and reloads never wait for Redis: a refused connection enters fail_open through the limiter
-// (one ERROR line with cause and remedy, the rescue limits, the usual probes and recovery); a
-// missing permission the connection does not reveal (a command, the channel) is logged at
-// ERROR by the probe.
-func (s *clusterState) probe(st *redislua.Store, logger *zap.Logger) error {
-	cluster := s.key.cluster
-	if validating() {
-		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-		defer cancel()
-		p, ok := store.AsPermanent(st.Probe(ctx, cluster))
-		if !ok {
-			return nil
-		}
-		logRefused(logger, cluster, p)
-		return fmt.Errorf("cluster %q: Redis refuses this configuration: %s; remedy: %s", cluster, p.Error(), p.Remedy())
+// probeState is what the start-up probe of a running Caddy found, for the subscription of the
+// override notifications (which reports a refused SUBSCRIBE itself).
+type probeState struct {
+	done   chan struct{} // closed when the probe is over
+	cancel context.CancelFunc
+	// deniedSubscribe: the probe reported that the user may not subscribe to the cluster's
+	// channel, so the subscription's first refusal is not reported a second time.
+	deniedSubscribe atomic.Bool
+}
+
+// stop ends the probe and waits for it.
+func (p *probeState) stop() {
+	p.cancel()
+	<-p.done
+}
+
+// validateStore checks, under `caddy validate`, that Redis accepts the configuration: the
+// connection (TLS, certificates, credentials), then the ACL permissions the Store needs on its
+// keys and its notification channel (redislua.Store.Probe), in at most probeTimeout. A refused
+// configuration fails validation with its cause and remedy; an unreachable or slow Redis says
+// nothing about the configuration and is not an error. It runs before the limiter exists, so
+// that no sync loop dials Redis meanwhile. Outside validation it does nothing (see probe).
+func validateStore(st *redislua.Store, cluster string) error {
+	if !validating() {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	done := make(chan struct{})
-	s.stopProbe = func() {
-		cancel()
-		<-done
+	defer cancel()
+	p, ok := store.AsPermanent(st.Probe(ctx, cluster))
+	if !ok {
+		return nil // accepted, or not reachable: an outage is not a configuration error
 	}
+	return fmt.Errorf("cluster %q: Redis refuses this configuration: %s; remedy: %s", cluster, p.Error(), p.Remedy())
+}
+
+// probe checks, in a running Caddy, the same as validateStore, in the background so that
+// start-up and reloads never wait for Redis: a refused connection enters fail_open through the
+// limiter (one ERROR line with cause and remedy, the rescue limits, the usual probes and
+// recovery); a missing permission the connection does not reveal (a command, the channel) is
+// logged at ERROR by the probe, once. Failed probes are counted in store_errors_total
+// (op="probe"). Validating, it does nothing (validateStore did it).
+func (s *clusterState) probe(st *redislua.Store, logger *zap.Logger) {
+	if validating() {
+		return
+	}
+	cluster := s.key.cluster
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	ps := &probeState{done: make(chan struct{}), cancel: cancel}
+	s.probed.Store(ps)
+	failed := storeErrors.WithLabelValues(cluster, "probe")
 	go func() {
-		defer close(done)
+		defer close(ps.done)
 		defer cancel()
 		if err := st.Ping(ctx); err != nil {
+			failed.Inc()
 			if _, ok := store.AsPermanent(err); ok {
 				s.lim.StoreFailed(err)
 			}
 			return
 		}
-		if p, ok := store.AsPermanent(st.CheckACL(ctx, cluster)); ok {
+		err := st.CheckACL(ctx, cluster)
+		if err != nil {
+			failed.Inc()
+		}
+		if p, ok := store.AsPermanent(err); ok {
+			var denied *redislua.PermanentError
+			if errors.As(err, &denied) && slices.Contains(denied.Denied, "subscribe") {
+				ps.deniedSubscribe.Store(true)
+			}
 			logRefused(logger, cluster, p)
 		}
 	}()
-	return nil
+}
+
+// watchRefused is told by the Store that Redis refused the subscription of the override
+// notifications: the first refusal of an episode is logged at ERROR (unless the start-up probe
+// already named the missing permission), every one is counted.
+func (s *clusterState) watchRefused(logger *zap.Logger, p store.PermanentError, first bool) {
+	storeErrors.WithLabelValues(s.key.cluster, "watch").Inc()
+	if !first {
+		return
+	}
+	if ps := s.probed.Load(); ps != nil {
+		<-ps.done // bounded by probeTimeout
+		if ps.deniedSubscribe.CompareAndSwap(true, false) {
+			return // said at start-up
+		}
+	}
+	if logger == nil {
+		return
+	}
+	logger.Error("rate_limit: Redis refuses the subscription to the override notifications; admin overrides "+
+		"made on other instances apply here at the next report instead of at once",
+		zap.String("cluster", s.key.cluster),
+		zap.String("cause", p.Error()),
+		zap.String("remedy", p.Remedy()))
 }
 
 func logRefused(logger *zap.Logger, cluster string, p store.PermanentError) {

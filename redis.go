@@ -1,6 +1,8 @@
 package tierbucket
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -86,6 +88,26 @@ func redisIdentity(rc redislua.Config) string {
 		return fmt.Sprint(id)
 	}
 	return "redis:" + string(b)
+}
+
+// redisConnDigest is a digest of what the connection to the Store authenticates and encrypts
+// with: the credentials and the TLS settings (the trust pool as written). A reload that changes
+// them (the operator fixing a refused password or certificate, or rotating them) gets a new
+// state with a new client; the old state's client kept the old settings. Only the digest is
+// kept, never the password.
+func redisConnDigest(rc redislua.Config, trustPool json.RawMessage) string {
+	conn := struct {
+		Username   string               `json:"u,omitempty"`
+		Password   string               `json:"p,omitempty"`
+		TLS        bool                 `json:"t,omitempty"`
+		ClientAuth *redislua.ClientAuth `json:"c,omitempty"`
+		ServerName string               `json:"n,omitempty"`
+		SkipVerify bool                 `json:"s,omitempty"`
+		TrustPool  json.RawMessage      `json:"r,omitempty"`
+	}{rc.Username, rc.Password, rc.TLS, rc.TLSClientAuth, rc.TLSServerName, rc.TLSInsecureSkipVerify, trustPool}
+	b, _ := json.Marshal(conn) // strings, bools and raw JSON: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
 // ctxPtr is the handler's Caddy context, nil before setup gave it one.

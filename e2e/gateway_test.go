@@ -38,6 +38,7 @@ type gateway struct {
 	adminPort, sitePort int
 	reloads             int
 	adminBlock          string // the admin option's block ("" none): see startGatewayAdmin
+	global              string // more global options ("" none): see startGatewayGlobal
 }
 
 // gatewayConfig is the whole Caddyfile of a gateway: global options and one site.
@@ -47,6 +48,11 @@ func gatewayConfig(adminPort, sitePort int, site string) string {
 
 // gatewayConfigAdmin is gatewayConfig with a block for the admin option (its lines, or "").
 func gatewayConfigAdmin(adminPort, sitePort int, site, adminBlock string) string {
+	return gatewayConfigGlobal(adminPort, sitePort, site, adminBlock, "")
+}
+
+// gatewayConfigGlobal is gatewayConfigAdmin with more global options (lines, or "").
+func gatewayConfigGlobal(adminPort, sitePort int, site, adminBlock, global string) string {
 	if adminBlock != "" {
 		adminBlock = " {\n" + adminBlock + "\n\t}"
 	}
@@ -57,12 +63,13 @@ func gatewayConfigAdmin(adminPort, sitePort int, site, adminBlock string) string
 	skip_install_trust
 	http_port %d
 	grace_period 2s
+%s
 }
 
 http://127.0.0.1:%d {
 %s
 }
-`, adminPort, adminBlock, sitePort, sitePort, site)
+`, adminPort, adminBlock, sitePort, global, sitePort, site)
 }
 
 // reload replaces the gateway's site with `caddy reload`, as an operator would.
@@ -70,7 +77,7 @@ func (g *gateway) reload(site string) {
 	g.t.Helper()
 	g.reloads++
 	path := filepath.Join(g.dir, fmt.Sprintf("Caddyfile.reload%d", g.reloads))
-	if err := os.WriteFile(path, []byte(gatewayConfigAdmin(g.adminPort, g.sitePort, site, g.adminBlock)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(gatewayConfigGlobal(g.adminPort, g.sitePort, site, g.adminBlock, g.global)), 0o644); err != nil {
 		g.t.Fatal(err)
 	}
 	cmd := exec.Command(caddyBin, "reload", "--config", path, "--adapter", "caddyfile",
@@ -93,11 +100,22 @@ func startGateway(t *testing.T, name, site string) *gateway {
 // "{port}" stands for the admin endpoint's port.
 func startGatewayAdmin(t *testing.T, name, site, adminBlock string) *gateway {
 	t.Helper()
+	return startGatewayFull(t, name, site, adminBlock, "")
+}
+
+// startGatewayGlobal is startGateway with more global options (such as "debug").
+func startGatewayGlobal(t *testing.T, name, site, global string) *gateway {
+	t.Helper()
+	return startGatewayFull(t, name, site, "", global)
+}
+
+func startGatewayFull(t *testing.T, name, site, adminBlock, global string) *gateway {
+	t.Helper()
 	requireCaddy(t)
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // a picked port may be taken before Caddy binds it
-		g, err := tryStartGateway(t, name, site, adminBlock, dir, attempt, nil)
+		g, err := tryStartGateway(t, name, site, adminBlock, global, dir, attempt, nil)
 		if err == nil {
 			return g
 		}
@@ -115,17 +133,17 @@ func startGatewayAdmin(t *testing.T, name, site, adminBlock string) *gateway {
 func startGatewayJSON(t *testing.T, name, site string, edit func(cfg map[string]any)) *gateway {
 	t.Helper()
 	requireCaddy(t)
-	g, err := tryStartGateway(t, name, site, "", t.TempDir(), 0, edit)
+	g, err := tryStartGateway(t, name, site, "", "", t.TempDir(), 0, edit)
 	if err != nil {
 		t.Fatalf("gateway %s: %v", name, err)
 	}
 	return g
 }
 
-func tryStartGateway(t *testing.T, name, site, adminBlock, dir string, attempt int, edit func(map[string]any)) (*gateway, error) {
+func tryStartGateway(t *testing.T, name, site, adminBlock, global, dir string, attempt int, edit func(map[string]any)) (*gateway, error) {
 	adminPort, sitePort := testnet.FreePort(t), testnet.FreePort(t)
 	adminBlock = strings.ReplaceAll(adminBlock, "{port}", strconv.Itoa(adminPort))
-	conf := gatewayConfigAdmin(adminPort, sitePort, site, adminBlock)
+	conf := gatewayConfigGlobal(adminPort, sitePort, site, adminBlock, global)
 	confPath := filepath.Join(dir, fmt.Sprintf("Caddyfile.%d", attempt))
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -171,7 +189,7 @@ func tryStartGateway(t *testing.T, name, site, adminBlock, dir string, attempt i
 		admin:   fmt.Sprintf("http://127.0.0.1:%d", adminPort),
 		base:    fmt.Sprintf("http://127.0.0.1:%d", sitePort),
 		logPath: logPath,
-		dir:     dir, adminPort: adminPort, sitePort: sitePort, adminBlock: adminBlock,
+		dir:     dir, adminPort: adminPort, sitePort: sitePort, adminBlock: adminBlock, global: global,
 	}
 	go func() {
 		cmd.Wait()
@@ -333,5 +351,34 @@ func lastLines(s string, n int) string {
 func drain(resp *http.Response) string {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	return string(b)
+}
+
+// logLines returns the gateway's log so far, one entry per line.
+func logLines(t *testing.T, g *gateway) []string {
+	t.Helper()
+	b, err := os.ReadFile(g.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+// adminBody GETs path from the gateway's admin endpoint (one SSE read for the stream).
+func adminBody(t *testing.T, g *gateway, path string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, g.admin+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
 	return string(b)
 }

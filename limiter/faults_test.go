@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -341,5 +342,42 @@ func TestPermanentErrorLoggedOnce(t *testing.T) {
 	}
 	if n := logs.FilterMessageSnippet("Store unavailable").Len(); n != 1 {
 		t.Fatalf("%d WARN lines, want only the first episode's: %+v", n, logs.All())
+	}
+}
+
+// StoreFailed (the start-up probe's refused connection) enters fail_open with the one ERROR of
+// the episode; the limiter's own failed calls in that episode add none, a nil error changes
+// nothing, and only the limiter's own successful probe leaves fail_open.
+func TestStoreFailedFromProbe(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	c := clock.NewManual()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Logger = zap.New(core)
+	l := testLimiter(t, cfg, ps, c, false)
+	l.StoreFailed(nil)
+	if l.Level() == LevelFailOpen || logs.Len() != 0 {
+		t.Fatalf("StoreFailed(nil): level %v, logs %+v", l.Level(), logs.All())
+	}
+	l.StoreFailed(fmt.Errorf("redislua: probe: %w", errRefused))
+	if l.Level() != LevelFailOpen {
+		t.Fatalf("level %v after a refused probe", l.Level())
+	}
+	ps.fail.Store(true)
+	ps.permanent.Store(true)
+	for range 3 {
+		c.Advance(time.Second)
+		l.tick(c.Now())
+	}
+	l.StoreFailed(errRefused)
+	errs := logs.FilterLevelExact(zapcore.ErrorLevel).All()
+	if len(errs) != 1 || !strings.Contains(errs[0].ContextMap()["cause"].(string), "WRONGPASS") {
+		t.Fatalf("ERROR lines: %+v", logs.All())
+	}
+	ps.fail.Store(false)
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	if l.Level() == LevelFailOpen || logs.FilterMessageSnippet("leaving fail_open").Len() != 1 {
+		t.Fatalf("level %v after the fix; logs %+v", l.Level(), logs.All())
 	}
 }

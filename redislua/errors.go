@@ -30,6 +30,9 @@ const (
 type PermanentError struct {
 	Kind ErrorKind
 	Err  error
+	// Denied names the commands Store.CheckACL found refused (KindPermission), in the order
+	// of ACLCommands; nil for an error of a call.
+	Denied []string
 }
 
 func (e *PermanentError) Error() string   { return e.Err.Error() }

@@ -73,24 +73,74 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, ch store.Overri
 	return uint64(version), nil
 }
 
+// watchRefusedRetry is how long Watch waits before it tries again a subscription Redis refused
+// (a missing SUBSCRIBE permission or channel pattern): only an operator can fix it, and each try
+// is a new connection.
+var watchRefusedRetry = 5 * time.Second
+
+// OnWatchRefused sets f to be called when Redis refuses the subscription of Watch with a
+// permanent error (a missing SUBSCRIBE permission or channel pattern: the override
+// notifications do not arrive, a change made elsewhere applies at the next report instead):
+// at every refused try, first true for the first one since the subscription last succeeded,
+// so that the caller reports it once and counts the rest. Set it before the first Watch.
+func (s *Store) OnWatchRefused(f func(err store.PermanentError, first bool)) {
+	s.watchRefused = f
+}
+
 // Watch implements store.Store with a subscription to the cluster's :events channel. go-redis
 // connects in the background and resubscribes after a lost connection; a message lost meanwhile
 // is repaired by the next report's ConfigVersion.
+//
+// A subscription Redis refuses (NOPERM) is reported through OnWatchRefused and tried again with
+// a new subscription every watchRefusedRetry: go-redis keeps a connection whose SUBSCRIBE was
+// refused, and waiting on it would never see the operator's fix.
 func (s *Store) Watch(cluster string, notify func()) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ps := s.client.Subscribe(ctx, s.keys.events(cluster))
+	channel := s.keys.events(cluster)
+	var (
+		mu     sync.Mutex // guards ps and closed: stop closes the subscription the loop waits on
+		ps     = s.client.Subscribe(ctx, channel)
+		closed bool
+	)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		backoff := 10 * time.Millisecond
+		refused := false // the last try was refused (reported once until one succeeds)
 		for {
-			msg, err := ps.Receive(ctx)
+			mu.Lock()
+			cur := ps
+			mu.Unlock()
+			msg, err := cur.Receive(ctx)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
 				if errors.Is(err, redis.ErrClosed) {
 					return
+				}
+				// A refused permission (NOPERM). A refused connection (credentials,
+				// certificates) fails the limiter's own calls too, which report it.
+				var p *PermanentError
+				if errors.As(classify(err), &p) && p.Kind == KindPermission {
+					if f := s.watchRefused; f != nil {
+						f(p, !refused)
+					}
+					refused = true
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(watchRefusedRetry):
+					}
+					mu.Lock()
+					if closed {
+						mu.Unlock()
+						return
+					}
+					_ = ps.Close()
+					ps = s.client.Subscribe(ctx, channel)
+					mu.Unlock()
+					continue
 				}
 				// go-redis reconnects and resubscribes on the next Receive; while Redis is
 				// away, try at most once a second.
@@ -104,8 +154,11 @@ func (s *Store) Watch(cluster string, notify func()) (stop func()) {
 			}
 			backoff = 10 * time.Millisecond
 			switch msg.(type) {
-			case *redis.Message, *redis.Subscription:
+			case *redis.Subscription:
+				refused = false
 				notify() // a (re)subscription may follow a lost message: look again
+			case *redis.Message:
+				notify()
 			}
 		}
 	}()
@@ -113,7 +166,10 @@ func (s *Store) Watch(cluster string, notify func()) (stop func()) {
 	return func() {
 		once.Do(func() {
 			cancel()
+			mu.Lock()
+			closed = true
 			_ = ps.Close()
+			mu.Unlock()
 			<-done
 		})
 	}

@@ -141,8 +141,8 @@ func (s *Store) CheckACL(ctx context.Context, cluster string) error {
 		return fmt.Errorf("redislua: probe: %w", classify(err))
 	}
 	if list := denied.list(); len(list) > 0 {
-		return &PermanentError{Kind: KindPermission, Err: fmt.Errorf(
-			"redislua: probe: the Redis user may not run %s (on keys %s:*, channel %s)",
+		return &PermanentError{Kind: KindPermission, Denied: list, Err: fmt.Errorf(
+			"the Redis user may not run %s (on keys %s:*, channel %s)",
 			strings.Join(list, ", "), s.keys.prefix, channel)}
 	}
 	return nil

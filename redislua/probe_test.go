@@ -110,3 +110,93 @@ func TestProbe(t *testing.T) {
 		t.Fatalf("DBSIZE after the probes: %v %v", n, err)
 	}
 }
+
+// A subscription Redis refuses (no SUBSCRIBE permission) is reported once however often it is
+// tried again, and recovers once the operator grants the permission: notifications arrive.
+// Refused again later (the channel pattern revoked), it is reported again, once.
+func TestProbeWatchRefused(t *testing.T) {
+	old := watchRefusedRetry
+	watchRefusedRetry = 20 * time.Millisecond
+	t.Cleanup(func() { watchRefusedRetry = old })
+
+	srv := redistest.StandaloneWith(t, nil)
+	srv.SetUser(t, "nosub", "pw", strings.Replace(ACLRules("sec"), "+subscribe", "", 1))
+	st := openT(t, Config{Address: []string{srv.Addr()}, Username: "nosub", Password: "pw", KeyPrefix: "sec"})
+	type refusal struct {
+		err   string
+		first bool
+	}
+	refusals := make(chan refusal, 1000)
+	st.OnWatchRefused(func(p store.PermanentError, first bool) {
+		refusals <- refusal{p.Error() + " / " + p.Remedy(), first}
+	})
+	notified := make(chan struct{}, 100)
+	stop := st.Watch("c", func() { notified <- struct{}{} })
+	defer stop()
+
+	// Three refusals: the first is the one to report, and it names the command.
+	for i := range 3 {
+		r := <-refusals
+		if r.first != (i == 0) {
+			t.Fatalf("refusal %d: first=%v", i, r.first)
+		}
+		if !strings.Contains(r.err, "NOPERM") || !strings.Contains(r.err, "subscribe") || !strings.Contains(r.err, "ACL") {
+			t.Fatalf("refusal %d: %q, want NOPERM naming subscribe, with the remedy", i, r.err)
+		}
+	}
+	select {
+	case <-notified:
+		t.Fatal("notified while the subscription is refused")
+	default:
+	}
+
+	// The operator grants SUBSCRIBE: the next try subscribes (a notification), and a published
+	// change arrives.
+	if _, err := srv.Do("ACL", "SETUSER", "nosub", "+subscribe"); err != nil {
+		t.Fatal(err)
+	}
+	waitNotified := func(what string) {
+		t.Helper()
+		select {
+		case <-notified:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no notification after %s", what)
+		}
+	}
+	waitNotified("the grant")
+	for len(refusals) > 0 { // refusals of tries made before the grant
+		<-refusals
+	}
+	if _, err := srv.Do("PUBLISH", "sec:{c}:events", "7"); err != nil {
+		t.Fatal(err)
+	}
+	waitNotified("a PUBLISH")
+
+	// The channel pattern revoked: Redis drops the subscriber, the new subscription is
+	// refused, and that is a new episode, reported again.
+	if _, err := srv.Do("ACL", "SETUSER", "nosub", "resetchannels"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-refusals:
+		if !r.first || !strings.Contains(r.err, "NOPERM") {
+			t.Fatalf("refusal after the revocation: %+v, want a first one", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked channel was not reported")
+	}
+}
+
+// A refused connection is a permanent error on every call, the pipelined report included:
+// go-redis does not stamp a pipeline's commands with an error of the connection's handshake,
+// which left the report with an empty reply ("unexpected type=<nil>") instead of WRONGPASS.
+func TestProbeReportWrongPassword(t *testing.T) {
+	srv := redistest.StandaloneWith(t, nil)
+	aclUser(t, "right", "sec", srv)
+	st := openT(t, Config{Address: []string{srv.Addr()}, Username: "rl", Password: "wrong", KeyPrefix: "sec"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err := st.Report(ctx, store.Report{Cluster: store.ClusterPolicy{ID: "c"}, Instance: "i",
+		Apps: []store.AppReport{{App: "a", Requests: 1, Cost: 1}}})
+	wantPermanent(t, err, KindAuth, "WRONGPASS")
+}

@@ -20,6 +20,8 @@ type Store struct {
 	keys    keys
 	clock   clock.Clock  // nil: Redis TIME
 	release func() error // set by Open: gives the shared client back to the pool
+
+	watchRefused func(store.PermanentError, bool) // see OnWatchRefused
 }
 
 var _ store.Store = (*Store)(nil)
@@ -382,7 +384,7 @@ func (s *Store) runPipeline(ctx context.Context, calls []scriptCall) ([]*redis.C
 	for i, c := range calls {
 		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
-	_, _ = pipe.Exec(ctx)
+	execPipeline(ctx, pipe, cmds)
 
 	var retry []int
 	for i, cmd := range cmds {
@@ -396,7 +398,7 @@ func (s *Store) runPipeline(ctx context.Context, calls []scriptCall) ([]*redis.C
 			c := calls[i]
 			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
 		}
-		_, _ = pipe.Exec(ctx)
+		execPipeline(ctx, pipe, cmds)
 	}
 	for _, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
@@ -404,6 +406,23 @@ func (s *Store) runPipeline(ctx context.Context, calls []scriptCall) ([]*redis.C
 		}
 	}
 	return cmds, nil
+}
+
+// execPipeline runs pipe and gives its error to the commands of cmds that got no reply:
+// go-redis does not stamp them with an error Redis returned while the connection was set up
+// (WRONGPASS, NOAUTH, NOPERM of the handshake), which would leave them empty and the error
+// unnamed. A command that ran has a value or an error (redis.Nil for a nil reply), so none is
+// stamped twice and no script that ran is run again.
+func execPipeline(ctx context.Context, pipe redis.Pipeliner, cmds []*redis.Cmd) {
+	_, err := pipe.Exec(ctx)
+	if err == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() == nil && cmd.Val() == nil {
+			cmd.SetErr(err)
+		}
+	}
 }
 
 // Close implements store.Store: a Store from Open gives its client back to the shared pool;

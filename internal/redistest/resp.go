@@ -8,8 +8,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"time"
 	"testing"
+	"time"
 )
 
 // Do sends one command to the server and returns its reply: a string (simple and bulk
