@@ -79,6 +79,8 @@ func main() {
 		{name: "limited", quota: o.lowQuota, desc: "limit reached: most requests rejected"},
 		{name: "apps1", quota: 100000, hosts: 1, withinQuota: true,
 			desc: "one app (Host app1), quota 100000: Redis calls per 1000 requests"},
+		{name: "latency", quota: o.highQuota, rate: 2000, withinQuota: true,
+			desc: "a fixed 2000 req/s, open loop (not wrk): the latency the limiter adds away from saturation"},
 		{name: "apps200", quota: 100000, hosts: 200, withinQuota: true,
 			desc: "200 apps, wrk rotating Host app1 … app200 per request, `unknown_app isolated`, `app *` guaranteed 100000"},
 	} {
@@ -87,7 +89,7 @@ func main() {
 		}
 	}
 	if len(o.scenarios) == 0 {
-		log.Fatalf("no known scenario in %q (unlimited, limited, apps1, apps200)", scenarioList)
+		log.Fatalf("no known scenario in %q (unlimited, limited, latency, apps1, apps200)", scenarioList)
 	}
 	if err := run(o); err != nil {
 		log.Fatal(err)
@@ -199,8 +201,14 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	}
 	defer c.proc.stop()
 
+	load := func(d time.Duration) (wrkResult, error) {
+		if s.rate > 0 {
+			return fixedRate(httpPort, s.rate, d, logf)
+		}
+		return wrk.run(httpPort, s.hosts, d, logf)
+	}
 	if o.warmup > 0 {
-		wr, err := wrk.run(httpPort, s.hosts, o.warmup, logf)
+		wr, err := load(o.warmup)
 		if err != nil {
 			return smp, fmt.Errorf("warm-up: %v", err)
 		}
@@ -225,7 +233,7 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	if err != nil {
 		return smp, err
 	}
-	if smp.wrk, err = wrk.run(httpPort, s.hosts, o.duration, logf); err != nil {
+	if smp.wrk, err = load(o.duration); err != nil {
 		return smp, err
 	}
 	caddyCPU1, err := c.proc.cpuTime()

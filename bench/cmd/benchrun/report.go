@@ -259,6 +259,11 @@ func targets(rows map[[2]string]*row) string {
 		h := summarize(tb.hit).med
 		check(h >= 0.99, "≥ 99%% local hits: %.2f%%", h*100)
 	}
+	if lat := rows[[2]string{"latency", "tierbucket-redis"}]; lat != nil && len(lat.p99Added) > 0 {
+		p := summarize(lat.p99Added).med
+		check(p < 0.1, "added p99 latency < 100 µs at a fixed rate, away from saturation (scenario latency, "+
+			"median over rounds of p99 − plain's p99): %+.0f µs", p*1000)
+	}
 	b.WriteString("\n")
 	return b.String()
 }

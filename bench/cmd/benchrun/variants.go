@@ -21,6 +21,9 @@ type scenario struct {
 	withinQuota bool
 	// hosts > 1: wrk rotates the Host header over hosts app ids (app1 … appN), one per request.
 	hosts int
+	// rate > 0: instead of wrk at full speed, an open-loop client at this many requests per
+	// second (fixedRate): the latency the limiter adds, away from saturation.
+	rate int
 }
 
 // variant is one Caddy build plus the limiter block that goes in front of `respond "ok" 200`.
