@@ -122,15 +122,22 @@ func (a *App) setPolicy(p store.AppPolicy) {
 	a.short.Store(false)
 }
 
-// horizon is how long a lease lasts at the app's rate: LeaseHorizon, or only three sync
-// intervals while L2 is near empty (the last lease came back short). An app at its quota then
-// leases in small batches, so that its instances share what L2 refills fairly, and each of
-// those calls is worth making; an app within its quota leases for LeaseHorizon.
+// horizon is how long a lease lasts at the app's rate: LeaseHorizon, or atQuotaHorizon while
+// L2 is near empty (the last lease came back short). An app at its quota then leases in small
+// batches, so that its instances share what L2 refills fairly, and each of those calls is worth
+// making; an app within its quota leases for LeaseHorizon.
 func (a *App) horizon(cfg Config) time.Duration {
 	if a.short.Load() {
-		return 3 * cfg.SyncInterval
+		return atQuotaHorizon(cfg, a.l.state.Load().LiveInstances)
 	}
 	return LeaseHorizon
+}
+
+// atQuotaHorizon is live × AtQuotaSpacing, at least one sync interval and at most LeaseHorizon:
+// the fleet's calls for an app at its quota stay bounded, and so does what L2 holds for
+// instances waiting for their share (about half a horizon of the quota).
+func atQuotaHorizon(cfg Config, live int) time.Duration {
+	return min(max(cfg.SyncInterval, time.Duration(max(live, 1))*AtQuotaSpacing), LeaseHorizon)
 }
 
 // Label returns the metric label: the configured id, or "*" for unknown apps.

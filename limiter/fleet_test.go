@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -148,5 +149,29 @@ func TestHotAppLeasesFollowRate(t *testing.T) {
 		r.takes, r.total, r.leases, r.reports, calls)
 	if r.total != r.takes || calls > 1 {
 		t.Fatalf("admitted %d of %d; %.3f Store calls per 1000 requests, want <= 1", r.total, r.takes, calls)
+	}
+}
+
+// An app over its quota in a large fleet: 100 instances, each offered 10 times its share of a
+// 10k/s quota. The fleet's Store calls for the app stay near 1 / AtQuotaSpacing per second (a
+// fixed 300 ms horizon made every instance lease about 3 times a second: over 330 calls/s,
+// growing with the fleet), and accuracy and per-instance fairness hold as in the 4-instance case.
+func TestLargeFleetAtQuotaCallsBounded(t *testing.T) {
+	const n, dur = 100, 60 * time.Second
+	r := simulateFleet(t, n, pol(10000, 60000, 0), dur, 4, 1, 1)
+	dev := float64(r.total-r.expected) / float64(r.expected)
+	perSec := float64(r.leases) / dur.Seconds()
+	fair := r.total / n
+	lo, hi := slices.Min(r.per), slices.Max(r.per)
+	t.Logf("admitted %d, expected %d (%+.2f%%), %d lease calls (%.0f/s), %d reports; per instance %.2f–%.2f of the fair share",
+		r.total, r.expected, 100*dev, r.leases, perSec, r.reports, float64(lo)/float64(fair), float64(hi)/float64(fair))
+	if math.Abs(dev) > 0.05 {
+		t.Fatalf("admitted %d, %+.2f%% off the quota's %d", r.total, 100*dev, r.expected)
+	}
+	if lo < fair*3/4 {
+		t.Fatalf("an instance admitted %d, less than 3/4 of its fair share %d", lo, fair)
+	}
+	if limit := 3 / AtQuotaSpacing.Seconds(); perSec > limit {
+		t.Fatalf("%.0f lease calls/s for one app at its quota, want <= %.0f", perSec, limit)
 	}
 }

@@ -101,6 +101,13 @@ func (a *App) want(need, debt int64, p *appPolicy, st *store.ClusterState, s *sn
 	m := leaseMultiplier(a.l.Level())
 	t := max(a.rateTgt.Load(), a.consumed.Load()-a.lastCons.Load()) * m
 	live := int64(max(st.LiveInstances, 1))
+	if a.short.Load() {
+		// At the quota, this instance's share of what L2 refills over the horizon. Sized by
+		// the instance's own admitted rate instead, the instance that got most would keep
+		// getting most, and one that was refused would ask for ever smaller leases.
+		share := p.Guaranteed * st.Factors[p.Priority] / float64(live)
+		t = int64(math.Ceil(share*atQuotaHorizon(s.cfg, int(live)).Seconds())) * m
+	}
 	t = min(t, int64(p.Burst/float64(2*live)))
 	return max(max(t, 1)+debt, need)
 }
@@ -115,24 +122,39 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 		a.lastLease.Store(now.UnixNano())
 	}
 	a.l2Left.Store(max(res.Remaining, 0))
-	a.short.Store(res.Granted < req.Want)
+	// L2 is contested when the lease came back short or, with other instances, left L2 below
+	// a quarter of the burst. Within the quota L2 stays above that: leases hold at most half
+	// the burst (the fairness cap), and L2 refills faster than the app spends.
+	live := max(a.l.state.Load().LiveInstances, 1)
+	contested := res.Granted < req.Want || (live > 1 && float64(res.Remaining) < a.pol.Load().Burst/4)
+	a.short.Store(contested)
+	if contested && live > 1 {
+		// What is left in L2 is the other instances' share: a cheaper request must not lease
+		// it before this instance's share has refilled (see refused).
+		a.l2Left.Store(0)
+	}
 	a.l2Borrowed.Store(math.Float64bits(res.Borrowed))
 	a.l2Debt.Store(math.Float64bits(res.Debt))
 	a.refillAt.Store(a.refillPoint(req.Want, a.l.snap().cfg))
-	// A refused or short lease means L2 is (nearly) empty. Ask again when the Store expects
-	// the need, but not before a lease-sized batch has refilled (capped at the refill horizon):
-	// an app far over its quota then costs the Store no more calls than one within it.
+	// On a contested L2, ask again when the Store expects the need, but not before this
+	// instance's share of the refill (rate / live instances) has covered the lease asked for,
+	// capped at the at-quota horizon: sooner would take other instances' share or be refused
+	// again. The instances then share L2 evenly, and an app far over its quota costs the Store
+	// no more calls than one within it.
 	var retry time.Duration
 	// An app that may borrow is gated by refusals only: a lease that met its need (or asked
 	// for none, so the Store did not try to borrow) leaves the next request free to borrow its
 	// shortfall. Borrowing is bounded by max_borrow, and its refusal gates like any other.
 	borrower := req.BorrowingAllowed() && res.Granted >= req.Need
-	if res.Granted < req.Want && !borrower {
+	if contested && !borrower {
 		p := a.pol.Load()
 		batch := time.Second
 		if rate := p.Guaranteed * req.Factor; rate > 0 {
-			batch = time.Duration(math.Ceil(float64(req.Want-res.Granted) / rate * 1e9))
-			batch = min(batch, 3*a.l.snap().cfg.SyncInterval)
+			// What was granted is this instance's share for Granted / share seconds; what it
+			// lacks refills at the app's whole rate.
+			share := rate / float64(live)
+			secs := float64(res.Granted)/share + float64(req.Want-res.Granted)/rate
+			batch = min(time.Duration(math.Ceil(secs*1e9)), atQuotaHorizon(a.l.snap().cfg, live))
 		}
 		retry = max(res.RetryAfter, batch)
 	}

@@ -7,17 +7,18 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
 const syncRate = 10.0 // reports per instance per second (sync_interval 100 ms)
 
-// The lease sizes of the limiter measured here (docs/design.md, "Lease sizes"): a lease covers
-// leaseHorizon of the app's rate on the instance, atQuotaHorizon while the app is at its quota,
-// and never more than burst / (2 × instances).
-const (
-	leaseHorizon   = 30.0 // s (limiter.LeaseHorizon)
-	atQuotaHorizon = 0.3  // s (3 sync intervals)
-)
+// atQuotaHorizon is the horizon of a lease of an app at its quota on n instances (docs/design.md,
+// "Lease sizes"): n × limiter.AtQuotaSpacing, at least one sync interval, at most
+// limiter.LeaseHorizon. A lease never covers more than burst / (2 × instances).
+func atQuotaHorizon(n float64) float64 {
+	return min(max(1/syncRate, n*limiter.AtQuotaSpacing.Seconds()), limiter.LeaseHorizon.Seconds())
+}
 
 func (r result) perSec(n int64) float64 { return float64(n) / r.steady.d.Seconds() }
 
@@ -173,9 +174,9 @@ func report(suite string, args []string, started time.Time, rs []result) string 
 // it) and leases S = max(1, min(r × horizon, burst / (2n))) tokens at a time, so r / S leases per
 // second (at most one per request).
 func leasesPerSec(rate, burst float64, overQuota bool, quota float64, n float64) float64 {
-	horizon := leaseHorizon
+	horizon := limiter.LeaseHorizon.Seconds()
 	if overQuota {
-		rate, horizon = math.Min(rate, quota), atQuotaHorizon
+		rate, horizon = math.Min(rate, quota), atQuotaHorizon(n)
 	}
 	r := rate / n
 	if r <= 0 {
@@ -216,7 +217,7 @@ func model(rs []result) string {
 	sb.WriteString("total scripts/s = R + c × L, with R = instances × 10 cluster reports/s (one script each, on the cluster's " +
 		"slot: one shard; known from the code, not fitted) and L = the lease calls the lease sizes imply: per app spread " +
 		"over N instances at r = rate / N each (the quota for an app over it), N × r / max(1, min(r × 30 s, burst / 2N)) " +
-		"(0.3 s instead of 30 s for an app at its quota). Statistics ride on the leases, so no flushes at steady state; " +
+		"(for an app at its quota, its share of the quota over max(0.1 s, N × 30 ms), at most 30 s). Statistics ride on the leases, so no flushes at steady state; " +
 		"returns, refused and slot leases are in c, fitted by least squares to the runs above.\n\n")
 	fmt.Fprintf(&sb, "c = %.3f scripts per modelled lease\n\n", c)
 	sb.WriteString("| instances | apps | measured scripts/s | model | R | L (modelled) | leases/s measured |\n|---:|---:|---:|---:|---:|---:|---:|\n")
