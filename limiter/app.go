@@ -133,11 +133,19 @@ func (a *App) horizon(cfg Config) time.Duration {
 	return LeaseHorizon
 }
 
-// atQuotaHorizon is live × AtQuotaSpacing, at least one sync interval and at most LeaseHorizon:
-// the fleet's calls for an app at its quota stay bounded, and so does what L2 holds for
-// instances waiting for their share (about half a horizon of the quota).
+// atQuotaHorizon is three sync intervals, or live × AtQuotaSpacing in a larger fleet, at most
+// LeaseHorizon: the fleet's calls for an app at its quota stay bounded.
 func atQuotaHorizon(cfg Config, live int) time.Duration {
-	return min(max(cfg.SyncInterval, time.Duration(max(live, 1))*AtQuotaSpacing), LeaseHorizon)
+	return min(max(3*cfg.SyncInterval, time.Duration(max(live, 1))*AtQuotaSpacing), LeaseHorizon)
+}
+
+// paced reports whether the instances of an app at its quota pace themselves (docs/design.md,
+// "Lease sizes"): in a fleet whose live × AtQuotaSpacing exceeds three sync intervals. A
+// smaller fleet shares L2 by asking often, which costs the Store no more than pacing would and
+// leaves nothing waiting in L2 for an instance (pacing holds about half a horizon of the quota
+// there, which a few-second window counts as not admitted).
+func paced(cfg Config, live int) bool {
+	return time.Duration(live)*AtQuotaSpacing > 3*cfg.SyncInterval
 }
 
 // Label returns the metric label: the configured id, or "*" for unknown apps.

@@ -14,10 +14,10 @@ import (
 const syncRate = 10.0 // reports per instance per second (sync_interval 100 ms)
 
 // atQuotaHorizon is the horizon of a lease of an app at its quota on n instances (docs/design.md,
-// "Lease sizes"): n × limiter.AtQuotaSpacing, at least one sync interval, at most
-// limiter.LeaseHorizon. A lease never covers more than burst / (2 × instances).
+// "Lease sizes"): three sync intervals, or n × limiter.AtQuotaSpacing in a larger fleet, at
+// most limiter.LeaseHorizon. A lease never covers more than burst / (2 × instances).
 func atQuotaHorizon(n float64) float64 {
-	return min(max(1/syncRate, n*limiter.AtQuotaSpacing.Seconds()), limiter.LeaseHorizon.Seconds())
+	return min(max(3/syncRate, n*limiter.AtQuotaSpacing.Seconds()), limiter.LeaseHorizon.Seconds())
 }
 
 func (r result) perSec(n int64) float64 { return float64(n) / r.steady.d.Seconds() }
@@ -217,7 +217,7 @@ func model(rs []result) string {
 	sb.WriteString("total scripts/s = R + c × L, with R = instances × 10 cluster reports/s (one script each, on the cluster's " +
 		"slot: one shard; known from the code, not fitted) and L = the lease calls the lease sizes imply: per app spread " +
 		"over N instances at r = rate / N each (the quota for an app over it), N × r / max(1, min(r × 30 s, burst / 2N)) " +
-		"(for an app at its quota, its share of the quota over max(0.1 s, N × 30 ms), at most 30 s). Statistics ride on the leases, so no flushes at steady state; " +
+		"(for an app at its quota, its share of the quota over max(0.3 s, N × 30 ms), at most 30 s). Statistics ride on the leases, so no flushes at steady state; " +
 		"returns, refused and slot leases are in c, fitted by least squares to the runs above.\n\n")
 	fmt.Fprintf(&sb, "c = %.3f scripts per modelled lease\n\n", c)
 	sb.WriteString("| instances | apps | measured scripts/s | model | R | L (modelled) | leases/s measured |\n|---:|---:|---:|---:|---:|---:|---:|\n")
