@@ -31,6 +31,8 @@ type sample struct {
 	localHits float64       // delta of caddy_rate_limit_local_hits_total (tierbucket only)
 	warmBad   int64         // non-2xx responses and socket errors of the warm-up run (cold start)
 	decisions float64       // delta of caddy_rate_limit_requests_total (tierbucket only)
+	gcCycles  float64       // delta of go_gc_duration_seconds_count: Caddy's garbage collections
+	peakRSS   int64         // bytes: Caddy's peak resident set (VmHWM) after the run
 }
 
 type options struct {
@@ -214,14 +216,12 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 		}
 		smp.warmBad = wr.StatusErrors + wr.SocketErrors
 	}
-	var hits0, dec0 float64
-	if v.tierbucket {
-		m, err := c.metrics()
-		if err != nil {
-			return smp, err
-		}
-		hits0, dec0 = sumMetric(m, "caddy_rate_limit_local_hits_total"), sumMetric(m, "caddy_rate_limit_requests_total")
+	m0, err := c.metrics()
+	if err != nil {
+		return smp, err
 	}
+	hits0, dec0 := sumMetric(m0, "caddy_rate_limit_local_hits_total"), sumMetric(m0, "caddy_rate_limit_requests_total")
+	gc0 := sumMetric(m0, "go_gc_duration_seconds_count")
 	if err := rs.resetStats(); err != nil {
 		return smp, err
 	}
@@ -254,11 +254,15 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	} else if calls != 0 {
 		return smp, fmt.Errorf("variant without Redis sent %d Redis commands", calls)
 	}
+	m, err := c.metrics()
+	if err != nil {
+		return smp, err
+	}
+	smp.gcCycles = sumMetric(m, "go_gc_duration_seconds_count") - gc0
+	if smp.peakRSS, err = c.proc.peakRSS(); err != nil {
+		return smp, err
+	}
 	if v.tierbucket {
-		m, err := c.metrics()
-		if err != nil {
-			return smp, err
-		}
 		fmt.Fprintf(logf, "metrics after the run:\n%s", rateLimitLines(m))
 		smp.localHits = sumMetric(m, "caddy_rate_limit_local_hits_total") - hits0
 		smp.decisions = sumMetric(m, "caddy_rate_limit_requests_total") - dec0

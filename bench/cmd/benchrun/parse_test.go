@@ -160,3 +160,13 @@ func TestParseStatCPU(t *testing.T) {
 		t.Fatal("short stat accepted")
 	}
 }
+
+func TestParseVmHWM(t *testing.T) {
+	got, err := parseVmHWM("Name:\tcaddy\nVmPeak:\t 1300 kB\nVmHWM:\t   45312 kB\nVmRSS:\t 40000 kB\n")
+	if err != nil || got != 45312<<10 {
+		t.Fatalf("parseVmHWM = %d, %v; want %d", got, err, 45312<<10)
+	}
+	if _, err := parseVmHWM("Name:\tcaddy\n"); err == nil {
+		t.Fatal("parseVmHWM without VmHWM: no error")
+	}
+}

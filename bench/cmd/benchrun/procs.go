@@ -61,6 +61,28 @@ func (p *proc) cpuTime() (time.Duration, error) {
 	return parseStatCPU(string(b))
 }
 
+// peakRSS is the process's peak resident set size (VmHWM in /proc/<pid>/status), in bytes.
+func (p *proc) peakRSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseVmHWM(string(b))
+}
+
+func parseVmHWM(status string) (int64, error) {
+	for _, line := range strings.Split(status, "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc status")
+}
+
 // clockTick is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every Linux ABI.
 const clockTick = 10 * time.Millisecond
 

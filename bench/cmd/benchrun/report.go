@@ -77,6 +77,7 @@ type row struct {
 	p99Added                                      []float64 // ms: p99 minus plain Caddy's p99 in the same round
 	ratio, rps, adm, p50, p99, cmds, scripts, hit []float64
 	caddyCPU, redisCPU                            []float64 // µs per request
+	gc, rssMB                                     []float64 // Caddy's GC cycles per 1000 requests; peak RSS
 }
 
 // aggregate groups the samples by scenario and variant; throughput ratios pair each sample with
@@ -119,6 +120,8 @@ func aggregate(samples []sample, within map[string]bool) map[[2]string]*row {
 		r.p50 = append(r.p50, x.wrk.P50.Seconds()*1e3)
 		r.p99 = append(r.p99, x.wrk.P99.Seconds()*1e3)
 		r.caddyCPU = append(r.caddyCPU, float64(x.caddyCPU.Microseconds())/float64(x.wrk.Requests))
+		r.gc = append(r.gc, x.gcCycles*1000/float64(x.wrk.Requests))
+		r.rssMB = append(r.rssMB, float64(x.peakRSS)/(1<<20))
 		if x.redisCmds >= 0 {
 			r.redisCPU = append(r.redisCPU, float64(x.redisCPU.Microseconds())/float64(x.wrk.Requests))
 			r.cmds = append(r.cmds, float64(x.redisCmds)*1000/float64(x.wrk.Requests))
@@ -148,7 +151,9 @@ func report(o options, m machine, samples []sample) string {
 		"as calls too, so the next column gives the script calls (EVAL/EVALSHA: one round trip each) alone. Local hit ratio: " +
 		"caddy_rate_limit_local_hits_total ÷ caddy_rate_limit_requests_total during the run. CPU µs/req: CPU time " +
 		"(user + system, /proc/<pid>/stat) the Caddy process and redis-server used during the run ÷ requests; it depends " +
-		"much less on what else the shared machine is doing than throughput does.\n\n")
+		"much less on what else the shared machine is doing than throughput does. GC cycles / 1000 req: Caddy's " +
+		"go_gc_duration_seconds_count during the run ÷ requests (a limiter that keeps a large heap makes the collector run " +
+		"less often for the whole process); peak RSS: VmHWM of the Caddy process after the run.\n\n")
 
 	within := map[string]bool{}
 	for _, s := range o.scenarios {
@@ -161,8 +166,8 @@ func report(o options, m machine, samples []sample) string {
 			b.WriteString("Every request is within the app's quota: a variant's round counts only if every response of " +
 				"its warm-up (cold start) and measured run was 2xx; valid rounds are shown as valid/run.\n\n")
 		}
-		b.WriteString("| variant | valid rounds | throughput vs plain | added p99 (vs plain, same round) | req/s | admitted req/s | p50 | p99 | Caddy CPU µs/req | Redis CPU µs/req | Redis cmds / 1000 req | of which scripts | local hit ratio |\n")
-		b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| variant | valid rounds | throughput vs plain | added p99 (vs plain, same round) | req/s | admitted req/s | p50 | p99 | Caddy CPU µs/req | Caddy GC cycles / 1000 req | Caddy peak RSS | Redis CPU µs/req | Redis cmds / 1000 req | of which scripts | local hit ratio |\n")
+		b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, v := range o.variants {
 			r := rows[[2]string{s.name, v.name}]
 			if r == nil {
@@ -173,9 +178,10 @@ func report(o options, m machine, samples []sample) string {
 				st := summarize(r.ratio)
 				ratioText = fmt.Sprintf("%.2f [%.2f–%.2f]", st.med, st.min, st.max)
 			}
-			fmt.Fprintf(&b, "| %s | %d/%d | %s | %s | %.0f | %.0f | %.2f ms | %.2f ms | %.1f | %s | %s | %s | %s |\n",
+			fmt.Fprintf(&b, "| %s | %d/%d | %s | %s | %.0f | %.0f | %.2f ms | %.2f ms | %.1f | %s | %s | %s | %s | %s | %s |\n",
 				v.title, r.valid, r.runs, ratioText, optional(r.p99Added, "%+.2f ms", "–"), summarize(r.rps).med, summarize(r.adm).med,
 				summarize(r.p50).med, summarize(r.p99).med, summarize(r.caddyCPU).med,
+				optional(r.gc, "%.3f", "–"), optional(r.rssMB, "%.0f MB", "–"),
 				optional(r.redisCPU, "%.1f", "–"), optional(r.cmds, "%.2f", "no Redis"),
 				optional(r.scripts, "%.2f", "–"), optional(r.hit, "%.4f", "n/a"))
 		}
