@@ -227,7 +227,7 @@ func model(rs []result) string {
 	sb.WriteString("\nExtrapolated to 1000 instances × 10 000 apps (Zipf s = 1, every 5th app over its quota as above; the cluster " +
 		"scripts on one shard, the lease scripts spread evenly over 3 shards), for the harness's burst (-burst-seconds) and " +
 		"for a burst of 60 s of the guaranteed rate:\n\n")
-	sb.WriteString("| fleet req/s | burst | R | L | cluster-shard scripts/s | other shards scripts/s | target < 50 000 per shard |\n|---:|---|---:|---:|---:|---:|---|\n")
+	sb.WriteString("| fleet req/s | burst | R | L | cluster-shard scripts/s | other shards scripts/s | target < 50 000 per shard | masters needed for it |\n|---:|---|---:|---:|---:|---:|---|---:|\n")
 	burstSecs := rs[len(rs)-1].burstSeconds
 	for _, total := range []float64{2e5, 2e6, 2e7} {
 		for _, bs := range []float64{max(burstSecs, 1), 60} {
@@ -242,7 +242,9 @@ func model(rs []result) string {
 			if clusterShard >= 50000 {
 				verdict = "**missed**"
 			}
-			fmt.Fprintf(&sb, "| %.0f | %.0f s | %.0f | %.0f | %.0f | %.0f | %s |\n", total, bs, 1000*syncRate, l, clusterShard, perShard, verdict)
+			// The cluster's shard carries R plus its part of the leases: R + c × L / masters < 50 000.
+			masters := math.Ceil(c * l / (50000 - 1000*syncRate))
+			fmt.Fprintf(&sb, "| %.0f | %.0f s | %.0f | %.0f | %.0f | %.0f | %s | %.0f |\n", total, bs, 1000*syncRate, l, clusterShard, perShard, verdict, max(masters, 1))
 		}
 	}
 	sb.WriteString("\n")
