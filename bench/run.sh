@@ -3,6 +3,7 @@
 # Usage: bash bench/run.sh            (from anywhere; results in bench/results/<date>.md)
 # Settings (environment): DURATION=5s ROUNDS=7 WARMUP=1s THREADS=2 CONNS=50
 #   HIGH_QUOTA=1000000 LOW_QUOTA=200 SCENARIOS=unlimited,limited VARIANTS=plain,tierbucket-memory,... (default: all that build)
+#   SERVER_CPUS=1 LOAD_CPUS=0 THREADS=1: Caddy and redis-server on CPU 1, wrk on CPU 0 (default: not pinned)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,4 +50,5 @@ VARIANTS=${VARIANTS:-$variants}
 cd "$here/.."
 exec bench/bin/benchrun -bin bench/bin -out bench/results \
 	-duration "$DURATION" -rounds "$ROUNDS" -warmup "$WARMUP" -threads "$THREADS" -conns "$CONNS" \
-	-high-quota "$HIGH_QUOTA" -low-quota "$LOW_QUOTA" -scenarios "$SCENARIOS" -variants "$VARIANTS" -skipped "$skipped"
+	-high-quota "$HIGH_QUOTA" -low-quota "$LOW_QUOTA" -scenarios "$SCENARIOS" -variants "$VARIANTS" -skipped "$skipped" \
+	-server-cpus "${SERVER_CPUS:-}" -load-cpus "${LOAD_CPUS:-}"

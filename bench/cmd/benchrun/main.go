@@ -56,6 +56,8 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured wrk run before each measured run")
 	flag.IntVar(&o.rounds, "rounds", 7, "rounds; each round runs every variant once per scenario")
 	flag.IntVar(&o.threads, "threads", 2, "wrk threads")
+	flag.StringVar(&serverCPUs, "server-cpus", "", "pin Caddy and redis-server to these CPUs (taskset -c list; default: not pinned)")
+	flag.StringVar(&loadCPUs, "load-cpus", "", "pin wrk to these CPUs (taskset -c list; default: not pinned)")
 	flag.IntVar(&o.conns, "conns", 50, "wrk connections")
 	flag.IntVar(&o.highQuota, "high-quota", 1000000, "quota (req/s) of the 'limit never reached' scenario")
 	flag.IntVar(&o.lowQuota, "low-quota", 200, "quota (req/s) of the 'limit reached' scenario")

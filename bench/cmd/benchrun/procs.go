@@ -24,7 +24,21 @@ type proc struct {
 	done chan struct{}
 }
 
+// serverCPUs, when set (-server-cpus), pins Caddy and redis-server to those CPUs (taskset), and
+// loadCPUs (-load-cpus) pins wrk: on a small machine, the servers then do not share cores with
+// the load generator, whose own load varies by variant.
+var serverCPUs, loadCPUs string
+
+// pinned returns the command line that runs name on cpus (taskset execs it: the pid is name's).
+func pinned(cpus, name string, args []string) (string, []string) {
+	if cpus == "" {
+		return name, args
+	}
+	return "taskset", append([]string{"-c", cpus, name}, args...)
+}
+
 func start(name string, args []string, dir string, log io.Writer) (*proc, error) {
+	name, args = pinned(serverCPUs, name, args)
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = log, log
