@@ -141,20 +141,30 @@ func load(r *loadResult, app *limiter.App, rate float64, maxCost int, start time
 	}
 }
 
-// TestFleetAccuracy is fleet accuracy (±5% of the quota) against a real Redis and the real clock: four
-// Limiters share one Redis, each offered the whole quota (the fleet is 4× over it) for about
-// 3 s. The admitted cost must be within ±5% of burst + rate × T, and every instance must get
-// at least half its fair share.
+// TestFleetAccuracy is fleet accuracy (±5% of the quota) against a real Redis and the real clock: n
+// Limiters share one Redis, each offered the whole quota (the fleet is n× over it) for a few
+// seconds. The admitted cost must be within ±5% of burst + rate × T, and every instance must
+// get at least half its fair share. Twenty instances pace themselves at the quota
+// (docs/design.md, "Lease sizes"); what L2 holds for those waiting for their share counts as
+// not admitted, so that case runs longer.
 func TestFleetAccuracy(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs 2 × 3 s of real-time load")
+		t.Skip("runs 14 s of real-time load")
 	}
 	addr := redistest.SharedStandalone(t)
-	for _, rate := range []float64{100, 50000} {
-		t.Run(fmt.Sprintf("%g/s", rate), func(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		rate float64
+		dur  time.Duration
+	}{
+		{4, 100, 3 * time.Second},
+		{4, 50000, 3 * time.Second},
+		{20, 1000, 8 * time.Second},
+	} {
+		n, rate, dur := tc.n, tc.rate, tc.dur
+		t.Run(fmt.Sprintf("%d×%g/s", n, rate), func(t *testing.T) {
 			p := store.AppPolicy{Guaranteed: rate, Burst: rate}
 			prefix := uniquePrefix(t)
-			const n = 4
 			var lims []*limiter.Limiter
 			var stores []*countingStore
 			for i := 0; i < n; i++ {
@@ -171,7 +181,6 @@ func TestFleetAccuracy(t *testing.T) {
 				return true
 			})
 
-			const dur = 3 * time.Second
 			stop := make(chan struct{})
 			results := make([]*loadResult, n)
 			var wg sync.WaitGroup
@@ -223,7 +232,7 @@ func TestFleetAccuracy(t *testing.T) {
 				t.Errorf("admitted %d is %+.2f%% off burst + rate × T = %.0f (bound ±5%%)%s", total, 100*dev, expected, why)
 			}
 			for i, got := range per {
-				if fair := total / n; got < fair/2 {
+				if fair := total / int64(n); got < fair/2 {
 					t.Errorf("instance %d admitted %d, less than half its fair share %d", i, got, fair)
 				}
 			}
