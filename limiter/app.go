@@ -122,20 +122,21 @@ func (a *App) setPolicy(p store.AppPolicy) {
 	a.short.Store(false)
 }
 
-// horizon is how long a lease lasts at the app's rate: LeaseHorizon, or atQuotaHorizon while
+// horizon is how long a lease lasts at the app's rate: LeaseHorizon, or AtQuotaHorizon while
 // L2 is near empty (the last lease came back short). An app at its quota then leases in small
 // batches, so that its instances share what L2 refills fairly, and each of those calls is worth
 // making; an app within its quota leases for LeaseHorizon.
 func (a *App) horizon(cfg Config) time.Duration {
 	if a.short.Load() {
-		return atQuotaHorizon(cfg, a.l.state.Load().LiveInstances)
+		return AtQuotaHorizon(cfg, a.l.state.Load().LiveInstances)
 	}
 	return LeaseHorizon
 }
 
-// atQuotaHorizon is three sync intervals, or live × AtQuotaSpacing in a larger fleet, at most
-// LeaseHorizon: the fleet's calls for an app at its quota stay bounded.
-func atQuotaHorizon(cfg Config, live int) time.Duration {
+// AtQuotaHorizon is how long a lease lasts for an app at its quota on live instances: three sync
+// intervals, or live × AtQuotaSpacing in a larger fleet, at most LeaseHorizon, so that the
+// fleet's calls for the app stay bounded.
+func AtQuotaHorizon(cfg Config, live int) time.Duration {
 	return min(max(3*cfg.SyncInterval, time.Duration(max(live, 1))*AtQuotaSpacing), LeaseHorizon)
 }
 

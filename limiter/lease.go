@@ -107,7 +107,7 @@ func (a *App) want(need, debt int64, p *appPolicy, st *store.ClusterState, s *sn
 		// most would keep getting most, and one that was refused would ask for ever smaller
 		// leases.
 		share := p.Guaranteed * st.Factors[p.Priority] / float64(live)
-		t = int64(math.Ceil(share*atQuotaHorizon(s.cfg, int(live)).Seconds())) * m
+		t = int64(math.Ceil(share*AtQuotaHorizon(s.cfg, int(live)).Seconds())) * m
 	}
 	t = min(t, int64(p.Burst/float64(2*live)))
 	return max(max(t, 1)+debt, need)
@@ -157,7 +157,7 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 			if pace {
 				secs += float64(res.Granted) / (rate / float64(live))
 			}
-			batch = min(time.Duration(math.Ceil(secs*1e9)), atQuotaHorizon(cfg, live))
+			batch = min(time.Duration(math.Ceil(secs*1e9)), AtQuotaHorizon(cfg, live))
 		}
 		retry = max(res.RetryAfter, batch)
 	}

@@ -41,9 +41,7 @@ func commandStats(t *testing.T, c *redis.Client) map[string]int64 {
 // local hits, ≤ 5 Redis calls per 1000 requests). The figures are logged, not asserted (they are
 // benchmarks); the test asserts only that the load was admitted.
 func TestEfficiency(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs 3 s of real-time load")
-	}
+	redistest.Slow(t, "runs 3 s of real-time load")
 	addr, _ := redistest.Standalone(t) // its own server: the command counts are this test's alone
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()

@@ -84,9 +84,7 @@ func runFault(t *testing.T, name string, breakRedis, heal func(*redistest.Server
 // TestRedisRestartUnderLoad stops Redis (a crash: connections refused, data gone) and starts
 // it again: the statistics of the outage must reach the new server.
 func TestRedisRestartUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs about 3 s of real-time load")
-	}
+	redistest.Slow(t, "runs about 3 s of real-time load")
 	res := runFault(t, "Redis stopped", (*redistest.Server).Stop, (*redistest.Server).Start)
 	s := New(res.admin, "fault")
 	ctx := context.Background()
@@ -108,9 +106,7 @@ func TestRedisRestartUnderLoad(t *testing.T) {
 // TestRedisHungUnderLoad freezes Redis (connections open, no answers: every call times out)
 // and continues it.
 func TestRedisHungUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs about 3 s of real-time load")
-	}
+	redistest.Slow(t, "runs about 3 s of real-time load")
 	res := runFault(t, "Redis frozen", (*redistest.Server).Pause, (*redistest.Server).Resume)
 	s := New(res.admin, "fault")
 	onServer, err := res.admin.HGet(context.Background(), s.keys.l2("fault", "app"), "requests").Int64()

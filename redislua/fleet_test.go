@@ -148,9 +148,7 @@ func load(r *loadResult, app *limiter.App, rate float64, maxCost int, start time
 // (docs/design.md, "Lease sizes"); what L2 holds for those waiting for their share counts as
 // not admitted, so that case runs longer.
 func TestFleetAccuracy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs 14 s of real-time load")
-	}
+	redistest.Slow(t, "runs 14 s of real-time load")
 	addr := redistest.SharedStandalone(t)
 	for _, tc := range []struct {
 		n    int

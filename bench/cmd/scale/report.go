@@ -11,14 +11,8 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
-const syncRate = 10.0 // reports per instance per second (sync_interval 100 ms)
-
-// atQuotaHorizon is the horizon of a lease of an app at its quota on n instances (docs/design.md,
-// "Lease sizes"): three sync intervals, or n × limiter.AtQuotaSpacing in a larger fleet, at
-// most limiter.LeaseHorizon. A lease never covers more than burst / (2 × instances).
-func atQuotaHorizon(n float64) float64 {
-	return min(max(3/syncRate, n*limiter.AtQuotaSpacing.Seconds()), limiter.LeaseHorizon.Seconds())
-}
+// syncRate is the cluster reports per instance per second, at the default sync interval.
+var syncRate = 1 / limiter.DefaultSyncInterval.Seconds()
 
 func (r result) perSec(n int64) float64 { return float64(n) / r.steady.d.Seconds() }
 
@@ -176,7 +170,9 @@ func report(suite string, args []string, started time.Time, rs []result) string 
 func leasesPerSec(rate, burst float64, overQuota bool, quota float64, n float64) float64 {
 	horizon := limiter.LeaseHorizon.Seconds()
 	if overQuota {
-		rate, horizon = math.Min(rate, quota), atQuotaHorizon(n)
+		rate = math.Min(rate, quota)
+		sync := limiter.Config{SyncInterval: limiter.DefaultSyncInterval}
+		horizon = limiter.AtQuotaHorizon(sync, int(n)).Seconds()
 	}
 	r := rate / n
 	if r <= 0 {
