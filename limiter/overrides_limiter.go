@@ -158,7 +158,7 @@ func (l *Limiter) change(ctx context.Context, key string, value any, next func(o
 	defer l.ovMu.Unlock()
 	for attempt := 0; ; attempt++ {
 		if !l.loaded {
-			if err := l.loadOverrides(ctx); err != nil {
+			if err := l.reloadOverrides(ctx); err != nil {
 				return OverrideChangeResult{}, err
 			}
 		}
@@ -229,8 +229,11 @@ func (l *Limiter) storeCall(ctx context.Context, f func(ctx context.Context) (ui
 	return f(ctx)
 }
 
-// loadOverrides reads the overrides from the Store (ovMu held). It does not apply them.
-func (l *Limiter) loadOverrides(ctx context.Context) error {
+// reloadOverrides reads the overrides from the Store and puts them in force unless the
+// version read is the one already in force (ovMu held). A change that is refused after reading
+// them (a conflict, then a value that no longer fits) still leaves this instance on what the
+// fleet enforces.
+func (l *Limiter) reloadOverrides(ctx context.Context) error {
 	var o store.Overrides
 	_, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
 		var err error
@@ -240,9 +243,13 @@ func (l *Limiter) loadOverrides(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.ov = decodeOverrides(o)
+	read, was, wasLoaded := decodeOverrides(o), l.ov.version, l.loaded
 	l.loaded = true
-	return nil
+	if wasLoaded && read.version == was {
+		return nil
+	}
+	l.storeVersion.Store(read.version)
+	return l.applyOverrides(read)
 }
 
 // refreshOverrides reads the overrides again and applies them if their version changed (the
@@ -253,15 +260,7 @@ func (l *Limiter) refreshOverrides() {
 	if l.closed.Load() {
 		return
 	}
-	was, wasLoaded := l.ov.version, l.loaded
-	if err := l.loadOverrides(context.Background()); err != nil {
-		return // the next report tries again
-	}
-	if wasLoaded && l.ov.version == was {
-		return
-	}
-	l.storeVersion.Store(l.ov.version)
-	_ = l.applyOverrides(l.ov)
+	_ = l.reloadOverrides(context.Background()) // on error the next report tries again
 }
 
 // outdated reports whether the overrides must be read again: never read, or the last report

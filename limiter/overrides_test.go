@@ -233,6 +233,34 @@ func TestConcurrentOverrideChangesBothLand(t *testing.T) {
 	}
 }
 
+// A change refused after a conflict (another instance's change landed first and the two no
+// longer fit together) leaves the refusing instance on what the fleet enforces, at once and
+// after the next reports.
+func TestRefusedChangeAfterConflictAppliesWhatItRead(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Cluster.Capacity = 1000
+	ls, _, c := fleetOf(t, 2, cfg)
+	syncAll(ls, c)
+	if _, err := ls[0].SetAppOverride(context.Background(), "new1", &AppOverride{Guaranteed: ptr(435.0), Burst: ptr(435.0)}); err != nil {
+		t.Fatal(err)
+	}
+	// ls[1] has not seen new1: a at 466 fits its view (566 of 1000) but not the fleet's (1001).
+	if _, err := ls[1].SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: ptr(466.0)}); err == nil {
+		t.Fatal("a change beyond the capacity was accepted")
+	}
+	check := func(when string) {
+		for i, l := range ls {
+			apps := l.Config().Apps
+			if apps["new1"].Guaranteed != 435 || apps["a"].Guaranteed != 100 {
+				t.Fatalf("%s: instance %d enforces %v, want new1 at 435 and a at 100", when, i, apps)
+			}
+		}
+	}
+	check("after the refusal")
+	syncAll(ls, c)
+	check("after the reports")
+}
+
 // TestPropOverridesConverge checks that, after any sequence of changes through any instances
 // and one round of reports, every instance enforces the same merge of the loaded config and
 // the stored overrides, and that removing them all restores the loaded config exactly.
