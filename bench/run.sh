@@ -4,6 +4,7 @@
 # Settings (environment): DURATION=5s ROUNDS=7 WARMUP=1s THREADS=2 CONNS=50
 #   HIGH_QUOTA=1000000 LOW_QUOTA=200 SCENARIOS=unlimited,limited VARIANTS=plain,tierbucket-memory,... (default: all that build)
 #   SERVER_CPUS=1 LOAD_CPUS=0 THREADS=1: Caddy and redis-server on CPU 1, wrk on CPU 0 (default: not pinned)
+#   GOGC=… GOMEMLIMIT=…: inherited by every Caddy alike (default: Go's), to compare the limiters under one garbage collector setting
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

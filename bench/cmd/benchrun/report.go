@@ -20,13 +20,28 @@ type machine struct {
 	redisVer string
 	loadAvg  string // at start: the machine may be shared
 	revision string // of this repository: what tierbucket code was measured
+	gcEnv    string // GOGC and GOMEMLIMIT, which every Caddy inherits from the environment
 	elapsed  time.Duration
+}
+
+// gcSettings describes the garbage collector settings the Caddy processes inherit.
+func gcSettings() string {
+	var set []string
+	for _, k := range []string{"GOGC", "GOMEMLIMIT"} {
+		if v, ok := os.LookupEnv(k); ok {
+			set = append(set, k+"="+v)
+		}
+	}
+	if len(set) == 0 {
+		return "Go's defaults (GOGC and GOMEMLIMIT unset)"
+	}
+	return strings.Join(set, ", ")
 }
 
 func describeMachine() machine {
 	m := machine{cpus: runtime.NumCPU(), goVer: firstLine("go", "version"), wrkVer: firstLine("wrk", "-v"),
 		redisVer: firstLine("redis-server", "--version"), kernel: firstLine("uname", "-sr"),
-		revision: firstLine("git", "describe", "--always", "--dirty")}
+		revision: firstLine("git", "describe", "--always", "--dirty"), gcEnv: gcSettings()}
 	m.wrkVer, _, _ = strings.Cut(m.wrkVer, " Copyright")
 	for _, f := range strings.Fields(m.redisVer) {
 		if v, ok := strings.CutPrefix(f, "v="); ok {
@@ -144,8 +159,8 @@ func report(o options, m machine, samples []sample) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# tierbucket side-by-side load test, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "Repository revision: %s.\n\n", m.revision)
-	fmt.Fprintf(&b, "Machine: %d CPUs, %s; %s; %s; %s; load average at start %s.\n\n",
-		m.cpus, m.cpuModel, m.kernel, m.goVer, m.redisVer, m.loadAvg)
+	fmt.Fprintf(&b, "Machine: %d CPUs, %s; %s; %s; %s; load average at start %s. Every Caddy's garbage collector: %s.\n\n",
+		m.cpus, m.cpuModel, m.kernel, m.goVer, m.redisVer, m.loadAvg, m.gcEnv)
 	fmt.Fprintf(&b, "Load: `wrk -t%d -c%d -d%s` (%s), Host `%s`, against `respond \"ok\" 200` behind the limiter, "+
 		"all on 127.0.0.1 on this one machine; %s unmeasured warm-up before each run; %d rounds, variants "+
 		"alternated round-robin; a fresh Caddy and an empty Redis for every run. Total %s.\n\n",
