@@ -87,13 +87,15 @@ func main() {
 			desc: "a fixed 2000 req/s, open loop (not wrk): the latency the limiter adds away from saturation"},
 		{name: "apps200", quota: 100000, hosts: 200, withinQuota: true,
 			desc: "200 apps, wrk rotating Host app1 … app200 per request, `unknown_app isolated`, `app *` guaranteed 100000"},
+		{name: "apps2000", quota: 100000, hosts: 2000, withinQuota: true,
+			desc: "2000 apps, wrk rotating Host app1 … app2000 per request, `unknown_app isolated`, `app *` guaranteed 100000"},
 	} {
 		if contains(strings.Split(scenarioList, ","), s.name) {
 			o.scenarios = append(o.scenarios, s)
 		}
 	}
 	if len(o.scenarios) == 0 {
-		log.Fatalf("no known scenario in %q (unlimited, limited, latency, apps1, apps200)", scenarioList)
+		log.Fatalf("no known scenario in %q (unlimited, limited, latency, apps1, apps200, apps2000)", scenarioList)
 	}
 	if err := run(o); err != nil {
 		log.Fatal(err)
