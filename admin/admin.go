@@ -163,6 +163,9 @@ type AppView struct {
 
 	// Override is the fields the app's admin override sets; null without one.
 	Override map[string]any `json:"override"`
+	// OverrideNotApplied is an override the Store holds that this instance leaves out, because
+	// it does not fit the loaded config (the policy shown is the config's).
+	OverrideNotApplied *NotAppliedView `json:"override_not_applied,omitempty"`
 
 	LocalTokens int64        `json:"local_tokens"`
 	LocalDebt   int64        `json:"local_debt"`
@@ -178,6 +181,13 @@ type AppView struct {
 	Peak                int64 `json:"peak"`
 	ConnectionsRejected int64 `json:"connections_rejected"` // by the app's own max_connections
 	Leaked              int64 `json:"leaked"`
+}
+
+// NotAppliedView is a stored override this instance leaves out of its configuration, and why.
+// DELETE removes it.
+type NotAppliedView struct {
+	Override map[string]any `json:"override"`
+	Reason   string         `json:"reason"`
 }
 
 // PolicyView is an app's effective policy, defaults applied.

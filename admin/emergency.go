@@ -9,8 +9,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"sort"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
@@ -57,6 +60,9 @@ func (a API) activate(w http.ResponseWriter, r *http.Request, c Cluster) (any, e
 	if n := utf8.RuneCountInString(*req.Reason); n < 1 || n > maxReason {
 		return nil, apiError(http.StatusBadRequest, `field "reason": %d characters; must be 1 to %d`, n, maxReason)
 	}
+	if strings.ContainsFunc(*req.Reason, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) {
+		return nil, apiError(http.StatusBadRequest, `field "reason": control characters and invalid UTF-8 are not allowed (it is shown in logs and the console)`)
+	}
 	d, err := parseDuration(req.Duration)
 	if err != nil {
 		return nil, err
@@ -87,8 +93,8 @@ func (a API) change(r *http.Request, c Cluster, action string, e store.Emergency
 	ctx, cancel := context.WithTimeout(r.Context(), setTimeout)
 	defer cancel()
 	if err := lim.SetEmergency(ctx, e); err != nil {
-		return nil, apiError(http.StatusServiceUnavailable, "cluster %q: %s the operator emergency: the Store failed: %v (not applied; after a timeout it may still have been stored: check GET %semergency)",
-			c.ID(), action, err, prefix)
+		return nil, storeFailure(fmt.Sprintf("cluster %q: %s the operator emergency", c.ID(), action), err,
+			"check GET "+prefix+"emergency")
 	}
 	after := emergencyView(lim.State())
 	requested := map[string]any{"active": e.Active}
@@ -158,7 +164,37 @@ func readJSON(r *http.Request, v any) (present bool, err error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return true, apiError(http.StatusBadRequest, "invalid JSON body: data after the object")
 	}
-	return true, nil
+	return true, exactKeys(b, v)
+}
+
+// exactKeys refuses an object key that names a field of v only when case is ignored:
+// encoding/json takes "Guaranteed" for "guaranteed", but the API's names are exact, like the
+// unknown fields it refuses.
+func exactKeys(b []byte, v any) error {
+	t := reflect.TypeOf(v)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(b, &obj) != nil {
+		return nil // null: nothing was set
+	}
+	names := map[string]bool{}
+	for i := range t.Elem().NumField() {
+		name, _, _ := strings.Cut(t.Elem().Field(i).Tag.Get("json"), ",")
+		names[name] = true
+	}
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !names[k] {
+			return apiError(http.StatusBadRequest, "unknown field %q (field names are exact, in lower case)", k)
+		}
+	}
+	return nil
 }
 
 // jsonError turns a decoding error into a 400 that names the field where there is one.

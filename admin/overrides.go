@@ -44,6 +44,9 @@ type ClusterPolicyView struct {
 	Policy   ClusterPolicy  `json:"policy"`
 	Source   string         `json:"source"`   // "caddyfile" or "override"
 	Override map[string]any `json:"override"` // the fields the override sets; null without one
+	// OverridesNotApplied lists every stored override this instance leaves out of its
+	// configuration (the cluster's, "cluster", and apps', "app:<id>"), with the reason.
+	OverridesNotApplied map[string]string `json:"overrides_not_applied,omitempty"`
 }
 
 // ClusterPolicy is an L1 policy as the config names its fields.
@@ -107,6 +110,10 @@ func (a API) putApp(id string) action {
 			}
 			o.Warmup = (*time.Duration)(&d)
 		}
+		if len(o.Fields()) == 0 {
+			return nil, apiError(http.StatusBadRequest, "the override sets no field: give at least one of guaranteed, "+
+				"burst, priority, max_borrow, max_connections, warmup (DELETE removes an override)")
+		}
 		return a.setApp(r, c, id, &o)
 	}
 }
@@ -118,7 +125,7 @@ func (a API) deleteApp(id string) action {
 		if _, err := readJSON(r, &struct{}{}); err != nil {
 			return nil, err
 		}
-		if _, ok := c.Limiter().AppOverride(id); !ok {
+		if _, ok, _ := c.Limiter().StoredAppOverride(id); !ok {
 			if v, err := appView(c, id); err == nil && id != wildcardApp {
 				return v, nil // nothing to remove: the configured policy is in force
 			}
@@ -158,6 +165,12 @@ func clusterPolicyView(c Cluster) ClusterPolicyView {
 	if o, ok := lim.ClusterOverride(); ok {
 		v.Override = overrideFields(&o)
 	}
+	for key, why := range lim.SkippedOverrides() {
+		if v.OverridesNotApplied == nil {
+			v.OverridesNotApplied = map[string]string{}
+		}
+		v.OverridesNotApplied[key] = why.Error()
+	}
 	return v
 }
 
@@ -187,6 +200,10 @@ func (a API) putCluster(w http.ResponseWriter, r *http.Request, c Cluster) (any,
 		copy(ratios[:], *req.EmergencyRatios)
 		o.EmergencyRatios = &ratios
 	}
+	if len(o.Fields()) == 0 {
+		return nil, apiError(http.StatusBadRequest, "the override sets no field: give at least one of capacity, "+
+			"reserved_ratio, emergency_threshold, emergency_ratios (DELETE removes an override)")
+	}
 	admission := "reserved_ratio"
 	if o.Capacity != nil {
 		admission = "capacity"
@@ -199,7 +216,7 @@ func (a API) deleteCluster(w http.ResponseWriter, r *http.Request, c Cluster) (a
 	if _, err := readJSON(r, &struct{}{}); err != nil {
 		return nil, err
 	}
-	if _, ok := c.Limiter().ClusterOverride(); !ok {
+	if _, ok, _ := c.Limiter().StoredClusterOverride(); !ok {
 		return clusterPolicyView(c), nil // nothing to remove
 	}
 	return a.setCluster(r, c, nil, "capacity")
@@ -231,8 +248,19 @@ func changeError(c Cluster, what, admission string, err error) error {
 		return apiError(http.StatusConflict, "%s: cluster %q already has %d overrides: remove some first",
 			what, c.ID(), store.MaxOverrideEntries)
 	}
+	return storeFailure(what, err, "read it back")
+}
+
+// storeFailure is the 503 of a change the Store did not take. A refusal of this instance's
+// credentials, permissions or certificate says so and what to fix; any other failure may still
+// have been applied (a timeout after Redis ran the script), so the operator reads it back.
+func storeFailure(what string, err error, readBack string) error {
+	if p, ok := store.AsPermanent(err); ok {
+		return apiError(http.StatusServiceUnavailable, "%s: not applied: the Store refuses this instance's "+
+			"configuration: %v (%s)", what, p, p.Remedy())
+	}
 	return apiError(http.StatusServiceUnavailable, "%s: the Store failed: %v (not applied; after a timeout it may "+
-		"still have been stored: read it back)", what, err)
+		"still have been stored: %s)", what, err, readBack)
 }
 
 // logChange logs a change at INFO and emits it as the rate_limit_config_changed event.

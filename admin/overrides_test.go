@@ -141,7 +141,13 @@ func TestOverrideBadInputChangesNothing(t *testing.T) {
 		{"no body", "PUT", "/rate_limit/apps/alpha", "", ``, 400, nil},
 		{"not json", "PUT", "/rate_limit/apps/alpha", "text/plain", `{"guaranteed":1}`, 415, nil},
 		{"huge", "PUT", "/rate_limit/apps/alpha", "application/json", `{"guaranteed":1` + strings.Repeat(" ", 70000) + `}`, 413, nil},
-		{"burst < guaranteed", "PUT", "/rate_limit/apps/alpha", "application/json", `{"guaranteed":10}`, 400, []string{"burst"}},
+		{"burst < guaranteed", "PUT", "/rate_limit/apps/alpha", "application/json", `{"guaranteed":10,"burst":5}`, 400, []string{"burst"}},
+		{"empty override", "PUT", "/rate_limit/apps/alpha", "application/json", `{}`, 400, nil},
+		{"null override", "PUT", "/rate_limit/apps/alpha", "application/json", `null`, 400, nil},
+		{"only nulls", "PUT", "/rate_limit/apps/alpha", "application/json", `{"guaranteed":null}`, 400, nil},
+		{"field name case", "PUT", "/rate_limit/apps/alpha", "application/json", `{"Guaranteed":2}`, 400, nil},
+		{"empty cluster override", "PUT", "/rate_limit/clusters/c1", "application/json", `{}`, 400, nil},
+		{"cluster capacity absurd", "PUT", "/rate_limit/clusters/c1", "application/json", `{"capacity":1e300}`, 400, []string{"capacity"}},
 		{"several fields", "PUT", "/rate_limit/apps/alpha", "application/json", `{"guaranteed":-1,"priority":7,"warmup":"-5s"}`, 400, []string{"guaranteed", "priority", "warmup"}},
 		{"bad warmup", "PUT", "/rate_limit/apps/alpha", "application/json", `{"warmup":"soon"}`, 400, []string{"warmup"}},
 		{"over capacity", "PUT", "/rate_limit/apps/beta", "application/json", `{"guaranteed":900,"burst":900}`, 400, []string{"guaranteed"}},
@@ -224,4 +230,80 @@ func TestClusterOverride(t *testing.T) {
 	}
 	_, err = send(a, http.MethodGet, "/rate_limit/clusters/c1?cluster=other", "")
 	apiErr(t, err, http.StatusBadRequest)
+}
+
+// An override of guaranteed alone keeps the configured burst, raised to the new guaranteed
+// when below it (alpha is configured with burst 5).
+func TestOverrideGuaranteedAloneRaisesBurst(t *testing.T) {
+	_, _, a, _ := overrideCluster(t)
+	for _, tc := range []struct {
+		body              string
+		guaranteed, burst float64
+	}{
+		{`{"guaranteed":2}`, 2, 5},
+		{`{"guaranteed":40}`, 40, 40},
+	} {
+		w, err := send(a, http.MethodPut, "/rate_limit/apps/alpha", tc.body)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		if v := decodeApp(t, w); v.Policy.Guaranteed != tc.guaranteed || v.Policy.Burst != tc.burst {
+			t.Fatalf("%s: policy %+v, want guaranteed %v burst %v", tc.body, v.Policy, tc.guaranteed, tc.burst)
+		}
+	}
+}
+
+// Overrides that a reload leaves out (they no longer fit the capacity) are shown with the
+// reason, and removed through the same instance.
+func TestOverrideLeftOutShownAndRemovable(t *testing.T) {
+	c, shared, a, _ := overrideCluster(t)
+	for target, body := range map[string]string{
+		"/rate_limit/apps/alpha":    `{"guaranteed":500,"burst":500}`,
+		"/rate_limit/apps/tenant-7": `{"guaranteed":300,"burst":300}`,
+	} {
+		if _, err := send(a, http.MethodPut, target, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := testConfig()
+	next.Cluster.ID, next.Cluster.Capacity, next.Cluster.ReservedRatio = "c1", 400, 0.1
+	next.Connections = c.conns
+	if err := c.lim.Update(next); err != nil {
+		t.Fatal(err)
+	}
+
+	w, err := send(a, http.MethodGet, "/rate_limit/apps/alpha", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := decodeApp(t, w)
+	if v.Policy.Guaranteed != 0.01 || v.Override != nil || v.OverrideNotApplied == nil ||
+		v.OverrideNotApplied.Override["guaranteed"] != 500.0 || !strings.Contains(v.OverrideNotApplied.Reason, "capacity") {
+		t.Fatalf("alpha with its override left out: %+v, not applied %+v", v, v.OverrideNotApplied)
+	}
+	_, err = send(a, http.MethodGet, "/rate_limit/apps/tenant-7", "")
+	if msg := apiErr(t, err, http.StatusNotFound); !strings.Contains(msg, "DELETE") {
+		t.Fatalf("GET of an app whose override is left out: %s", msg)
+	}
+	var cv ClusterPolicyView
+	get(t, a, "/rate_limit/clusters/c1", &cv)
+	if len(cv.OverridesNotApplied) != 2 || cv.OverridesNotApplied["app:alpha"] == "" || cv.OverridesNotApplied["app:tenant-7"] == "" {
+		t.Fatalf("cluster view lists %v, want app:alpha and app:tenant-7", cv.OverridesNotApplied)
+	}
+
+	if _, err := send(a, http.MethodDelete, "/rate_limit/apps/alpha", ""); err != nil {
+		t.Fatal(err)
+	}
+	w, err = send(a, http.MethodDelete, "/rate_limit/apps/tenant-7", "")
+	if err != nil || !strings.Contains(w.Body.String(), `"removed":true`) {
+		t.Fatalf("DELETE tenant-7: %v %s", err, w.Body)
+	}
+	if o, _ := shared.Overrides(t.Context(), "c1"); len(o.Entries) != 0 {
+		t.Fatalf("the Store still holds %v", o.Entries)
+	}
+	var after ClusterPolicyView
+	get(t, a, "/rate_limit/clusters/c1", &after)
+	if after.OverridesNotApplied != nil {
+		t.Fatalf("still listed as left out: %v", after.OverridesNotApplied)
+	}
 }

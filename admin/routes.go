@@ -317,7 +317,9 @@ func appViews(c Cluster) []AppView {
 		p := cfg.Apps[id]
 		v := newAppView(id, &p, stats[id], conns[id], counter)
 		v.Source = lim.AppSource(id)
-		if o, ok := lim.AppOverride(id); ok {
+		if o, ok, why := lim.StoredAppOverride(id); ok && why != nil {
+			v.OverrideNotApplied = &NotAppliedView{Override: overrideFields(&o), Reason: why.Error()}
+		} else if ok {
 			v.Override = overrideFields(&o)
 		}
 		out = append(out, v)
@@ -335,6 +337,10 @@ func appView(c Cluster, id string) (AppView, error) {
 		if v.ID == id {
 			return v, nil
 		}
+	}
+	if _, ok, why := c.Limiter().StoredAppOverride(id); ok && why != nil {
+		return AppView{}, apiError(http.StatusNotFound, "app %q of cluster %q exists through an admin override "+
+			"that this instance leaves out (%v): change it, or remove it with DELETE", id, c.ID(), why)
 	}
 	return AppView{}, apiError(http.StatusNotFound, "unknown app %q in cluster %q (unknown apps are shown as %q)",
 		id, c.ID(), wildcardApp)

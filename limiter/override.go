@@ -23,10 +23,15 @@ type AppOverride struct {
 	Warmup         *time.Duration `json:"warmup,omitempty"` // nanoseconds in the Store
 }
 
-// Apply returns p with the override's fields.
+// Apply returns p with the override's fields. An override of guaranteed without a burst keeps
+// the configured burst, raised to the new guaranteed when below it (a burst left out of the
+// config is the guaranteed rate, and the operator never chose it).
 func (o AppOverride) Apply(p store.AppPolicy) store.AppPolicy {
 	set(&p.Guaranteed, o.Guaranteed)
 	set(&p.Burst, o.Burst)
+	if o.Burst == nil && p.Guaranteed > p.Burst {
+		p.Burst = p.Guaranteed
+	}
 	set(&p.Priority, o.Priority)
 	set(&p.MaxBorrow, o.MaxBorrow)
 	set(&p.MaxConnections, o.MaxConnections)
@@ -198,7 +203,7 @@ func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
 		}
 		if cfg.Cluster.Capacity > 0 && next > limit {
 			skip(store.OverrideAppKey(id), store.FieldErrors{{Field: "guaranteed", Problem: fmt.Sprintf(
-				"the cluster's sum of guaranteed would be %v, over (1 - reserved_ratio) × capacity = %v", next, limit)}})
+				"is too high: the cluster's sum of guaranteed would be %v, over (1 - reserved_ratio) × capacity = %v", next, limit)}})
 			continue
 		}
 		cfg.Apps[id] = p

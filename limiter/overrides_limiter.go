@@ -66,6 +66,26 @@ func (l *Limiter) ClusterOverride() (ClusterOverride, bool) {
 	return *l.ov.cluster, true
 }
 
+// StoredAppOverride returns the app's override as the Store holds it, in force or not, and
+// when this instance leaves it out of its configuration (it does not fit the loaded config),
+// why. Removing it (SetAppOverride with nil) works either way.
+func (l *Limiter) StoredAppOverride(id string) (o AppOverride, ok bool, notApplied error) {
+	l.ovMu.Lock()
+	defer l.ovMu.Unlock()
+	o, ok = l.ov.apps[id]
+	return o, ok, l.skipped[store.OverrideAppKey(id)]
+}
+
+// StoredClusterOverride is StoredAppOverride for the cluster's override.
+func (l *Limiter) StoredClusterOverride() (o ClusterOverride, ok bool, notApplied error) {
+	l.ovMu.Lock()
+	defer l.ovMu.Unlock()
+	if l.ov.cluster == nil {
+		return ClusterOverride{}, false, nil
+	}
+	return *l.ov.cluster, true, l.skipped[store.OverrideClusterKey]
+}
+
 // AppSource says where the policy in force of a configured app comes from (SourceConfig,
 // SourceOverride, SourceAPI), or "" for an id without a policy of its own.
 func (l *Limiter) AppSource(id string) string {

@@ -79,8 +79,8 @@ func (p AppPolicy) Validate() FieldErrors {
 // Validate lists the invalid fields of a cluster policy (the id is checked by its owner).
 func (c ClusterPolicy) Validate() FieldErrors {
 	var es FieldErrors
-	if !finite(c.Capacity) || c.Capacity < 0 {
-		es.add("capacity", "must be >= 0 (0 = no cluster limit), got %v", c.Capacity)
+	if !finite(c.Capacity) || c.Capacity < 0 || c.Capacity > MaxAmount {
+		es.add("capacity", "must be >= 0 (0 = no cluster limit) and <= 2^53, got %v", c.Capacity)
 	}
 	switch {
 	case !inUnit(c.ReservedRatio):
