@@ -56,6 +56,7 @@ type route struct {
 	get             view
 	post, put, del  action
 	clusterFromPath string // clusters/<id>: the cluster is the path's, not ?cluster's
+	badPath         error  // the path names something that cannot exist (an invalid app id): 400
 }
 
 // allow lists the route's methods (the Allow header of a 405).
@@ -82,6 +83,9 @@ func (a API) match(w http.ResponseWriter, r *http.Request, rest string) (rt rout
 		rt.get = func(c Cluster) (any, error) { return AppsView{Cluster: c.ID(), Apps: appViews(c)}, nil }
 	case strings.HasPrefix(rest, "apps/") && !strings.Contains(rest[len("apps/"):], "/"):
 		id := strings.TrimPrefix(rest, "apps/")
+		if id != wildcardApp && !limiter.ValidAppID(id) {
+			rt.badPath = apiError(http.StatusBadRequest, "invalid app id %q: an app id is 1-128 characters of [A-Za-z0-9._:-]", id)
+		}
 		rt.get = func(c Cluster) (any, error) { return appView(c, id) }
 		rt.put, rt.del = a.putApp(id), a.deleteApp(id)
 	case strings.HasPrefix(rest, "clusters/") && rest != "clusters/" && !strings.Contains(rest[len("clusters/"):], "/"):
@@ -137,6 +141,9 @@ func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s (allowed: %s)",
 			r.Method, r.URL.Path, strings.Join(allow, ", "))
+	}
+	if rt.badPath != nil {
+		return rt.badPath
 	}
 	id := r.URL.Query().Get("cluster")
 	if rt.clusterFromPath != "" {
