@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/clock"
@@ -82,5 +84,53 @@ func BenchmarkAppLookup(b *testing.B) {
 		if a, _ := l.App("a"); a == nil {
 			b.Fatal("missing")
 		}
+	}
+}
+
+// BenchmarkTick is one sync-loop tick (report, rates, lease expiry) of an instance with n
+// configured apps, every one of which took a request in the last interval (busy) or none of
+// which did since their leases (idle): the per-instance CPU that grows with the number of apps.
+func BenchmarkTick(b *testing.B) {
+	for _, busy := range []bool{true, false} {
+		for _, n := range []int{100, 2000, 20000} {
+			name := fmt.Sprintf("idle/%d", n)
+			if busy {
+				name = fmt.Sprintf("busy/%d", n)
+			}
+			b.Run(name, func(b *testing.B) { benchTick(b, n, busy) })
+		}
+	}
+}
+
+func benchTick(b *testing.B, n int, busy bool) {
+	c := clock.NewManual()
+	cfg := baseConfig()
+	for i := range n {
+		cfg.Apps["app"+strconv.Itoa(i)] = pol(1000, 1000, 0)
+	}
+	l := testLimiter(b, cfg, memstore.New(c), c, false)
+	ctx := context.Background()
+	apps := make([]*App, 0, n)
+	for id := range cfg.Apps {
+		a := mustApp(b, l, id)
+		a.Take(ctx, 1, 0)
+		apps = append(apps, a)
+	}
+	for range 10 { // the first report, rates settled
+		c.Advance(l.snap().cfg.SyncInterval)
+		l.tick(c.Now())
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if busy {
+			b.StopTimer()
+			for _, a := range apps {
+				a.Take(ctx, 1, 0)
+			}
+			b.StartTimer()
+		}
+		c.Advance(l.snap().cfg.SyncInterval)
+		l.tick(c.Now())
 	}
 }

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"errors"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,7 +262,7 @@ func (l *Limiter) install(cfg Config) error {
 	return nil
 }
 
-// apps returns every bucket that may hold tokens or unsent statistics.
+// apps returns every bucket that may hold tokens or unsent statistics, in no particular order.
 func (l *Limiter) apps() []*App {
 	s := l.cur.Load()
 	all := make([]*App, 0, len(s.apps)+1)
@@ -281,8 +280,7 @@ func (l *Limiter) apps() []*App {
 	l.mu.Lock()
 	all = append(all, l.retired...)
 	l.mu.Unlock()
-	sort.Slice(all, func(i, j int) bool { return all[i].id < all[j].id })
-	return all
+	return all // in no particular order: sorting 20 000 apps was most of a tick's CPU
 }
 
 // ResentRequests is how many admitted requests' statistics were sent a second time because the
