@@ -43,6 +43,7 @@ type App struct {
 	id       string // the id the Store knows the bucket by
 	label    string // metric label: configured id or "*"
 	isolated bool
+	listed   atomic.Bool // on the sync loop's list (active.go)
 	pol      atomic.Pointer[appPolicy]
 	stats    *appStats // shared by all unknown apps
 
@@ -107,6 +108,7 @@ func (l *Limiter) newApp(id, label string, p store.AppPolicy, st *appStats, isol
 	a.rateTgt.Store(cfg.Reserve)
 	a.refillAt.Store(-1 << 62)
 	a.st.statsAt = l.clock.Now() // a new app's first statistics wait for its leases
+	a.list()
 	return a
 }
 
@@ -120,6 +122,7 @@ func (a *App) setPolicy(p store.AppPolicy) {
 	a.pol.Store(newAppPolicy(p))
 	a.retryUntil.Store(0)
 	a.short.Store(false)
+	a.list()
 }
 
 // horizon is how long a lease lasts at the app's rate: LeaseHorizon, or AtQuotaHorizon while
@@ -232,6 +235,7 @@ func (a *App) admitted(cost int64, l *Limiter) {
 	if a.isolated {
 		a.lastUse.Store(l.clock.Now().UnixNano())
 	}
+	a.list()
 }
 
 // slow handles a take the local tokens cannot cover.
@@ -371,6 +375,7 @@ func (a *App) Refund(n int64) {
 	}
 	a.balance.Add(n)
 	a.consumed.Add(-n)
+	a.list()
 }
 
 // Charge takes n more tokens: the settlement of an underestimate. What the local tokens cannot
@@ -381,6 +386,7 @@ func (a *App) Charge(n int64) {
 	}
 	a.balance.Add(-n)
 	a.consumed.Add(n)
+	a.list()
 }
 
 // wait retries a rejected take until it is admitted, maxWait has passed, or ctx is done.

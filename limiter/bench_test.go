@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
@@ -88,8 +89,8 @@ func BenchmarkAppLookup(b *testing.B) {
 }
 
 // BenchmarkTick is one sync-loop tick (report, rates, lease expiry) of an instance with n
-// configured apps, every one of which took a request in the last interval (busy) or none of
-// which did since their leases (idle): the per-instance CPU that grows with the number of apps.
+// configured apps, every one of which took a request in the last interval (busy), or none of
+// which did for two minutes (idle: quiet apps, which the loop no longer visits).
 func BenchmarkTick(b *testing.B) {
 	for _, busy := range []bool{true, false} {
 		for _, n := range []int{100, 2000, 20000} {
@@ -116,9 +117,15 @@ func benchTick(b *testing.B, n int, busy bool) {
 		a.Take(ctx, 1, 0)
 		apps = append(apps, a)
 	}
-	for range 10 { // the first report, rates settled
+	for range 10 { // the first report and leases
 		c.Advance(l.snap().cfg.SyncInterval)
 		l.tick(c.Now())
+	}
+	if !busy { // two minutes without a request: tokens returned, statistics flushed
+		for range 120 {
+			c.Advance(time.Second)
+			l.tick(c.Now())
+		}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

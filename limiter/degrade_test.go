@@ -33,6 +33,7 @@ func TestDegradationLevels(t *testing.T) {
 		t.Fatalf("30 ms store: level %v (avg %v), want mild", l.Level(), l.Latency())
 	}
 	a := mustApp(t, l, "a")
+	a.rateTgt.Store(50) // an app leasing 50 tokens at its rate (its burst caps leases at 500)
 	st, s, p := l.state.Load(), l.snap(), a.pol.Load()
 	if got := a.want(0, 0, p, st, s); got != 2*a.rateTgt.Load() {
 		t.Fatalf("mild lease target %d, want twice %d", got, a.rateTgt.Load())

@@ -39,7 +39,7 @@ func (l *Limiter) SetEmergency(ctx context.Context, e store.Emergency) error {
 	l.tickMu.Lock()
 	defer l.tickMu.Unlock()
 	if !l.closed.Load() {
-		_ = l.report(l.clock.Now(), false)
+		_ = l.report(l.clock.Now(), l.visited(), false)
 	}
 	return nil
 }

@@ -89,6 +89,7 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	a.mu.Lock()
 	a.call = nil
 	a.mu.Unlock()
+	a.list() // its tokens, or statistics left to send after a failure
 	close(c.done)
 }
 
@@ -321,6 +322,7 @@ func (a *App) unmint(n int64) {
 		a.rescue.tokens += float64(n)
 	}
 	a.mu.Unlock()
+	a.list()
 }
 
 // refillPoint is the balance below which a take starts a background refill: the configured share

@@ -36,6 +36,9 @@ type Limiter struct {
 	isolated map[string]*App
 	unknown  *appStats // statistics of every unknown app (label "*")
 
+	activeMu sync.Mutex
+	active   []*App // the apps the sync loop visits: all but the quiet ones (active.go)
+
 	tickMu     sync.Mutex // serialises tick and Close
 	lastReport time.Time
 	lastRate   time.Time
@@ -309,9 +312,9 @@ func (l *Limiter) Close() error {
 	// validate` provisions and closes one).
 	var errs []error
 	if l.pending != nil || l.unsent() {
-		err := l.report(now, true)
+		err := l.report(now, l.apps(), true)
 		if err == nil && l.unsent() {
-			err = l.report(now, true)
+			err = l.report(now, l.apps(), true)
 		}
 		errs = append(errs, err)
 	}

@@ -42,19 +42,20 @@ func (l *Limiter) tick(now time.Time) {
 	// A timer firing a little early must not skip a whole interval.
 	if now.Sub(l.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
 		l.lastReport = now // the last attempt: in fail-open, the probe runs once a second
-		if l.report(now, false) == nil {
+		if l.report(now, l.visited(), false) == nil {
 			l.watchOverrides()
 			if l.outdated() {
 				l.refreshOverrides()
 			}
 		}
 	}
-	apps := l.apps()
+	apps := l.visited()
 	l.updateRates(now, apps, cfg)
 	if l.Level() != LevelFailOpen {
 		l.expireLeases(now, apps, cfg)
 		l.returnExcess(now, apps)
 		l.settleRetired(now)
+		l.dropQuiet()
 	}
 	l.expireIsolated(now, cfg)
 }
@@ -71,14 +72,13 @@ type clusterBatch struct {
 // the last report failed, otherwise the cost admitted since), the in-flight counts, and the
 // statistics of apps whose statistics no lease carried for StatsInterval (every app's when all
 // is set: Close). It applies L1's answer.
-func (l *Limiter) report(now time.Time, all bool) error {
+func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	s := l.snap()
 	var inflight map[string]int64
 	rep := store.Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance}
 	if src := s.cfg.Connections; src != nil {
 		inflight, rep.InFlight = src.InFlight()
 	}
-	apps := l.apps()
 	if l.pending == nil {
 		l.seq++
 		b := &clusterBatch{seq: l.seq}
@@ -193,6 +193,9 @@ func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
 		inst := float64(c-a.lastCons.Load()) / dt.Seconds()
 		a.lastCons.Store(c)
 		a.rate = max(alpha*inst+(1-alpha)*a.rate, 0)
+		if inst == 0 && a.rate < idleRate {
+			a.rate = 0
+		}
 		a.rateTgt.Store(int64(math.Ceil(a.rate * a.horizon(cfg).Seconds())))
 		t := a.want(0, 0, a.pol.Load(), st, s)
 		a.refillAt.Store(a.refillPoint(t, cfg))
@@ -262,11 +265,7 @@ func (l *Limiter) settleRetired(now time.Time) {
 	var keep []*App
 	for _, a := range retired {
 		_ = a.returnTokens(now, 0)
-		a.mu.Lock()
-		busy := a.call != nil
-		a.mu.Unlock()
-		settled := a.balance.Load() <= 0 && !busy && a.statsSettled() && a.consumed.Load() <= a.costSent
-		if !settled || now.Sub(a.retiredAt) < time.Minute {
+		if !a.settled() || now.Sub(a.retiredAt) < time.Minute {
 			keep = append(keep, a)
 		}
 	}

@@ -1,0 +1,83 @@
+package limiter
+
+// The sync loop visits only the apps that may have work for it. An app is quiet when the loop
+// has nothing left to do for it: its rate has decayed to zero, it holds no local tokens, no
+// lease is in flight, and its cost and statistics were all acknowledged. A quiet app leaves the
+// list at the end of a tick and is put back by its next admission, settlement or lease. An
+// instance with tens of thousands of configured apps, most of them idle at any time, then
+// spends its ticks on the busy ones (docs/design.md, "The sync path").
+//
+// Every change that can give the loop work (consumed, balance, statistics, a lease) is made
+// before the App checks whether it is listed, and the loop unlists an app before it checks
+// again whether the app is still quiet. So a change either sees the app unlisted and lists it,
+// or happens before that second check and keeps the app listed: none is missed.
+
+// idleRate is the consumption rate (cost per second) below which an app that consumed nothing
+// since the last tick counts as not consuming at all. It is far below anything a lease could
+// follow (one token in 17 minutes), and it lets the moving average end at zero.
+const idleRate = 1e-3
+
+// list puts a on the sync loop's list unless it is on it. It is called after the change that
+// gave the loop work.
+func (a *App) list() {
+	if a.listed.Load() || !a.listed.CompareAndSwap(false, true) {
+		return
+	}
+	l := a.l
+	l.activeMu.Lock()
+	l.active = append(l.active, a)
+	l.activeMu.Unlock()
+}
+
+// settled reports whether a holds no tokens and owes the Store nothing: no lease in flight, all
+// its statistics acknowledged and all its cost reported (local debt waits for its next lease).
+func (a *App) settled() bool {
+	a.mu.Lock()
+	busy := a.call != nil
+	a.mu.Unlock()
+	return a.balance.Load() <= 0 && !busy && a.statsSettled() && a.consumed.Load() <= a.costSent
+}
+
+// quiet reports whether the sync loop has nothing to do for a (tickMu held).
+func (a *App) quiet() bool {
+	return a.rate == 0 && a.consumed.Load() == a.lastCons.Load() && a.settled()
+}
+
+// visited is what one tick visits: the listed apps and the retired ones (tickMu held).
+func (l *Limiter) visited() []*App {
+	l.activeMu.Lock()
+	apps := append([]*App(nil), l.active...)
+	l.activeMu.Unlock()
+	l.mu.Lock()
+	for _, a := range l.retired {
+		if !a.listed.Load() {
+			apps = append(apps, a)
+		}
+	}
+	l.mu.Unlock()
+	return apps
+}
+
+// dropQuiet takes the quiet apps off the list at the end of a tick (tickMu held). Apps listed
+// meanwhile are kept after the ones looked at.
+func (l *Limiter) dropQuiet() {
+	l.activeMu.Lock()
+	cur := l.active
+	l.active = nil
+	l.activeMu.Unlock()
+	keep := cur[:0]
+	for _, a := range cur {
+		if a.quiet() {
+			a.listed.Store(false)
+			// A change made before the Store above may have seen the app still listed.
+			if a.quiet() || !a.listed.CompareAndSwap(false, true) {
+				continue
+			}
+		}
+		keep = append(keep, a)
+	}
+	clear(cur[len(keep):]) // let the dropped apps be collected
+	l.activeMu.Lock()
+	l.active = append(keep, l.active...)
+	l.activeMu.Unlock()
+}
