@@ -223,7 +223,7 @@ func TestProbeStartupWrongPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitMetric(15*time.Second, func(v float64) bool { return v == 0 }, "caddy_rate_limit_degradation_level")
-	waitLog(t, g, "Store recovered, leaving fail_open", 5*time.Second)
+	waitLog(t, g, "Store recovered, leaving fail_open", 15*time.Second) // logged once the Store has answered for 5 s
 	if resp, body, err := get(client, g.base, "/", "svc"); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("svc after the fix: %v %v %q", err, resp, body)
 	}

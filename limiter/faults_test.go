@@ -151,6 +151,13 @@ func TestFailOpenLoggedOnce(t *testing.T) {
 	if l.Level() != LevelNormal {
 		t.Fatalf("level %v after recovery", l.Level())
 	}
+	if n := logs.FilterMessageSnippet("leaving fail_open").Len(); n != 0 {
+		t.Fatalf("recovery logged before the Store answered for %v", recoveryHold)
+	}
+	for range 6 { // the Store answers for recoveryHold: the episode ends in the log
+		c.Advance(time.Second)
+		l.tick(c.Now())
+	}
 	warn := logs.FilterMessageSnippet("entering fail_open").All()
 	if len(warn) != 1 || warn[0].Level != zapcore.WarnLevel {
 		t.Fatalf("fail_open WARN lines: %+v", logs.All())
@@ -325,8 +332,10 @@ func TestPermanentErrorLoggedOnce(t *testing.T) {
 		t.Fatalf("ERROR fields: %v", f)
 	}
 	ps.fail.Store(false)
-	c.Advance(time.Second)
-	l.tick(c.Now())
+	for range 7 {
+		c.Advance(time.Second)
+		l.tick(c.Now())
+	}
 	if l.Level() == LevelFailOpen || logs.FilterMessageSnippet("leaving fail_open").Len() != 1 {
 		t.Fatalf("level %v after the fix; logs %+v", l.Level(), logs.All())
 	}
@@ -375,9 +384,75 @@ func TestStoreFailedFromProbe(t *testing.T) {
 		t.Fatalf("ERROR lines: %+v", logs.All())
 	}
 	ps.fail.Store(false)
-	c.Advance(time.Second)
-	l.tick(c.Now())
+	for range 7 {
+		c.Advance(time.Second)
+		l.tick(c.Now())
+	}
 	if l.Level() == LevelFailOpen || logs.FilterMessageSnippet("leaving fail_open").Len() != 1 {
 		t.Fatalf("level %v after the fix; logs %+v", l.Level(), logs.All())
+	}
+}
+
+// leaseFailStore fails every Lease while down is set; reports succeed. It is a Redis Cluster
+// whose cluster slot is healthy while the master of an app's slot is down.
+type leaseFailStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (s *leaseFailStore) Lease(ctx context.Context, r store.LeaseRequest) (store.Lease, error) {
+	if s.down.Load() {
+		return store.Lease{}, errDown
+	}
+	return s.Store.Lease(ctx, r)
+}
+
+// The probe (the cluster report) succeeds while an app's leases keep failing: the level goes
+// back and forth, but the log says once that the Store is unavailable and once, after it has
+// answered for recoveryHold, that it recovered. Before, each round logged a WARN and an INFO,
+// about once a second for as long as the app's master was down.
+func TestPartialOutageLoggedOnce(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	c := clock.NewManual()
+	fs := &leaseFailStore{Store: newProbe(c)}
+	cfg := baseConfig()
+	cfg.Logger = zap.New(core)
+	l := testLimiter(t, cfg, fs, c, false)
+	a := mustApp(t, l, "a")
+	ctx := context.Background()
+	traffic := func(d time.Duration) (admitted int) {
+		for end := c.Now().Add(d); c.Now().Before(end); {
+			c.Advance(100 * time.Millisecond)
+			l.tick(c.Now())
+			for range 20 {
+				if a.Take(ctx, 1, 0).Allowed {
+					admitted++
+				}
+			}
+		}
+		return admitted
+	}
+	traffic(2 * time.Second)
+	fs.down.Store(true)
+	if n := traffic(20 * time.Second); n == 0 {
+		t.Fatal("nothing admitted by the rescue buckets during the outage")
+	}
+	fs.down.Store(false)
+	traffic(time.Second)
+	if n := logs.FilterMessageSnippet("leaving fail_open").Len(); n != 0 {
+		t.Fatalf("recovery logged before the Store answered for %v: %+v", recoveryHold, logs.All())
+	}
+	traffic(recoveryHold + time.Second)
+	if l.Level() == LevelFailOpen {
+		t.Fatal("still in fail_open after the outage")
+	}
+	warn := logs.FilterMessageSnippet("entering fail_open").All()
+	info := logs.FilterMessageSnippet("leaving fail_open").All()
+	if len(warn) != 1 || len(info) != 1 {
+		t.Fatalf("%d WARN and %d INFO lines, want one each: %+v", len(warn), len(info), logs.All())
+	}
+	f := info[0].ContextMap()
+	if f["relapses"].(int64) < 10 || f["duration"].(time.Duration) < 19*time.Second {
+		t.Fatalf("recovery INFO fields %v: want the whole outage, with its relapses", f)
 	}
 }

@@ -26,7 +26,13 @@ const (
 	mildSync           = 500 * time.Millisecond
 	significantSync    = time.Second
 	probeInterval      = time.Second
-	latencyAlpha       = 0.2 // weight of one observation in the latency moving average
+	// recoveryHold is how long the Store must answer without a failure after fail_open is
+	// left before the episode ends in the log. A failure sooner resumes the same episode: the
+	// probe (the cluster report) can succeed while the slot of some app is still down (a Redis
+	// Cluster master failing over), and every lease for that app fails again. Without the hold
+	// each such round logged a WARN and an INFO, about once a second.
+	recoveryHold = 5 * time.Second
+	latencyAlpha = 0.2 // weight of one observation in the latency moving average
 	// latencyAlphaDown is the weight of an observation below the average: the level follows a
 	// Store that got faster within a few calls (at the significant level a report is made
 	// once a second), and one that got slower only when it stays slow.
@@ -86,12 +92,20 @@ func syncInterval(v Level, base time.Duration) time.Duration {
 
 // observe records one Store call: its latency feeds the moving average, an error (or timeout)
 // switches to fail-open. Only a successful report (the probe) leaves fail-open, so that an
-// in-flight lease answering late cannot flap the level. Level changes are logged once each.
+// in-flight lease answering late cannot flap the level. Level changes are logged once each,
+// and a fail_open episode once it has ended for recoveryHold.
 func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	l.levelMu.Lock()
 	defer l.levelMu.Unlock()
 	cur := Level(l.level.Load())
 	if err != nil {
+		if cur != LevelFailOpen && !l.episode.left.IsZero() {
+			// Failing again within recoveryHold of leaving: the same episode goes on.
+			l.level.Store(uint32(LevelFailOpen))
+			l.episode.left = time.Time{}
+			l.episode.relapses++
+			cur = LevelFailOpen
+		}
 		if cur == LevelFailOpen {
 			l.episode.errs++ // counted, not logged one by one
 			if p, ok := store.AsPermanent(err); ok && !l.episode.permanent {
@@ -114,9 +128,10 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 		l.latency = min(latency, mildLatency/2)
 		next := levelFor(l.latency)
 		l.level.Store(uint32(next))
-		l.leftFailOpen(next)
+		l.episode.left = l.clock.Now()
 		return
 	}
+	l.endEpisode(false)
 	alpha := latencyAlpha
 	if latency < l.latency {
 		alpha = latencyAlphaDown
@@ -132,10 +147,12 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 // failEpisode is one stretch of fail_open, for the log line that ends it.
 type failEpisode struct {
 	start            time.Time
-	errs             int64 // failed Store calls, the first included
-	reqs, cost       int64 // l.rescuedReqs / l.rescuedCost when it began
-	rejected         int64 // l.rescueRejects when it began
-	assumedAlone     bool  // the rescue buckets assumed this instance is alone
+	left             time.Time // when fail_open was last left, until the end is logged; zero otherwise
+	relapses         int64     // failures within recoveryHold of leaving, which resumed the episode
+	errs             int64     // failed Store calls, the first included
+	reqs, cost       int64     // l.rescuedReqs / l.rescuedCost when it began
+	rejected         int64     // l.rescueRejects when it began
+	assumedAlone     bool      // the rescue buckets assumed this instance is alone
 	assumedInstances int
 	permanent        bool // a permanent error (PermanentError) was logged in this episode
 }
@@ -196,21 +213,27 @@ func (l *Limiter) logPermanent(p store.PermanentError) {
 		zap.String("on_redis_failure", cfg.OnStoreFailure.String()))
 }
 
-// leftFailOpen logs the end of a fail_open episode (levelMu held).
-func (l *Limiter) leftFailOpen(next Level) {
+// endEpisode logs the end of a fail_open episode that was left recoveryHold ago without a
+// failure since (or at once with now set: Close) (levelMu held).
+func (l *Limiter) endEpisode(now bool) {
+	ep := l.episode
+	if ep.left.IsZero() || (!now && l.clock.Now().Sub(ep.left) < recoveryHold) {
+		return
+	}
+	l.episode.left = time.Time{}
 	log := l.logger()
 	if log == nil {
 		return
 	}
-	ep := l.episode
 	log.Info("rate_limit: Store recovered, leaving fail_open",
 		zap.String("cluster", l.snap().cfg.Cluster.ID),
-		zap.Duration("duration", l.clock.Now().Sub(ep.start)),
+		zap.Duration("duration", ep.left.Sub(ep.start)),
 		zap.Int64("failed_store_calls", ep.errs),
+		zap.Int64("relapses", ep.relapses),
 		zap.Int64("admitted_without_store", l.rescuedReqs.Load()-ep.reqs),
 		zap.Int64("admitted_cost_without_store", l.rescuedCost.Load()-ep.cost),
 		zap.Int64("rejected_by_rescue", l.rescueRejects.Load()-ep.rejected),
-		zap.String("level", next.String()))
+		zap.String("level", Level(l.level.Load()).String()))
 }
 
 // logLevel logs a change between the latency levels (levelMu held).

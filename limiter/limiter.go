@@ -321,6 +321,9 @@ func (l *Limiter) Close() error {
 	for _, a := range l.apps() {
 		errs = append(errs, a.returnTokens(now, 0))
 	}
+	l.levelMu.Lock()
+	l.endEpisode(true) // a recovery still within its hold ends in the log now
+	l.levelMu.Unlock()
 	return errors.Join(errs...)
 }
 
