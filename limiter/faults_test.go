@@ -132,11 +132,10 @@ func TestRefundAboveFairnessCapReturned(t *testing.T) {
 // mode), repeated errors counted, one INFO when it ends (duration, what was admitted
 // meanwhile), a WARN that the rescue buckets assumed this instance alone.
 func TestFailOpenLoggedOnce(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
 	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
-	cfg.Logger = zap.New(core)
+	logs := logTo(&cfg)
 	l := testLimiter(t, cfg, ps, c, false)
 	a := mustApp(t, l, "a")
 	ps.fail.Store(true)
@@ -251,11 +250,10 @@ func (f *forgetfulStore) Report(ctx context.Context, r store.Report) (store.Clus
 
 // Statistics the Store acknowledged and then lost are sent again, once, and logged.
 func TestLostStatisticsSentAgain(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
 	c := clock.NewManual()
 	fs := &forgetfulStore{probeStore: newProbe(c)}
 	cfg := baseConfig()
-	cfg.Logger = zap.New(core)
+	logs := logTo(&cfg)
 	cfg.SyncBatch = 1 // every report flushes the app's statistics
 	l := testLimiter(t, cfg, fs, c, false)
 	a := mustApp(t, l, "a")
@@ -301,11 +299,10 @@ func TestLostStatisticsSentAgain(t *testing.T) {
 // episode began as a fault), the rescue limits apply meanwhile, and the recovery after the
 // operator's fix is logged like any other.
 func TestPermanentErrorLoggedOnce(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
 	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
-	cfg.Logger = zap.New(core)
+	logs := logTo(&cfg)
 	l := testLimiter(t, cfg, ps, c, false)
 	a := mustApp(t, l, "a")
 	ps.fail.Store(true) // a fault first: Redis unreachable
@@ -358,11 +355,10 @@ func TestPermanentErrorLoggedOnce(t *testing.T) {
 // the episode; the limiter's own failed calls in that episode add none, a nil error changes
 // nothing, and only the limiter's own successful probe leaves fail_open.
 func TestStoreFailedFromProbe(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
 	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
-	cfg.Logger = zap.New(core)
+	logs := logTo(&cfg)
 	l := testLimiter(t, cfg, ps, c, false)
 	l.StoreFailed(nil)
 	if l.Level() == LevelFailOpen || logs.Len() != 0 {
@@ -412,11 +408,10 @@ func (s *leaseFailStore) Lease(ctx context.Context, r store.LeaseRequest) (store
 // answered for recoveryHold, that it recovered. Before, each round logged a WARN and an INFO,
 // about once a second for as long as the app's master was down.
 func TestPartialOutageLoggedOnce(t *testing.T) {
-	core, logs := observer.New(zapcore.InfoLevel)
 	c := clock.NewManual()
 	fs := &leaseFailStore{Store: newProbe(c)}
 	cfg := baseConfig()
-	cfg.Logger = zap.New(core)
+	logs := logTo(&cfg)
 	l := testLimiter(t, cfg, fs, c, false)
 	a := mustApp(t, l, "a")
 	ctx := context.Background()
@@ -455,4 +450,11 @@ func TestPartialOutageLoggedOnce(t *testing.T) {
 	if f["relapses"].(int64) < 10 || f["duration"].(time.Duration) < 19*time.Second {
 		t.Fatalf("recovery INFO fields %v: want the whole outage, with its relapses", f)
 	}
+}
+
+// logTo makes cfg log at INFO and above into the returned observer.
+func logTo(cfg *Config) *observer.ObservedLogs {
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfg.Logger = zap.New(core)
+	return logs
 }
