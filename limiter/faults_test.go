@@ -458,3 +458,30 @@ func logTo(cfg *Config) *observer.ObservedLogs {
 	cfg.Logger = zap.New(core)
 	return logs
 }
+
+// A failure after a recovery has held for recoveryHold starts a new episode, even when no call
+// succeeded in between to log the end of the first one: both end in the log.
+func TestEpisodeAfterHeldRecoveryIsNew(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	logs := logTo(&cfg)
+	l := testLimiter(t, cfg, ps, c, false)
+	ps.fail.Store(true)
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	ps.fail.Store(false)
+	c.Advance(time.Second)
+	l.tick(c.Now()) // the probe succeeds: the level leaves fail_open, the log waits
+	c.Advance(recoveryHold + time.Second)
+	ps.fail.Store(true)
+	l.tick(c.Now()) // the first call after the hold fails
+	if l.Level() != LevelFailOpen {
+		t.Fatalf("level %v", l.Level())
+	}
+	warn := logs.FilterMessageSnippet("entering fail_open").Len()
+	info := logs.FilterMessageSnippet("leaving fail_open").Len()
+	if warn != 2 || info != 1 {
+		t.Fatalf("%d WARN and %d INFO lines, want 2 and 1: %+v", warn, info, logs.All())
+	}
+}

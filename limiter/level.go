@@ -99,6 +99,9 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	defer l.levelMu.Unlock()
 	cur := Level(l.level.Load())
 	if err != nil {
+		if cur != LevelFailOpen {
+			l.endEpisode(false) // a recovery that held ends in the log before a new episode
+		}
 		if cur != LevelFailOpen && !l.episode.left.IsZero() {
 			// Failing again within recoveryHold of leaving: the same episode goes on.
 			l.level.Store(uint32(LevelFailOpen))
