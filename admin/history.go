@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/history"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // The history routes (docs/admin-api.md):
@@ -62,22 +63,32 @@ func Read(c Cluster) history.Reading {
 		InFlight:        total.Current,
 		ConnectionLimit: total.Limit,
 	}
+	// The apps in the order of GET /rate_limit/apps, without building its views: this runs
+	// every second, for every app.
+	counter := c.Connections()
 	stats := statsByLabel(c)
-	for _, v := range appViews(c) {
-		s := stats[v.ID]
+	conns := connsByApp(counter)
+	read := func(id string, p *store.AppPolicy) {
+		s := stats[id]
 		tot := history.Totals{Requests: s.Requests, Cost: s.Cost, LocalHits: s.LocalHits}
 		for i, n := range tot.Requests {
 			rd.Requests[i] += n
 		}
 		rd.Cost += tot.Cost
 		rd.LocalHits += tot.LocalHits
-		a := history.AppReading{ID: v.ID, Totals: tot, LocalTokens: v.LocalTokens, InFlight: v.InFlight,
-			Borrowed: v.Borrowed, Debt: v.Debt}
-		if v.Policy != nil {
-			a.Limit, a.Guaranteed, a.Burst = v.Policy.MaxConnections, v.Policy.Guaranteed, v.Policy.Burst
+		a := history.AppReading{ID: id, Totals: tot, LocalTokens: s.LocalTokens, InFlight: conns[id].Current,
+			Borrowed: num(s.Borrowed), Debt: num(s.Debt)}
+		if p != nil {
+			a.Limit, a.Guaranteed, a.Burst = maxConnections(id, *p, counter), num(p.Guaranteed), num(p.Burst)
 		}
 		rd.Apps = append(rd.Apps, a)
 	}
+	rd.Apps = make([]history.AppReading, 0, len(cfg.Apps)+1)
+	for _, id := range appIDs(cfg) {
+		p := cfg.Apps[id]
+		read(id, &p)
+	}
+	read(wildcardApp, starPolicy(cfg))
 	return rd
 }
 

@@ -169,3 +169,33 @@ func TestStreamBound(t *testing.T) {
 		t.Errorf("refused stream left the count at %d", n)
 	}
 }
+
+// Read shows every app as GET /rate_limit/apps does, in the same order, without building its
+// views (it runs every second, for every app).
+func TestReadMatchesAppViews(t *testing.T) {
+	c := newCluster(t, "c1", testConfig(), nil)
+	take(t, c, "alpha", 7)
+	rd, views := Read(c), appViews(c)
+	if len(rd.Apps) != len(views) {
+		t.Fatalf("%d apps read, %d shown", len(rd.Apps), len(views))
+	}
+	for i, v := range views {
+		a := rd.Apps[i]
+		want := [7]float64{float64(v.Requests.Allowed), float64(v.Cost), float64(v.LocalTokens), float64(v.InFlight), v.Borrowed, v.Debt, float64(v.LocalHits)}
+		got := [7]float64{float64(a.Requests[0]), float64(a.Cost), float64(a.LocalTokens), float64(a.InFlight), a.Borrowed, a.Debt, float64(a.LocalHits)}
+		if a.ID != v.ID || got != want {
+			t.Errorf("app %d: read %s %v, shown %s %v", i, a.ID, got, v.ID, want)
+		}
+		var limit int64
+		var guaranteed, burst float64
+		if v.Policy != nil {
+			limit, guaranteed, burst = v.Policy.MaxConnections, v.Policy.Guaranteed, v.Policy.Burst
+		}
+		if a.Limit != limit || a.Guaranteed != guaranteed || a.Burst != burst {
+			t.Errorf("app %s: read policy %d %v %v, shown %d %v %v", v.ID, a.Limit, a.Guaranteed, a.Burst, limit, guaranteed, burst)
+		}
+	}
+	if rd.Apps[0].Requests[0] == 0 && rd.Apps[1].Requests[0] == 0 {
+		t.Fatal("no app admitted anything: the comparison shows nothing")
+	}
+}

@@ -314,11 +314,7 @@ func appViews(c Cluster) []AppView {
 	cfg := lim.Config()
 	stats := statsByLabel(c)
 	conns := connsByApp(counter)
-	ids := make([]string, 0, len(cfg.Apps))
-	for id := range cfg.Apps {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := appIDs(cfg)
 	out := make([]AppView, 0, len(ids)+1)
 	for _, id := range ids {
 		p := cfg.Apps[id]
@@ -331,11 +327,25 @@ func appViews(c Cluster) []AppView {
 		}
 		out = append(out, v)
 	}
-	var star *store.AppPolicy
-	if cfg.UnknownApp != limiter.UnknownReject {
-		star = &cfg.Default
+	return append(out, newAppView(wildcardApp, starPolicy(cfg), stats[wildcardApp], conns[wildcardApp], counter))
+}
+
+// appIDs is the configured apps' ids, sorted.
+func appIDs(cfg limiter.Config) []string {
+	ids := make([]string, 0, len(cfg.Apps))
+	for id := range cfg.Apps {
+		ids = append(ids, id)
 	}
-	return append(out, newAppView(wildcardApp, star, stats[wildcardApp], conns[wildcardApp], counter))
+	sort.Strings(ids)
+	return ids
+}
+
+// starPolicy is the policy of unknown apps ("*"): nil when they are rejected (no bucket).
+func starPolicy(cfg limiter.Config) *store.AppPolicy {
+	if cfg.UnknownApp == limiter.UnknownReject {
+		return nil
+	}
+	return &cfg.Default
 }
 
 // appView is GET /rate_limit/apps/<id>: a configured app or "*".
