@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,7 +176,9 @@ func TestPropQuietAppsMissNothing(t *testing.T) {
 
 // Apps going quiet and coming back while requests race with the sync loop (real background
 // leases, ticks seconds apart so that apps go quiet between bursts): no race, every admitted
-// request's statistics reach the Store once, and tokens are conserved.
+// request's statistics reach the Store once, and tokens are conserved. Bursts start in the
+// busy phases and run alongside the ticks that follow; the end of each idle phase waits for
+// them, then checks that an app off the list has no work left.
 func TestConcurrentQuietAndBack(t *testing.T) {
 	c := clock.NewManual()
 	sl := &statsLedger{Store: newProbe(c), seqs: map[string]map[uint64]int64{}}
@@ -186,54 +187,27 @@ func TestConcurrentQuietAndBack(t *testing.T) {
 	l := testLimiter(t, cfg, sl, c, true)
 	ids := []string{"a", "p3"}
 	var admitted [2]atomic.Int64
-	var busy atomic.Bool // requests come in phases; between them the apps go quiet
-	var inBurst atomic.Int64
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for g := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(g), 11))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if !busy.Load() {
-					time.Sleep(50 * time.Microsecond)
-					continue
-				}
-				inBurst.Add(1)
-				if !busy.Load() {
-					inBurst.Add(-1)
-					continue
-				}
-				i := rng.IntN(len(ids))
-				a := mustApp(t, l, ids[i])
-				for range rng.IntN(20) {
-					if a.Take(context.Background(), 1, 0).Allowed {
-						admitted[i].Add(1)
-					}
-				}
-				inBurst.Add(-1)
-				time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
-			}
-		}()
-	}
+	var bursts sync.WaitGroup
+	rng := rand.New(rand.NewPCG(3, 11))
 	quiet := 0
 	for i := range 400 {
-		busy.Store(i%50 < 5) // five busy ticks, then 45 × 3 s idle
+		if i%50 < 5 { // five busy ticks, then 45 × 3 s idle
+			for range 3 {
+				app, n := rng.IntN(len(ids)), rng.IntN(20)
+				bursts.Go(func() {
+					a := mustApp(t, l, ids[app])
+					for range n {
+						if a.Take(context.Background(), 1, 0).Allowed {
+							admitted[app].Add(1)
+						}
+					}
+				})
+			}
+		}
 		c.Advance(3 * time.Second)
 		l.tick(c.Now())
-		if i%50 < 5 {
-			time.Sleep(time.Millisecond) // let the requests run between ticks
-		}
 		if i%50 == 49 { // the end of an idle phase: an app off the list has no work left
-			for inBurst.Load() != 0 {
-				runtime.Gosched()
-			}
+			bursts.Wait()
 			for _, id := range ids {
 				if a := mustApp(t, l, id); !a.listed.Load() && !a.quiet() {
 					t.Fatalf("tick %d: app %s is off the list with work left", i, id)
@@ -246,8 +220,7 @@ func TestConcurrentQuietAndBack(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
-	wg.Wait()
+	bursts.Wait()
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -101,13 +101,13 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	if err != nil {
 		if cur != LevelFailOpen {
 			l.endEpisode(false) // a recovery that held ends in the log before a new episode
-		}
-		if cur != LevelFailOpen && !l.episode.left.IsZero() {
-			// Failing again within recoveryHold of leaving: the same episode goes on.
-			l.level.Store(uint32(LevelFailOpen))
-			l.episode.left = time.Time{}
-			l.episode.relapses++
-			cur = LevelFailOpen
+			if !l.episode.left.IsZero() {
+				// Failing again within recoveryHold of leaving: the same episode goes on.
+				l.level.Store(uint32(LevelFailOpen))
+				l.episode.left = time.Time{}
+				l.episode.relapses++
+				cur = LevelFailOpen
+			}
 		}
 		if cur == LevelFailOpen {
 			l.episode.errs++ // counted, not logged one by one
