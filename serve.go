@@ -95,7 +95,7 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 	defer func() {
 		r.Body = orig
 		if tw.status == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests {
-			app.Settle(d, -est.Cost) // rejected further down: roll back
+			app.Settle(d, est.Cost, 0) // rejected further down: roll back
 			app.Record(store.ReasonNone, 0)
 		} else {
 			var read int64
@@ -103,7 +103,7 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 				read = body.N()
 			}
 			actual := h.model.Settle(est, read, tw.n)
-			app.Settle(d, actual-est.Cost)
+			app.Settle(d, est.Cost, actual)
 			app.Record(store.ReasonNone, actual)
 		}
 		if !tw.hijacked {

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -244,6 +246,75 @@ func TestHostileInput(t *testing.T) {
 	for i := range 150 { // the lie took nothing: the burst is whole
 		if resp, body, err := get(client, g.base, "/b/o", "a"); err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("request %d after the hostile ones: %v %v %q", i, err, resp, body)
+		}
+	}
+}
+
+// TestDeclaredSizeDoesNotTripEmergency: a request that declares an absurd body (Content-Length
+// 10^18, estimated at the cost model's max) and sends five bytes, held open while the upstream
+// waits for the rest, must not count in L1's usage: the fleet's usage window counts the cost of
+// settled requests. Counted at admission, it put the cluster into its automatic emergency, and
+// every P3 app got 429 emergency_blocked, without the client sending a byte more.
+func TestDeclaredSizeDoesNotTripEmergency(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // waits for the body the client declared
+	}))
+	defer upstream.Close()
+	site := fmt.Sprintf(`	rate_limit {
+		cluster declared
+		key {http.request.header.X-App-Id}
+		capacity 1000
+		app a {
+			guaranteed 100
+			burst 200
+			priority 0
+		}
+		app b {
+			guaranteed 100
+			burst 200
+			priority 3
+		}
+	}
+	reverse_proxy %s`, strings.TrimPrefix(upstream.URL, "http://"))
+	g := startGateway(t, "declared", site)
+	hostPort := strings.TrimPrefix(g.base, "http://")
+	c, err := net.DialTimeout("tcp", hostPort, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "PUT /b/o HTTP/1.1\r\nHost: %s\r\nX-App-Id: a\r\nContent-Length: 1000000000000000000\r\n\r\nhello", hostPort); err != nil {
+		t.Fatal(err)
+	}
+	var view struct {
+		Debt int64 `json:"local_debt"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for view.Debt == 0 { // admitted on its estimate: the app's local tokens are in debt
+		if time.Now().After(deadline) {
+			t.Fatal("the PUT was not admitted within 10 s")
+		}
+		g.adminJSON(http.MethodGet, "/rate_limit/apps/a", &view)
+	}
+	client := newClient(t, 5*time.Second, 2)
+	var overview struct {
+		Usage     float64
+		Emergency struct{ Active bool }
+	}
+	// b's settled request shows in the usage once a report has been made after the PUT's
+	// admission; every look until then must show no emergency either.
+	for overview.Usage == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no report counted b's requests within 10 s")
+		}
+		resp, body, err := get(client, g.base, "/b/o", "b")
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("P3 app b while the PUT is in flight: %v %v %q", err, resp, body)
+		}
+		g.adminJSON(http.MethodGet, "/rate_limit/", &overview)
+		if overview.Emergency.Active || overview.Usage > 0.5 {
+			t.Fatalf("usage %.3f, emergency %v while a request declaring 10^18 bytes is in flight, having sent 5",
+				overview.Usage, overview.Emergency.Active)
 		}
 	}
 }

@@ -35,7 +35,7 @@ func (a *App) settled() bool {
 	a.mu.Lock()
 	busy := a.call != nil
 	a.mu.Unlock()
-	return a.balance.Load() <= 0 && !busy && a.statsSettled() && a.consumed.Load() <= a.costSent
+	return a.balance.Load() <= 0 && !busy && a.statsSettled() && a.settledCost.Load() == a.costSent
 }
 
 // quiet reports whether the sync loop has nothing to do for a (tickMu held).

@@ -69,7 +69,10 @@ type App struct {
 	statsMu  sync.Mutex
 	st       appStatsState
 
-	// Owned by the sync loop (tickMu): the cost in a report so far, the consumption rate.
+	// settledCost is the actual cost of the settled requests (Settle): L1's usage window.
+	settledCost atomic.Int64
+
+	// Owned by the sync loop (tickMu): the settled cost in a report so far, the consumption rate.
 	costSent  int64
 	lastCons  atomic.Int64 // consumed at the last rate update
 	rate      float64      // moving average of consumed cost per second
@@ -351,12 +354,18 @@ func (a *App) oneToken(p *appPolicy, st *store.ClusterState) time.Duration {
 	return time.Duration(math.Ceil(1e9 / rate))
 }
 
-// Settle adjusts an admitted request's cost by delta once its actual cost is known: delta > 0
-// is an underestimate (Charge), delta < 0 an overestimate or a rollback (Refund). A request
-// admitted without leased tokens (d.Minted) gives its refund back to where it came from (the
-// rescue allowance), never to the local balance: that would turn tokens nobody leased into
-// real ones.
-func (a *App) Settle(d Decision, delta int64) {
+// Settle books an admitted request's actual cost once it is known; est is the cost Take
+// charged. The difference is settled on the bucket: an underestimate is charged (Charge), an
+// overestimate or a rollback (actual 0) refunded (Refund). A request admitted without leased
+// tokens (d.Minted) gives its refund back to where it came from (the rescue allowance), never
+// to the local balance: that would turn tokens nobody leased into real ones.
+//
+// The actual cost is what L1's usage window counts, from here: an estimate counted at
+// admission would let one request declaring an absurd body size (a Content-Length of 10^18,
+// estimated at the cost model's max) push the cluster into its automatic emergency, fleet-wide,
+// without sending a byte. Every admitted request must be settled exactly once.
+func (a *App) Settle(d Decision, est, actual int64) {
+	delta := actual - est
 	switch {
 	case delta > 0:
 		a.Charge(delta)
@@ -365,6 +374,8 @@ func (a *App) Settle(d Decision, delta int64) {
 	case delta < 0:
 		a.Refund(-delta)
 	}
+	a.settledCost.Add(max(actual, 0))
+	a.list() // its cost for the next report
 }
 
 // Refund gives n leased tokens back to the local bucket: the rollback of a request rejected

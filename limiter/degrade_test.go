@@ -140,7 +140,7 @@ func TestStatsBacklogSentOnceAfterRecovery(t *testing.T) {
 	var admitted, cost int64
 	take := func(n int) {
 		for range n {
-			if a.Take(context.Background(), 2, 0).Allowed {
+			if admit(a, 2).Allowed {
 				admitted++
 				cost += 2
 			}
@@ -267,7 +267,7 @@ func TestReportAckLostCountsOnce(t *testing.T) {
 	var admitted, cost int64
 	take := func(n int) {
 		for range n {
-			if a.Take(context.Background(), 3, 0).Allowed {
+			if admit(a, 3).Allowed {
 				admitted++
 				cost += 3
 			}

@@ -93,7 +93,7 @@ func TestMintedRefundCreatesNoTokens(t *testing.T) {
 	if !d.Allowed || !d.Minted {
 		t.Fatalf("rescue admission: %+v", d)
 	}
-	a.Settle(d, -16) // the declared body was never read
+	a.Settle(d, 21, 5) // the declared body was never read
 	if tok, debt := a.Tokens(); tok != 0 || debt != 0 {
 		t.Fatalf("after the refund of a minted admission: tokens %d debt %d, want 0 and 0", tok, debt)
 	}
@@ -115,7 +115,7 @@ func TestRefundAboveFairnessCapReturned(t *testing.T) {
 	if !d.Allowed {
 		t.Fatalf("PUT: %+v", d)
 	}
-	a.Settle(d, -16) // its body was never read
+	a.Settle(d, 21, 5) // its body was never read
 	if tok, _ := a.Tokens(); tok != 15 {
 		t.Fatalf("tokens after the refund = %d, want 15", tok)
 	}

@@ -155,3 +155,13 @@ func conserved(a *App) (lhs, rhs int64) {
 	return a.leased.Load() + a.minted.Load(),
 		a.consumed.Load() + a.returned.Load() + a.dropped.Load() + a.balance.Load()
 }
+
+// admit is a request that costs what Take charged, as the handler makes it: Take, then, when
+// admitted, Settle (which feeds L1's usage window).
+func admit(a *App, cost int64) Decision {
+	d := a.Take(context.Background(), cost, 0)
+	if d.Allowed {
+		a.Settle(d, cost, cost)
+	}
+	return d
+}

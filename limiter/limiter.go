@@ -330,7 +330,7 @@ func (l *Limiter) Close() error {
 // unsent reports whether some app has statistics or cost not yet acknowledged (tickMu held).
 func (l *Limiter) unsent() bool {
 	for _, a := range l.apps() {
-		if !a.statsSettled() || a.consumed.Load() > a.costSent {
+		if !a.statsSettled() || a.settledCost.Load() > a.costSent {
 			return true
 		}
 	}

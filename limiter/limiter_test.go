@@ -223,7 +223,7 @@ func TestCloseReturnsTokensAndFlushesStats(t *testing.T) {
 	l := testLimiter(t, baseConfig(), ps, c, false)
 	a := mustApp(t, l, "a")
 	for range 3 {
-		a.Take(context.Background(), 2, 0)
+		admit(a, 2)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func TestCloseReturnsTokensAndFlushesStats(t *testing.T) {
 	if rep := ps.lastReport.Load(); rep == nil || !hasApp(rep, "a", 3) || rep.Cost != 6 {
 		t.Fatalf("Close did not flush statistics and cost: %+v", rep)
 	}
-	if d := a.Take(context.Background(), 1, 0); d.Allowed || d.Reason != store.ReasonRedisUnavailable {
+	if d := admit(a, 1); d.Allowed || d.Reason != store.ReasonRedisUnavailable {
 		t.Fatalf("take after Close = %+v", d)
 	}
 	calls := ps.leases.Load()
@@ -358,21 +358,21 @@ func TestSyncBatchFlushesStats(t *testing.T) {
 	a := mustApp(t, l, "a")
 	interval := l.Config().SyncInterval
 	for range 4 {
-		a.Take(context.Background(), 1, 0)
+		admit(a, 1)
 	}
 	c.Advance(interval + time.Millisecond)
 	l.tick(c.Now())
 	if rep := ps.lastReport.Load(); rep == nil || hasApp(rep, "a", 4) || rep.Cost != 4 {
 		t.Fatalf("report before the batch: %+v; want the cost and no statistics", rep)
 	}
-	a.Take(context.Background(), 1, 0)
+	admit(a, 1)
 	c.Advance(interval + time.Millisecond)
 	l.tick(c.Now())
 	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 5) || rep.Cost != 1 {
 		t.Fatalf("batch did not flush: %+v", rep)
 	}
 	// Later requests wait for a lease (or the next batch).
-	a.Take(context.Background(), 1, 0)
+	admit(a, 1)
 	c.Advance(interval + time.Millisecond)
 	l.tick(c.Now())
 	if rep := ps.lastReport.Load(); len(rep.Apps) != 0 {
@@ -503,5 +503,32 @@ func TestUpdateUnknownModeSettlesBuckets(t *testing.T) {
 	}
 	if l.Config().Instance != "i1" {
 		t.Fatal("instance id changed on reload")
+	}
+}
+
+// L1's usage window gets a request's actual cost once it is settled, never its estimate: an
+// estimate of a million (a declared body nobody sends) would put the cluster into emergency.
+func TestReportCountsSettledCost(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	l := testLimiter(t, baseConfig(), ps, c, false)
+	a := mustApp(t, l, "a")
+	d := a.Take(context.Background(), 1_000_000, 0)
+	if !d.Allowed {
+		t.Fatalf("the first request is admitted into debt: %+v", d)
+	}
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	if rep := ps.lastReport.Load(); rep == nil || rep.Cost != 0 {
+		t.Fatalf("report while the request is in flight: %+v, want cost 0", rep)
+	}
+	a.Settle(d, 1_000_000, 6)
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	if rep := ps.lastReport.Load(); rep.Cost != 6 {
+		t.Fatalf("report after the settlement: cost %d, want 6", rep.Cost)
+	}
+	if tok, debt := a.Tokens(); debt != 0 || tok < 0 {
+		t.Fatalf("after the settlement: tokens %d debt %d", tok, debt)
 	}
 }

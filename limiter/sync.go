@@ -83,7 +83,7 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 		l.seq++
 		b := &clusterBatch{seq: l.seq}
 		for _, a := range apps {
-			c := max(a.consumed.Load()-a.costSent, 0) // a refund waits for later consumption
+			c := a.settledCost.Load() - a.costSent
 			a.costSent += c
 			b.cost += c
 		}
