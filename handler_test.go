@@ -584,3 +584,73 @@ func TestPlaceholdersChain(t *testing.T) {
 		})
 	}
 }
+
+// tokensOf returns app's local tokens and debt on h.
+func tokensOf(t *testing.T, h *Handler, app string) (tokens, debt int64) {
+	t.Helper()
+	a, _ := h.state.lim.App(app)
+	if a == nil {
+		t.Fatalf("no app %q", app)
+	}
+	return a.Tokens()
+}
+
+// TestLargeBodyChargedAsItArrives: a body costing more than the app's burst is charged the
+// burst up front and the rest as it is read; a declared size that never comes costs nothing
+// beyond the burst while the request is in flight, and is settled to what was read.
+func TestLargeBodyChargedAsItArrives(t *testing.T) {
+	h := unitHandler(t, "unit-large", map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 10}})
+	put := func(declared int64, body io.Reader) *http.Request {
+		r := httptest.NewRequest("PUT", "http://gw.example/bucket/object", io.NopCloser(body))
+		r.ContentLength = declared
+		r.Header.Set("X-App-Id", "a")
+		return r
+	}
+	// Honest: 16 quanta, cost 5 + 16 = 21 against a burst of 10.
+	err := h.ServeHTTP(httptest.NewRecorder(), put(16*65536, strings.NewReader(strings.Repeat("x", 16*65536))),
+		caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			if tok, debt := tokensOf(t, h, "a"); tok != 0 || debt != 0 {
+				t.Errorf("before the body: tokens %d debt %d, want the burst charged: 0 and 0", tok, debt)
+			}
+			if _, err := io.CopyN(io.Discard, r.Body, 8*65536); err != nil {
+				return err
+			}
+			if tok, debt := tokensOf(t, h, "a"); tok != 0 || debt != 3 { // 5 + 8 = 13 charged
+				t.Errorf("after half the body: tokens %d debt %d, want 0 and 3", tok, debt)
+			}
+			_, err := io.Copy(io.Discard, r.Body)
+			return err
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, debt := tokensOf(t, h, "a"); tok != 0 || debt != 11 {
+		t.Errorf("after the request: tokens %d debt %d, want 0 and 11 (21 - 10)", tok, debt)
+	}
+
+	// A lie: Content-Length 10^9 (cost 5 + 15 259), 5 bytes sent, on a fresh handler.
+	h = unitHandler(t, "unit-lie", map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 10}})
+	w := httptest.NewRecorder()
+	r := put(1e9, strings.NewReader("hello"))
+	repl := caddyhttp.NewTestReplacer(r)
+	err = h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		_, err := io.Copy(io.Discard, r.Body)
+		if tok, debt := tokensOf(t, h, "a"); tok != 0 || debt != 0 {
+			t.Errorf("while in flight: tokens %d debt %d, want 0 and 0 (only the burst charged)", tok, debt)
+		}
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Header().Get("X-RateLimit-Cost"); got != "15264" {
+		t.Errorf("estimated cost %q, want 15264", got)
+	}
+	if tok, debt := tokensOf(t, h, "a"); tok != 4 || debt != 0 { // settled to 5 + 1 = 6
+		t.Errorf("after the request: tokens %d debt %d, want 4 and 0", tok, debt)
+	}
+	// Access logs are written after the chain: the placeholder shows the settled cost.
+	if got := repl.ReplaceAll("{http.rate_limit.cost}", "-"); got != "6" {
+		t.Errorf("{http.rate_limit.cost} after the request = %q, want the settled 6", got)
+	}
+}

@@ -3,6 +3,7 @@ package tierbucket
 import (
 	"errors"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -50,7 +51,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.refuse(w, r, repl, next, &o, reason, app) // shadow: let through, nothing taken
 	}
 
-	d := app.Take(r.Context(), est.Cost, h.maxWait)
+	// Up front a request is charged at most the app's burst; a body that costs more is charged
+	// as it arrives (touchingBody). Charged in full before a byte came, a declared size that
+	// nobody sends (Content-Length 10^18) would block the app, for as long as the lying client
+	// keeps the request open, behind a debt of cost.max.
+	charge := min(est.Cost, o.limit)
+	d := app.Take(r.Context(), charge, h.maxWait)
 	o.remaining, o.retryAfter = d.Remaining, d.RetryAfter
 	if d.Limit > 0 {
 		o.limit = d.Limit
@@ -67,7 +73,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	o.decision = decisionAllowed
 	out := h.publish(w, repl, &o)
-	return h.serveAdmitted(w, r, next, app, d, est, ticket, out)
+	return h.serveAdmitted(w, r, next, app, d, est, charge, ticket, out)
 }
 
 // serveAdmitted runs the rest of the chain for an admitted request and settles afterwards.
@@ -81,21 +87,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // request): the request was admitted and usually reached the backend, and refunding downstream
 // rejections such as a 401 from basic_auth would make brute force free.
 func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
-	app *limiter.App, d limiter.Decision, est cost.Estimate, ticket *connlimit.Ticket,
+	app *limiter.App, d limiter.Decision, est cost.Estimate, charge int64, ticket *connlimit.Ticket,
 	out *outcome) (err error) {
 	tw := getTrackedWriter(w, ticket, out)
 	var body *touchingBody
 	orig := r.Body
 	if orig != nil && orig != http.NoBody {
 		// Not pooled: a proxy transport may still close the body after the chain returns.
-		body = &touchingBody{ticket: tw.ticket}
+		body = &touchingBody{ticket: tw.ticket, app: app, model: h.model, est: est}
+		body.charged.Store(charge)
 		body.Reset(orig)
 		r.Body = body
 	}
 	defer func() {
 		r.Body = orig
+		charged := charge
+		if body != nil {
+			charged = body.settle()
+		}
 		if tw.status == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests {
-			app.Settle(d, est.Cost, 0) // rejected further down: roll back
+			app.Settle(d, charged, 0) // rejected further down: roll back
 			app.Record(store.ReasonNone, 0)
 		} else {
 			var read int64
@@ -103,8 +114,11 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 				read = body.N()
 			}
 			actual := h.model.Settle(est, read, tw.n)
-			app.Settle(d, est.Cost, actual)
+			app.Settle(d, charged, actual)
 			app.Record(store.ReasonNone, actual)
+			if out != nil {
+				out.cost = actual // {http.rate_limit.cost} in access logs: what the request cost
+			}
 		}
 		if !tw.hijacked {
 			ticket.Release()
@@ -126,18 +140,49 @@ func errorStatus(err error) int {
 	return 0
 }
 
-// touchingBody counts the request body's bytes (cost.CountingBody) and marks the in-flight
-// slot active on every read, so a long upload is not swept as a leak.
+// touchingBody counts the request body's bytes (cost.CountingBody), marks the in-flight slot
+// active on every read, so a long upload is not swept as a leak, and charges the bytes read
+// beyond what the request was charged so far: a body costing more than the app's burst, or a
+// streaming body beyond its estimate, is charged as it arrives.
 type touchingBody struct {
 	cost.CountingBody
 	ticket connlimit.Handle
+
+	app     *limiter.App
+	model   *cost.Model
+	est     cost.Estimate
+	charged atomic.Int64 // what the request was charged so far; -1 once settled
 }
 
-// Read reads from the body, counts and marks activity.
+// Read reads from the body, counts, marks activity and charges what the bytes cost.
 func (b *touchingBody) Read(p []byte) (int, error) {
 	b.ticket.Touch()
-	return b.CountingBody.Read(p)
+	n, err := b.CountingBody.Read(p)
+	if n > 0 {
+		b.chargeRead()
+	}
+	return n, err
 }
+
+// chargeRead charges what the bytes read so far cost beyond what was charged. The transport
+// may read on another goroutine while the request settles: after settle nothing more is
+// charged, and a charge raced past it is part of what settle returned.
+func (b *touchingBody) chargeRead() {
+	c := b.model.Settle(b.est, b.N(), 0)
+	for {
+		cur := b.charged.Load()
+		if cur < 0 || c <= cur {
+			return
+		}
+		if b.charged.CompareAndSwap(cur, c) {
+			b.app.Charge(c - cur)
+			return
+		}
+	}
+}
+
+// settle ends the charging and returns what the request was charged in all.
+func (b *touchingBody) settle() int64 { return b.charged.Swap(-1) }
 
 // refuse answers a rejected request: headers, placeholders, the event, then the JSON body (or a
 // Caddy error for handle_errors when `errors` is set). In shadow mode invalid and unknown ids

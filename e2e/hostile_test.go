@@ -254,7 +254,8 @@ func TestHostileInput(t *testing.T) {
 // 10^18, estimated at the cost model's max) and sends five bytes, held open while the upstream
 // waits for the rest, must not count in L1's usage: the fleet's usage window counts the cost of
 // settled requests. Counted at admission, it put the cluster into its automatic emergency, and
-// every P3 app got 429 emergency_blocked, without the client sending a byte more.
+// every P3 app got 429 emergency_blocked, without the client sending a byte more. Nor may it
+// block its own app: it is charged the app's burst up front, the rest as bytes arrive.
 func TestDeclaredSizeDoesNotTripEmergency(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body) // waits for the body the client declared
@@ -287,10 +288,10 @@ func TestDeclaredSizeDoesNotTripEmergency(t *testing.T) {
 		t.Fatal(err)
 	}
 	var view struct {
-		Debt int64 `json:"local_debt"`
+		InFlight int64 `json:"in_flight"`
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for view.Debt == 0 { // admitted on its estimate: the app's local tokens are in debt
+	for view.InFlight == 0 { // admitted, and waiting upstream for the rest of its body
 		if time.Now().After(deadline) {
 			t.Fatal("the PUT was not admitted within 10 s")
 		}
@@ -316,5 +317,16 @@ func TestDeclaredSizeDoesNotTripEmergency(t *testing.T) {
 			t.Fatalf("usage %.3f, emergency %v while a request declaring 10^18 bytes is in flight, having sent 5",
 				overview.Usage, overview.Emergency.Active)
 		}
+	}
+	// Nor does the lie hold app a behind a debt: it was charged a's burst, which refills.
+	for {
+		resp, body, err := get(client, g.base, "/b/o", "a")
+		if err == nil && resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("app a while its lying PUT is in flight: %v %v %q", err, resp, body)
+		}
+		time.Sleep(50 * time.Millisecond) // a's bucket refills at 100/s
 	}
 }
