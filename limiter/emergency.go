@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"go.uber.org/zap"
+
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -42,4 +44,27 @@ func (l *Limiter) SetEmergency(ctx context.Context, e store.Emergency) error {
 		_ = l.report(l.clock.Now(), l.visited(), false)
 	}
 	return nil
+}
+
+// logEmergency logs the cluster entering, changing or leaving its emergency, as this instance
+// learns it from a report: the automatic one (L1's usage) has no other trace in the log.
+func (l *Limiter) logEmergency(prev, cur *store.ClusterState) {
+	log := l.logger()
+	if log == nil || (prev.Emergency == cur.Emergency && prev.EmergencySource == cur.EmergencySource) {
+		return
+	}
+	fields := []zap.Field{
+		zap.String("cluster", l.snap().cfg.Cluster.ID),
+		zap.Float64("usage", cur.Usage),
+		zap.Float64s("factors", cur.Factors[:]),
+	}
+	if !cur.Emergency {
+		log.Info("rate_limit: the cluster left its emergency", append(fields, zap.String("was", prev.EmergencySource))...)
+		return
+	}
+	fields = append(fields, zap.String("source", cur.EmergencySource), zap.String("reason", cur.EmergencyReason))
+	if !cur.EmergencyUntil.IsZero() {
+		fields = append(fields, zap.Time("until", cur.EmergencyUntil))
+	}
+	log.Warn("rate_limit: the cluster is in emergency: lower priorities are throttled or blocked", fields...)
 }

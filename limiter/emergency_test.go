@@ -3,6 +3,9 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +68,35 @@ func TestSetEmergency(t *testing.T) {
 	_ = l.Close()
 	if err := l.SetEmergency(context.Background(), store.Emergency{Active: true}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed limiter: %v", err)
+	}
+}
+
+// The cluster's emergency, as reports bring it, is logged once when it starts and once when it
+// ends, whatever its source: the automatic one has no other trace in the log.
+func TestEmergencyLoggedOnce(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	logs := logTo(&cfg)
+	l := testLimiter(t, cfg, ps, c, false)
+	auto := store.ClusterState{Usage: 0.97, Factors: [4]float64{1, 0.5, 0.1, 0}, Emergency: true,
+		EmergencySource: store.EmergencySourceAuto, EmergencyReason: "auto", LiveInstances: 1}
+	normal := store.ClusterState{Usage: 0.2, Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 1}
+	for _, st := range []store.ClusterState{normal, auto, auto, auto, normal, normal} {
+		ps.state.Store(&st)
+		c.Advance(time.Second)
+		l.tick(c.Now())
+	}
+	var got []string
+	for _, e := range logs.All() {
+		f := e.ContextMap()
+		got = append(got, fmt.Sprintf("%s %s source=%v was=%v", e.Level, e.Message, f["source"], f["was"]))
+	}
+	want := []string{
+		"warn rate_limit: the cluster is in emergency: lower priorities are throttled or blocked source=auto was=<nil>",
+		"info rate_limit: the cluster left its emergency source=<nil> was=auto",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
