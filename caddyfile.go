@@ -389,6 +389,10 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			c.Username, err = oneArg(d)
 		case "password":
 			c.Password, err = oneArg(d)
+		case "sentinel_username":
+			c.SentinelUsername, err = oneArg(d)
+		case "sentinel_password":
+			c.SentinelPassword, err = oneArg(d)
 		case "db":
 			var n int64
 			n, err = intArg(d)

@@ -36,7 +36,8 @@ func (c *RedisConfig) resolve(ctx *caddy.Context) (redislua.Config, error) {
 	for _, a := range c.Address {
 		rc.Address = append(rc.Address, repl.ReplaceKnown(a, ""))
 	}
-	for _, f := range []*string{&rc.URL, &rc.Sentinel, &rc.Username, &rc.Password, &rc.TLSServerName} {
+	for _, f := range []*string{&rc.URL, &rc.Sentinel, &rc.Username, &rc.Password, &rc.SentinelUsername,
+		&rc.SentinelPassword, &rc.TLSServerName} {
 		*f = repl.ReplaceKnown(*f, "")
 	}
 	if a := c.TLSClientAuth; a != nil {
@@ -99,12 +100,14 @@ func redisConnDigest(rc redislua.Config, trustPool json.RawMessage) string {
 	conn := struct {
 		Username   string               `json:"u,omitempty"`
 		Password   string               `json:"p,omitempty"`
+		SentUser   string               `json:"su,omitempty"`
+		SentPass   string               `json:"sp,omitempty"`
 		TLS        bool                 `json:"t,omitempty"`
 		ClientAuth *redislua.ClientAuth `json:"c,omitempty"`
 		ServerName string               `json:"n,omitempty"`
 		SkipVerify bool                 `json:"s,omitempty"`
 		TrustPool  json.RawMessage      `json:"r,omitempty"`
-	}{rc.Username, rc.Password, rc.TLS, rc.TLSClientAuth, rc.TLSServerName, rc.TLSInsecureSkipVerify, trustPool}
+	}{rc.Username, rc.Password, rc.SentinelUsername, rc.SentinelPassword, rc.TLS, rc.TLSClientAuth, rc.TLSServerName, rc.TLSInsecureSkipVerify, trustPool}
 	b, _ := json.Marshal(conn) // strings, bools and raw JSON: cannot fail
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])

@@ -28,7 +28,11 @@ type Config struct {
 	Sentinel string `json:"sentinel,omitempty"`
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
-	DB       int    `json:"db,omitempty"`
+	// SentinelUsername and SentinelPassword are the sentinels' own credentials (their
+	// requirepass or ACL user); Username and Password are the data nodes'.
+	SentinelUsername string `json:"sentinel_username,omitempty"`
+	SentinelPassword string `json:"sentinel_password,omitempty"`
+	DB               int    `json:"db,omitempty"`
 	// TLS connects over TLS (also implied by a rediss:// URL and by any other TLS option).
 	TLS bool `json:"tls,omitempty"`
 	// TLSClientAuth is the client certificate presented to a server that requires one.
@@ -87,6 +91,12 @@ func (c Config) Validate() error {
 	}
 	if c.Sentinel != "" && len(c.Address) == 0 && c.URL == "" {
 		bad("sentinel", "needs the sentinels' addresses in address")
+	}
+	if c.Sentinel == "" && c.SentinelUsername != "" {
+		bad("sentinel_username", "needs sentinel (the master name)")
+	}
+	if c.Sentinel == "" && c.SentinelPassword != "" {
+		bad("sentinel_password", "needs sentinel (the master name)")
 	}
 	if c.DB < 0 {
 		bad("db", "must be >= 0, got %d", c.DB)
@@ -181,6 +191,8 @@ func (c Config) newClient(clientCert *tls.Certificate) (redis.UniversalClient, e
 		MasterName:            c.Sentinel,
 		Username:              c.Username,
 		Password:              c.Password,
+		SentinelUsername:      c.SentinelUsername,
+		SentinelPassword:      c.SentinelPassword,
 		DB:                    c.DB,
 		TLSConfig:             tlsConfig,
 		MaxRetries:            -1,

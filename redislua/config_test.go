@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func TestValidate(t *testing.T) {
@@ -29,6 +30,9 @@ func TestValidate(t *testing.T) {
 		{Config{URL: "http://x"}, "redis.url: redis: invalid URL scheme: http"},
 		{Config{URL: "redis://a:1", Sentinel: "m"}, "redis.sentinel: needs the sentinels in address"},
 		{Config{Sentinel: "m"}, "redis.sentinel: needs the sentinels' addresses in address"},
+		{Config{Address: []string{"s1:26379"}, Sentinel: "m", SentinelUsername: "u", SentinelPassword: "p"}, ""},
+		{Config{Address: []string{"a:1"}, SentinelPassword: "p"}, "redis.sentinel_password: needs sentinel"},
+		{Config{Address: []string{"a:1"}, SentinelUsername: "u"}, "redis.sentinel_username: needs sentinel"},
 		{Config{Address: []string{"a:1"}, DB: -1}, "redis.db: must be >= 0, got -1"},
 		{Config{Address: []string{"a:1", "b:1"}, DB: 1}, "redis.db: a Redis Cluster"},
 		{Config{Address: []string{"a:1"}, TLSClientAuth: &ClientAuth{CertificateFile: "c.pem"}}, "redis.tls_client_auth: needs both"},
@@ -142,5 +146,37 @@ func TestOpenSentinel(t *testing.T) {
 	defer direct.Close()
 	if n, err := direct.HGet(context.Background(), s.keys.l2("c1", "a"), "consumed").Int64(); err != nil || n != 7 {
 		t.Fatalf("the master holds consumed=%d (%v); want 7", n, err)
+	}
+}
+
+// TestOpenSentinelWithPassword: sentinels that require a password are reached with
+// sentinel_password; without it the error is permanent and its remedy names the option (the
+// data nodes' password is another one).
+func TestOpenSentinelWithPassword(t *testing.T) {
+	name, sentinel, _ := redistest.Sentinel(t)
+	admin := redis.NewClient(&redis.Options{Addr: sentinel})
+	defer admin.Close()
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "default", "resetpass", ">sentinel-secret").Err(); err != nil {
+		t.Fatalf("requiring a password on the sentinel: %v", err)
+	}
+	without, err := Open(Config{Address: []string{sentinel}, Sentinel: name, KeyPrefix: "sentpw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer without.Close()
+	_, err = without.Lease(context.Background(), store.LeaseRequest{
+		Cluster: store.ClusterPolicy{ID: "c1"}, App: "a", Policy: testPolicy, Factor: 1, Want: 1, Need: 1, Instance: "i1",
+	})
+	p, ok := store.AsPermanent(err)
+	if !ok || !strings.Contains(p.Remedy(), "sentinel_password") || strings.Contains(err.Error(), "sentinel-secret") {
+		t.Fatalf("lease through a sentinel that requires a password, without it: %v (permanent %v)", err, ok)
+	}
+	with, err := Open(Config{Address: []string{sentinel}, Sentinel: name, SentinelPassword: "sentinel-secret", KeyPrefix: "sentpw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer with.Close()
+	if l := lease(t, with, "a", 7, 7, 1); l.Granted != 7 {
+		t.Fatalf("lease through the sentinel with its password: %+v", l)
 	}
 }

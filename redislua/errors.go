@@ -43,6 +43,10 @@ func (e *PermanentError) Permanent() bool { return true }
 func (e *PermanentError) Remedy() string {
 	switch e.Kind {
 	case KindAuth:
+		if strings.Contains(e.Err.Error(), "sentinel") {
+			return "the sentinels refused the connection: give their own credentials (their requirepass or ACL user) " +
+				"with sentinel_password (and sentinel_username); username and password are the data nodes'"
+		}
 		return "check the redis block's username and password (or the url's credentials) against the Redis ACL user; " +
 			"a placeholder such as {env.REDIS_PASSWORD} must be set in Caddy's environment"
 	case KindPermission:
