@@ -122,12 +122,24 @@ func (o *result) resetSeconds() int64 {
 	if missing <= 0 || !(o.guaranteed > 0) {
 		return 0
 	}
-	return int64(math.Ceil(float64(missing) / o.guaranteed))
+	return ceilSeconds(float64(missing) / o.guaranteed)
+}
+
+// ceilSeconds rounds s up to whole seconds, at most 2^53: a rate so small that the figure
+// overflows int64 (guaranteed 1e-20) must not come out negative, shown as 1.
+func ceilSeconds(s float64) int64 {
+	if !(s < 1<<53) {
+		return 1 << 53
+	}
+	return int64(math.Ceil(s))
 }
 
 // retrySeconds rounds a retry-after up to whole seconds, at least 1.
 func retrySeconds(d time.Duration) int64 {
-	s := int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
 	return max(s, 1)
 }
 
@@ -136,7 +148,7 @@ func (o *result) windowSeconds() int64 {
 	if !(o.guaranteed > 0) {
 		return 1
 	}
-	return max(int64(math.Ceil(float64(o.limit)/o.guaranteed)), 1)
+	return max(ceilSeconds(float64(o.limit)/o.guaranteed), 1)
 }
 
 // Canonical header names, set straight into the header map (no canonicalisation per request).

@@ -319,7 +319,7 @@ func (a *App) reject(p *appPolicy, st *store.ClusterState, r store.Reason, retry
 	return Decision{
 		Reason:     mapReason(st, p.Priority, r),
 		Remaining:  max(a.balance.Load(), 0) + a.l2Left.Load(),
-		RetryAfter: max(retry, time.Millisecond),
+		RetryAfter: min(max(retry, time.Millisecond), longestWait),
 		Limit:      p.burst,
 	}
 }
@@ -351,7 +351,20 @@ func (a *App) oneToken(p *appPolicy, st *store.ClusterState) time.Duration {
 	if !(rate > 0) {
 		return time.Second
 	}
-	return time.Duration(math.Ceil(1e9 / rate))
+	return waitFor(1 / rate)
+}
+
+// longestWait bounds every wait the limiter computes or passes on (retry-after): a year, which
+// for a client means never. An app refilling a token per 300 years (guaranteed 1e-10) would
+// otherwise overflow time.Duration into a negative wait, shown as "retry in 1 s".
+const longestWait = 365 * 24 * time.Hour
+
+// waitFor is s seconds rounded up to the nanosecond, at most longestWait.
+func waitFor(s float64) time.Duration {
+	if !(s < longestWait.Seconds()) {
+		return longestWait
+	}
+	return time.Duration(math.Ceil(s * 1e9))
 }
 
 // Settle books an admitted request's actual cost once it is known; est is the cost Take

@@ -161,9 +161,9 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 			if pace {
 				secs += float64(res.Granted) / (rate / float64(live))
 			}
-			batch = min(time.Duration(math.Ceil(secs*1e9)), AtQuotaHorizon(cfg, live))
+			batch = min(waitFor(secs), AtQuotaHorizon(cfg, live))
 		}
-		retry = max(res.RetryAfter, batch)
+		retry = min(max(res.RetryAfter, batch), longestWait)
 	}
 	switch until := now.Add(retry).UnixNano(); {
 	case retry <= 0:
@@ -264,7 +264,7 @@ func (a *App) rescueTake(cost, need int64, p *appPolicy, st *store.ClusterState)
 	}
 	fneed := float64(min(need, int64(burst)))
 	if r.tokens < fneed {
-		return false, 0, time.Duration(math.Ceil((fneed - r.tokens) / rate * 1e9))
+		return false, 0, waitFor((fneed - r.tokens) / rate)
 	}
 	r.tokens -= float64(cost)
 	return true, int64(max(r.tokens, 0)), 0
