@@ -237,8 +237,8 @@ func (a API) setCluster(r *http.Request, c Cluster, o *limiter.ClusterOverride, 
 	return clusterPolicyView(c), nil
 }
 
-// changeError maps a failed change: bad fields 400, too many overrides 409, anything else is
-// the Store's failure (503).
+// changeError maps a failed change: bad fields 400, too many overrides or a change that kept
+// losing races with other instances' 409, anything else is the Store's failure (503).
 func changeError(c Cluster, what, admission string, err error) error {
 	var fe store.FieldErrors
 	switch {
@@ -247,6 +247,9 @@ func changeError(c Cluster, what, admission string, err error) error {
 	case errors.Is(err, store.ErrTooManyOverrides):
 		return apiError(http.StatusConflict, "%s: cluster %q already has %d overrides: remove some first",
 			what, c.ID(), store.MaxOverrideEntries)
+	case errors.Is(err, store.ErrVersionConflict):
+		return apiError(http.StatusConflict, "%s: not applied: other instances kept changing the cluster's "+
+			"overrides at the same time; read them back and try again", what)
 	}
 	return storeFailure(what, err, "read it back")
 }

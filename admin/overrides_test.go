@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -308,5 +309,29 @@ func TestOverrideLeftOutShownAndRemovable(t *testing.T) {
 	get(t, a, "/rate_limit/clusters/c1", &after)
 	if after.OverridesNotApplied != nil {
 		t.Fatalf("still listed as left out: %v", after.OverridesNotApplied)
+	}
+}
+
+// conflictStore loses every override race: another instance always changed them first.
+type conflictStore struct{ store.Store }
+
+func (conflictStore) SetOverride(context.Context, string, store.OverrideChange) (uint64, error) {
+	return 0, store.ErrVersionConflict
+}
+
+// TestOverrideConflictIs409: a change that keeps losing races with other instances' changes is
+// a 409 that says so, not a 503 "the Store failed", and changes nothing.
+func TestOverrideConflictIs409(t *testing.T) {
+	c := newCluster(t, "c1", testConfig(), conflictStore{memstore.New(nil)})
+	before := c.lim.Config()
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("PUT", "/rate_limit/apps/alpha", strings.NewReader(`{"guaranteed":5}`))
+	r.Header.Set("Content-Type", "application/json")
+	err := apiWith(c).Routes()[0].Handler.ServeHTTP(w, r)
+	if msg := apiErr(t, err, http.StatusConflict); !strings.Contains(msg, "other instances kept changing") {
+		t.Errorf("%q", msg)
+	}
+	if !reflect.DeepEqual(c.lim.Config(), before) {
+		t.Fatal("a refused change changed the configuration")
 	}
 }

@@ -156,7 +156,7 @@ func (l *Limiter) SetClusterOverride(ctx context.Context, o *ClusterOverride) (O
 }
 
 // maxConflicts bounds the retries of a change that lost a race with another instance's.
-const maxConflicts = 3
+const maxConflicts = 8
 
 // change validates, stores and applies one override change. value is the override (a typed
 // nil pointer removes it); next builds the new set; policy extracts the policy shown in the
