@@ -174,6 +174,9 @@ func newClusterState(def definition) (*clusterState, error) {
 	}
 	s.lim = lim
 	s.conns.UseSlots(lim) // fleet-wide in-flight limits through leased slots
+	if !validating() {
+		lim.SyncNow() // the fleet's overrides and emergency before the first requests, not 100 ms later
+	}
 	if rs, ok := s.store.(*redislua.Store); ok {
 		s.probe(rs, lc.Logger)
 	}

@@ -100,3 +100,40 @@ func TestEmergencyLoggedOnce(t *testing.T) {
 		t.Fatalf("log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A new instance that calls SyncNow enforces the fleet's overrides and emergency after one
+// report, not after its first sync interval (an hour here): a restarted gateway used to serve
+// under its config alone for about 120 ms, during an operator emergency too.
+func TestSyncNowLoadsFleetState(t *testing.T) {
+	shared := memstore.New(nil)
+	cfg := baseConfig()
+	cfg.Apps = map[string]store.AppPolicy{"a": pol(10, 10, 3)}
+	first, err := New(cfg, shared, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	g := 42.0
+	if _, err := first.SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: &g}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.SetEmergency(context.Background(), store.Emergency{Active: true, Reason: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.SyncInterval = time.Hour
+	cfg.Instance = "i2"
+	second, err := New(cfg, shared, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	second.SyncNow()
+	deadline := time.Now().Add(10 * time.Second)
+	for !second.State().Emergency || second.Config().Apps["a"].Guaranteed != 42 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after SyncNow: emergency %v, guaranteed %v; want the fleet's", second.State().Emergency,
+				second.Config().Apps["a"].Guaranteed)
+		}
+		time.Sleep(time.Millisecond) // the loop's report and override read: one round trip each
+	}
+}

@@ -113,6 +113,7 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 		unknown:  new(appStats),
 		overrides: overrides{
 			reload: make(chan struct{}, 1),
+			kick:   make(chan struct{}, 1),
 		},
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),

@@ -27,6 +27,7 @@ type overrides struct {
 
 	storeVersion atomic.Uint64 // ClusterState.ConfigVersion of the last report
 	reload       chan struct{} // Watch: read the overrides again
+	kick         chan struct{} // SyncNow: report and read the overrides now
 	unwatch      func()        // set by the loop once a report succeeded (tickMu)
 	changes      atomic.Int64  // changes made through this Limiter (overrides, emergency)
 }

@@ -22,9 +22,32 @@ func (l *Limiter) loop() {
 		case <-l.reload:
 			l.refreshOverrides()
 			continue
+		case <-l.kick:
+			l.syncNow()
+			continue
 		}
 		t.Reset(l.snap().cfg.SyncInterval)
 	}
+}
+
+// SyncNow makes the sync loop report and read the overrides now instead of at the end of its
+// interval. A new instance calls it when it starts: it then enforces the fleet's overrides and
+// emergency after one round trip to the Store, not after a sync interval (a restarted gateway
+// served about 120 ms under its config alone, during an operator emergency too). It does not
+// wait for the report.
+func (l *Limiter) SyncNow() {
+	select {
+	case l.kick <- struct{}{}:
+	default: // one is pending
+	}
+}
+
+// syncNow is the loop's side of SyncNow.
+func (l *Limiter) syncNow() {
+	l.tickMu.Lock()
+	l.lastReport = time.Time{} // the report is due
+	l.tickMu.Unlock()
+	l.tick(l.clock.Now())
 }
 
 // tick does the periodic work that is due at now: the report (every sync interval of the
