@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -84,7 +85,7 @@ func (a API) match(w http.ResponseWriter, r *http.Request, rest string) (rt rout
 	case strings.HasPrefix(rest, "apps/") && !strings.Contains(rest[len("apps/"):], "/"):
 		id := strings.TrimPrefix(rest, "apps/")
 		if id != wildcardApp && !limiter.ValidAppID(id) {
-			rt.badPath = apiError(http.StatusBadRequest, "invalid app id %q: an app id is 1-128 characters of [A-Za-z0-9._:-]", id)
+			rt.badPath = invalidAppID(id)
 		}
 		rt.get = func(c Cluster) (any, error) { return appView(c, id) }
 		rt.put, rt.del = a.putApp(id), a.deleteApp(id)
@@ -110,12 +111,22 @@ func (a API) match(w http.ResponseWriter, r *http.Request, rest string) (rt rout
 	return rt, true
 }
 
+// invalidAppID is the 400 of a path naming an app id that cannot exist.
+func invalidAppID(id string) error {
+	return apiError(http.StatusBadRequest, "invalid app id %q: an app id is 1-128 characters of [A-Za-z0-9._:-]", id)
+}
+
 // serve dispatches a request below /rate_limit/: unknown path 404, a method the route does not
 // take 405 (with Allow), then the cluster selection (400/404), then the route itself.
 func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 	rest, _ := strings.CutPrefix(r.URL.Path, prefix) // the route's pattern: always there
 	if isUI(rest) {                                  // the web console: static files, no cluster
 		return serveUI(w, r, rest, console.Files())
+	}
+	if id, ok := strings.CutPrefix(r.URL.EscapedPath(), prefix+"apps/"); ok && strings.Contains(strings.ToLower(id), "%2f") {
+		// An escaped slash in an app id: one segment, whatever the decoded path shows.
+		p, _ := url.PathUnescape(id)
+		return invalidAppID(p)
 	}
 	rt, ok := a.match(w, r, rest)
 	if !ok {
