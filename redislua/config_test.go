@@ -180,3 +180,20 @@ func TestOpenSentinelWithPassword(t *testing.T) {
 		t.Fatalf("lease through the sentinel with its password: %+v", l)
 	}
 }
+
+// TestSentinelUnknownMaster: sentinels that answer but know no master by the configured name
+// are reported as such, not as "unreachable: redis: nil".
+func TestSentinelUnknownMaster(t *testing.T) {
+	_, sentinel, _ := redistest.Sentinel(t)
+	s, err := Open(Config{Address: []string{sentinel}, Sentinel: "no-such-master", KeyPrefix: "sentnm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.Lease(context.Background(), store.LeaseRequest{
+		Cluster: store.ClusterPolicy{ID: "c1"}, App: "a", Policy: testPolicy, Factor: 1, Want: 1, Need: 1, Instance: "i1",
+	})
+	if err == nil || !strings.Contains(err.Error(), "the sentinels know no master by the name in sentinel") {
+		t.Fatalf("lease through sentinels that know no such master: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -76,6 +77,12 @@ func classify(err error) error {
 	}
 	if k, ok := permanentKind(err); ok {
 		return &PermanentError{Kind: k, Err: err}
+	}
+	if msg := err.Error(); strings.Contains(msg, "all sentinels specified in configuration are unreachable") &&
+		strings.Contains(msg, "redis: nil") {
+		// go-redis' words when every sentinel answered that it knows no such master.
+		return fmt.Errorf("the sentinels know no master by the name in sentinel (a wrong name, or sentinels "+
+			"not monitoring it yet): %w", err)
 	}
 	return err
 }
