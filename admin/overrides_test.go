@@ -156,6 +156,7 @@ func TestOverrideBadInputChangesNothing(t *testing.T) {
 		{"invalid id, GET", "GET", "/rate_limit/apps/a%20b", "", ``, 400, nil},
 		{"invalid id, DELETE", "DELETE", "/rate_limit/apps/a%20b", "", ``, 400, nil},
 		{"escaped slash in id", "PUT", "/rate_limit/apps/a%2Fb", "application/json", `{"guaranteed":1}`, 400, nil},
+		{"cluster twice", "PUT", "/rate_limit/apps/alpha?cluster=c1&cluster=c2", "application/json", `{"guaranteed":1}`, 400, nil},
 		{"id too long", "GET", "/rate_limit/apps/" + strings.Repeat("a", 129), "", ``, 400, nil},
 		{"template", "PUT", "/rate_limit/apps/*", "application/json", `{"guaranteed":1}`, 400, nil},
 		{"cluster ratio", "PUT", "/rate_limit/clusters/c1", "application/json", `{"reserved_ratio":1}`, 400, []string{"reserved_ratio"}},

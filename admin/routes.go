@@ -156,6 +156,10 @@ func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 	if rt.badPath != nil {
 		return rt.badPath
 	}
+	ids := r.URL.Query()["cluster"]
+	if len(ids) > 1 {
+		return apiError(http.StatusBadRequest, "?cluster given %d times: name one cluster", len(ids))
+	}
 	id := r.URL.Query().Get("cluster")
 	if rt.clusterFromPath != "" {
 		if id != "" && id != rt.clusterFromPath {
