@@ -310,9 +310,9 @@ func (l *Limiter) Close() error {
 	now := l.clock.Now()
 	// The pending cost batch is sent first (with its Seq), then what was admitted since, with
 	// every app's statistics. A Limiter with nothing to send makes no Store call (`caddy
-	// validate` provisions and closes one).
+	// validate` provisions and closes one; a state a reload replaces after its reports failed).
 	var errs []error
-	if l.pending != nil || l.unsent() {
+	if (l.pending != nil && l.pending.cost > 0) || l.unsent() {
 		err := l.report(now, l.apps(), true)
 		if err == nil && l.unsent() {
 			err = l.report(now, l.apps(), true)
