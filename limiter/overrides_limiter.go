@@ -265,6 +265,31 @@ func (l *Limiter) reloadOverrides(ctx context.Context) error {
 		return err
 	}
 	read, was, wasLoaded := decodeOverrides(o), l.ov.version, l.loaded
+	if wasLoaded && read.version < was {
+		// The version only grows while the Store keeps its data: it lost the overrides. They
+		// are written back rather than dropped, then read again (another instance's writing
+		// back, or a change made since, is what the fleet enforces).
+		n, err := l.writeBack(ctx, l.base.Cluster.ID, read.version)
+		if log := l.logger(); log != nil {
+			fields := []zap.Field{zap.String("cluster", l.base.Cluster.ID), zap.Int("written_back", n)}
+			if err != nil {
+				fields = append(fields, zap.Error(err))
+			}
+			log.Warn("rate_limit: the Store lost the cluster's overrides with its data; writing back the ones "+
+				"this instance enforces", fields...)
+		}
+		if err != nil {
+			return err // kept in force; the next report tries again
+		}
+		if _, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
+			var err error
+			o, err = l.store.Overrides(ctx, l.base.Cluster.ID)
+			return 0, err
+		}); err != nil {
+			return err
+		}
+		read = decodeOverrides(o)
+	}
 	l.loaded = true
 	if wasLoaded && read.version == was {
 		return nil
@@ -337,4 +362,64 @@ func isNilPointer(v any) bool {
 		return p == nil
 	}
 	return v == nil
+}
+
+// storeLoss is the operator emergency a Store that lost its data no longer has (see
+// restoreEmergency).
+type storeLoss struct {
+	emergency store.Emergency
+}
+
+// restoreEmergency sets again the operator emergency a Store lost with its data (the report
+// that found the overrides' version gone backwards no longer had it), unless it has ended.
+// Every instance that saw it does the same; setting it twice is harmless. Sync loop only.
+func (l *Limiter) restoreEmergency(lost *storeLoss) {
+	e := lost.emergency
+	if !e.Until.IsZero() && !e.Until.After(l.clock.Now()) {
+		return
+	}
+	cluster := l.snap().cfg.Cluster
+	_, err := l.storeCall(context.Background(), func(ctx context.Context) (uint64, error) {
+		return 0, l.store.SetEmergency(ctx, cluster, e)
+	})
+	if log := l.logger(); log != nil {
+		fields := []zap.Field{zap.String("cluster", cluster.ID), zap.String("reason", e.Reason)}
+		if err != nil {
+			fields = append(fields, zap.Error(err))
+		}
+		log.Warn("rate_limit: the Store lost the operator emergency with its data; setting it again", fields...)
+	}
+}
+
+// writeBack writes the overrides in force back to a Store that lost them (their version went
+// backwards: a restart without persistence, a failover to a replica that had not received
+// them), from the version it holds now, and returns how many it wrote. Every instance holds
+// them: the first to notice writes them back, and an instance that meets a conflict stops
+// there, another one is writing them (ovMu held).
+func (l *Limiter) writeBack(ctx context.Context, cluster string, version uint64) (int, error) {
+	entries := map[string]any{}
+	if l.ov.cluster != nil {
+		entries[store.OverrideClusterKey] = l.ov.cluster
+	}
+	for id, a := range l.ov.apps {
+		entries[store.OverrideAppKey(id)] = a
+	}
+	n := 0
+	for key, value := range entries {
+		raw, err := json.Marshal(value)
+		if err != nil {
+			return n, err
+		}
+		version, err = l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
+			return l.store.SetOverride(ctx, cluster, store.OverrideChange{Key: key, Value: raw, IfVersion: version})
+		})
+		if errors.Is(err, store.ErrVersionConflict) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }

@@ -340,3 +340,55 @@ func TestPolicyChangeClearsRefusal(t *testing.T) {
 		t.Fatalf("after the override was removed: %+v, want admitted", d)
 	}
 }
+
+// lossyStore is a Store that can lose all its data (a Redis restart without persistence).
+type lossyStore struct{ store.Store }
+
+// When the Store loses its data, the overrides and the operator emergency the fleet enforces
+// are written back by the first instance that notices (their version went backwards), not
+// silently dropped; the other instances read them back. Before, a Redis restart without
+// persistence ended every override and the emergency.
+func TestStoreLossRestoresOverridesAndEmergency(t *testing.T) {
+	c := clock.NewManual()
+	shared := &lossyStore{memstore.New(c)}
+	cfg := baseConfig()
+	cfg.Apps = map[string]store.AppPolicy{"a": pol(10, 10, 3)}
+	logs := logTo(&cfg)
+	l1 := testLimiter(t, cfg, shared, c, false)
+	cfg2 := cfg
+	cfg2.Instance, cfg2.Logger = "i2", nil
+	l2 := testLimiter(t, cfg2, shared, c, false)
+	g := 42.0
+	if _, err := l1.SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: &g}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l1.SetEmergency(context.Background(), store.Emergency{Active: true, Reason: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	tick := func() {
+		c.Advance(time.Second)
+		l1.tick(c.Now())
+		l2.tick(c.Now())
+	}
+	tick()
+	shared.Store = memstore.New(c) // Redis restarted without its data
+	tick()
+	tick()
+	for i, l := range []*Limiter{l1, l2} {
+		if st := l.State(); !st.Emergency || st.EmergencySource != store.EmergencySourceOperator || st.EmergencyReason != "drill" {
+			t.Errorf("limiter %d after the loss: emergency %+v, want the operator's", i+1, st)
+		}
+		if got := l.Config().Apps["a"].Guaranteed; got != 42 {
+			t.Errorf("limiter %d after the loss: guaranteed %v, want the override's 42", i+1, got)
+		}
+	}
+	if o, err := shared.Overrides(context.Background(), "c1"); err != nil || len(o.Entries) != 1 {
+		t.Errorf("the new Store holds %+v (%v), want the override written back", o, err)
+	}
+	if n := logs.FilterMessageSnippet("lost the cluster's overrides").Len(); n != 1 {
+		t.Errorf("%d WARNs for the lost overrides, want 1", n)
+	}
+	if n := logs.FilterMessageSnippet("lost the operator emergency").Len(); n != 1 {
+		t.Errorf("%d WARNs for the lost emergency, want 1", n)
+	}
+}

@@ -66,6 +66,10 @@ func (l *Limiter) tick(now time.Time) {
 	if now.Sub(l.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
 		l.lastReport = now // the last attempt: in fail-open, the probe runs once a second
 		if l.report(now, l.visited(), false) == nil {
+			if lost := l.storeLost; lost != nil {
+				l.storeLost = nil
+				l.restoreEmergency(lost)
+			}
 			l.watchOverrides()
 			if l.outdated() {
 				l.refreshOverrides()
@@ -181,8 +185,15 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	}
 	l.prevIn = nonzero
 	st.LiveInstances = max(st.LiveInstances, 1)
-	l.storeVersion.Store(st.ConfigVersion)
 	prev := l.state.Load()
+	if st.ConfigVersion < l.storeVersion.Load() {
+		// The overrides' version only grows while the Store keeps its data: it lost them
+		// (reloadOverrides writes them back), and the operator emergency with them.
+		if prev.Emergency && prev.EmergencySource == store.EmergencySourceOperator && !st.Emergency {
+			l.storeLost = &storeLoss{store.Emergency{Active: true, Reason: prev.EmergencyReason, Until: prev.EmergencyUntil}}
+		}
+	}
+	l.storeVersion.Store(st.ConfigVersion)
 	prevLive := prev.LiveInstances
 	l.state.Store(&st)
 	l.logEmergency(prev, &st)
