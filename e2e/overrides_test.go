@@ -268,3 +268,57 @@ func TestOverridePropagation(t *testing.T) {
 	t.Logf("override propagation over %d changes (PUT on g1 until g2's GET shows it, polled every 5 ms): "+
 		"p50 %v, p90 %v, p99 %v, max %v", len(took), took[49], took[89], took[98], took[99])
 }
+
+// TestOverridesSurviveRedisDataLoss: Redis restarted without its data (no persistence) does not
+// end the fleet's overrides and operator emergency: the gateways enforce them from memory, and
+// the first to see their version go backwards writes them back. Before, both ended silently.
+func TestOverridesSurviveRedisDataLoss(t *testing.T) {
+	requireCaddy(t)
+	addr, srv := redistest.Standalone(t)
+	const prefix = "e2e-loss"
+	site := overridesSite(addr, prefix)
+	g1, g2 := startGateway(t, "g1", site), startGateway(t, "g2", site)
+	newFleet(t, addr, prefix, "e2e-overrides").waitLive(g1, g2)
+	if status, body := g1.adminDo("PUT", "/rate_limit/apps/quota", "application/json", `{"guaranteed": 1, "burst": 2}`); status != 200 {
+		t.Fatalf("PUT on g1: %d %s", status, body)
+	}
+	if status, body := g1.adminDo("POST", "/rate_limit/emergency/activate", "application/json", `{"reason":"drill"}`); status != 200 {
+		t.Fatalf("emergency on g1: %d %s", status, body)
+	}
+	overridden := func(_ int, a appInfo) bool { return a.Source == "override" && a.Policy["guaranteed"] == 1.0 }
+	emergency := func(g *gateway) bool {
+		var e struct {
+			Active bool   `json:"active"`
+			Source string `json:"source"`
+		}
+		g.adminJSON("GET", "/rate_limit/emergency", &e)
+		return e.Active && e.Source == "operator"
+	}
+	for _, g := range []*gateway{g1, g2} {
+		waitApp(t, g, "quota", 5*time.Second, overridden)
+		waitUntil(t, "the emergency on "+g.name, 5*time.Second, func() bool { return emergency(g) })
+	}
+
+	srv.Stop()
+	srv.Start() // empty: no persistence
+	waitUntil(t, "the overrides written back to Redis", 15*time.Second, func() bool {
+		n, err := srv.Do("EXISTS", prefix+":{e2e-overrides}:cfg")
+		return err == nil && n == int64(1)
+	})
+	for _, g := range []*gateway{g1, g2} {
+		waitApp(t, g, "quota", 5*time.Second, overridden)
+		waitUntil(t, "the emergency on "+g.name+" after the loss", 5*time.Second, func() bool { return emergency(g) })
+	}
+	// Whichever gateway noticed first wrote them back and said so.
+	found := 0
+	for _, g := range []*gateway{g1, g2} {
+		for _, line := range logLines(t, g) {
+			if strings.Contains(line, "lost the cluster's overrides") {
+				found++
+			}
+		}
+	}
+	if found == 0 {
+		t.Errorf("no gateway logged the lost overrides")
+	}
+}
