@@ -270,7 +270,7 @@ func (l *Limiter) reloadOverrides(ctx context.Context) error {
 		// are written back rather than dropped, then read again (another instance's writing
 		// back, or a change made since, is what the fleet enforces).
 		n, err := l.writeBack(ctx, l.base.Cluster.ID, read.version)
-		if log := l.logger(); log != nil {
+		if log := l.logger(); log != nil && (n > 0 || err != nil) { // 0: another instance writes them
 			fields := []zap.Field{zap.String("cluster", l.base.Cluster.ID), zap.Int("written_back", n)}
 			if err != nil {
 				fields = append(fields, zap.Error(err))
