@@ -182,6 +182,16 @@ func leasesPerSec(rate, burst float64, overQuota bool, quota float64, n float64)
 	return n * r / size
 }
 
+// floorPerSec is the least shared-state calls per second of one app spread evenly over n
+// instances that any exact limiter makes: with a burst below n, at most burst instances hold a
+// token at a time, so the requests of the others (the share 1 - burst/n) need the shared state.
+func floorPerSec(rate, burst float64, overQuota bool, quota float64, n float64) float64 {
+	if overQuota {
+		rate = math.Min(rate, quota)
+	}
+	return rate * math.Max(0, 1-burst/n)
+}
+
 // model explains the steady scripts/s as R + c × L: R = instances × 10 cluster reports/s (one
 // script each, on the cluster's slot: one shard), L = the lease calls the lease sizes imply
 // (leasesPerSec, from the rates actually driven). Statistics ride on the leases, so an app that
@@ -223,14 +233,18 @@ func model(rs []result) string {
 	sb.WriteString("\nExtrapolated to 1000 instances × 10 000 apps (Zipf s = 1, every 5th app over its quota as above; the cluster " +
 		"scripts on one shard, the lease scripts spread evenly over 3 shards), for the harness's burst (-burst-seconds) and " +
 		"for a burst of 60 s of the guaranteed rate:\n\n")
-	sb.WriteString("| fleet req/s | burst | R | L | cluster-shard scripts/s | other shards scripts/s | target < 50 000 per shard | masters needed for it |\n|---:|---|---:|---:|---:|---:|---|---:|\n")
+	sb.WriteString("The floor is what any limiter exact across the fleet must spend: an app whose burst B is below the " +
+		"N instances can hold a token on at most B of them at a time, so at least the share 1 - B/N of its requests " +
+		"need the shared state; as cluster-shard scripts/s, R + floor / 3.\n\n")
+	sb.WriteString("| fleet req/s | burst | R | L | cluster-shard scripts/s | other shards scripts/s | target < 50 000 per shard | masters needed for it | floor, cluster shard |\n|---:|---|---:|---:|---:|---:|---|---:|---:|\n")
 	burstSecs := rs[len(rs)-1].burstSeconds
 	for _, total := range []float64{2e5, 2e6, 2e7} {
 		for _, bs := range []float64{max(burstSecs, 1), 60} {
 			sp := spec{apps: 10000, rate: total, dist: "zipf", zipfS: 1, over: rs[len(rs)-1].over, burstSeconds: bs}
-			var l float64
+			var l, floor float64
 			for _, a := range apps(sp) {
 				l += leasesPerSec(a.rate, a.burst, a.overQuota, a.g, 1000)
+				floor += floorPerSec(a.rate, a.burst, a.overQuota, a.g, 1000)
 			}
 			perShard := c * l / 3
 			clusterShard := 1000*syncRate + perShard
@@ -240,7 +254,8 @@ func model(rs []result) string {
 			}
 			// The cluster's shard carries R plus its part of the leases: R + c × L / masters < 50 000.
 			masters := math.Ceil(c * l / (50000 - 1000*syncRate))
-			fmt.Fprintf(&sb, "| %.0f | %.0f s | %.0f | %.0f | %.0f | %.0f | %s | %.0f |\n", total, bs, 1000*syncRate, l, clusterShard, perShard, verdict, max(masters, 1))
+			fmt.Fprintf(&sb, "| %.0f | %.0f s | %.0f | %.0f | %.0f | %.0f | %s | %.0f | %.0f |\n", total, bs, 1000*syncRate, l,
+				clusterShard, perShard, verdict, max(masters, 1), 1000*syncRate+floor/3)
 		}
 	}
 	sb.WriteString("\n")
