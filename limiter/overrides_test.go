@@ -372,7 +372,12 @@ func TestStoreLossRestoresOverridesAndEmergency(t *testing.T) {
 	}
 	tick()
 	shared.Store = memstore.New(c) // Redis restarted without its data
-	tick()
+	c.Advance(time.Second)
+	l1.tick(c.Now())
+	if st := l1.State(); !st.Emergency || st.Factors[3] != 0 {
+		t.Errorf("the first report from the emptied Store lifted the emergency: %+v", st)
+	}
+	l2.tick(c.Now())
 	tick()
 	for i, l := range []*Limiter{l1, l2} {
 		if st := l.State(); !st.Emergency || st.EmergencySource != store.EmergencySourceOperator || st.EmergencyReason != "drill" {
@@ -390,5 +395,8 @@ func TestStoreLossRestoresOverridesAndEmergency(t *testing.T) {
 	}
 	if n := logs.FilterMessageSnippet("lost the operator emergency").Len(); n != 1 {
 		t.Errorf("%d WARNs for the lost emergency, want 1", n)
+	}
+	if n := logs.FilterMessageSnippet("left its emergency").Len(); n != 0 {
+		t.Errorf("the emergency was logged as left %d times while it was written back", n)
 	}
 }

@@ -191,6 +191,11 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 		// (reloadOverrides writes them back), and the operator emergency with them.
 		if prev.Emergency && prev.EmergencySource == store.EmergencySourceOperator && !st.Emergency {
 			l.storeLost = &storeLoss{store.Emergency{Active: true, Reason: prev.EmergencyReason, Until: prev.EmergencyUntil}}
+			// Enforced meanwhile as before: the emptied Store's answer would lift it until the
+			// next report (P3 requests admitted for a sync interval in a black-box run).
+			st.Emergency, st.EmergencySource, st.EmergencyReason, st.EmergencyUntil =
+				true, prev.EmergencySource, prev.EmergencyReason, prev.EmergencyUntil
+			st.Factors = prev.Factors
 		}
 	}
 	l.storeVersion.Store(st.ConfigVersion)
