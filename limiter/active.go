@@ -29,13 +29,14 @@ func (a *App) list() {
 	l.activeMu.Unlock()
 }
 
-// settled reports whether a holds no tokens and owes the Store nothing: no lease in flight, all
-// its statistics acknowledged and all its cost reported (local debt waits for its next lease).
+// settled reports whether a holds no tokens, owes nothing and has nothing left to send: no local
+// debt (the loop repays it, see repayDebts), no lease in flight, all its statistics acknowledged
+// and all its cost reported.
 func (a *App) settled() bool {
 	a.mu.Lock()
 	busy := a.call != nil
 	a.mu.Unlock()
-	return a.balance.Load() <= 0 && !busy && a.statsSettled() && a.settledCost.Load() == a.costSent
+	return a.balance.Load() == 0 && !busy && a.statsSettled() && a.settledCost.Load() == a.costSent
 }
 
 // quiet reports whether the sync loop has nothing to do for a (tickMu held).

@@ -69,3 +69,33 @@ func TestDebtorIsNotStarvedByPeer(t *testing.T) {
 		})
 	}
 }
+
+// Local debt is repaid as L2 refills, whether requests come or not: the debt of a large upload
+// (settled above its estimate) used to wait for the leases of later requests, and the app's
+// first requests after an idle period longer than the debt were refused.
+func TestDebtRepaidWhileIdle(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Apps = map[string]store.AppPolicy{"a": pol(10, 10, 0)}
+	l := testLimiter(t, cfg, ps, c, false)
+	a := mustApp(t, l, "a")
+	d := a.Take(context.Background(), 10, 0) // an upload charged its burst up front
+	if !d.Allowed {
+		t.Fatalf("upload: %+v", d)
+	}
+	a.Settle(d, 10, 37) // it cost 37: 27 of debt
+	if _, debt := a.Tokens(); debt != 27 {
+		t.Fatalf("debt %d, want 27", debt)
+	}
+	for range 100 { // 10 s idle, at 10 tokens/s: 100 tokens refilled, 27 owed
+		c.Advance(100 * time.Millisecond)
+		l.tick(c.Now())
+	}
+	if _, debt := a.Tokens(); debt != 0 {
+		t.Fatalf("after 10 s idle: debt %d, want it repaid", debt)
+	}
+	if d := a.Take(context.Background(), 1, 0); !d.Allowed {
+		t.Fatalf("the first request after the idle period: %+v", d)
+	}
+}

@@ -81,6 +81,7 @@ func (l *Limiter) tick(now time.Time) {
 	if l.Level() != LevelFailOpen {
 		l.expireLeases(now, apps, cfg)
 		l.returnExcess(now, apps)
+		l.repayDebts(apps)
 		l.settleRetired(now)
 		l.dropQuiet()
 	}
@@ -209,6 +210,19 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 		src.SetRemote(st.RemoteInFlight, st.RemoteClusterInFlight)
 	}
 	return nil
+}
+
+// repayDebts starts a background lease for every app in local debt that has none in flight
+// (refill: not while the Store refused it recently): the debt is paid as L2 refills, whether
+// requests come or not. Paid only by the leases of later requests, the debt of one large upload
+// outlived any idle period (L2 holds at most a burst, so the refill of the idle time was lost)
+// and the app's first requests after it were refused.
+func (l *Limiter) repayDebts(apps []*App) {
+	for _, a := range apps {
+		if a.balance.Load() < 0 {
+			a.refill()
+		}
+	}
 }
 
 // retiredApps is the set of apps a reload removed (their statistics are flushed at once).
