@@ -121,7 +121,7 @@ func (l *Limiter) logLost() {
 	l.resent.Add(n)
 	if log := l.logger(); log != nil {
 		log.Warn("rate_limit: the Store lost statistics it had acknowledged (a failover to a "+
-			"replica that had not received them); sending them again",
+			"replica that had not received them, or a restart without its data); sending them again",
 			zap.String("cluster", l.snap().cfg.Cluster.ID), zap.Int64("requests", n))
 	}
 }
