@@ -156,11 +156,14 @@ func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 	if rt.badPath != nil {
 		return rt.badPath
 	}
-	ids := r.URL.Query()["cluster"]
-	if len(ids) > 1 {
+	var id string
+	switch ids := r.URL.Query()["cluster"]; len(ids) {
+	case 0:
+	case 1:
+		id = ids[0]
+	default:
 		return apiError(http.StatusBadRequest, "?cluster given %d times: name one cluster", len(ids))
 	}
-	id := r.URL.Query().Get("cluster")
 	if rt.clusterFromPath != "" {
 		if id != "" && id != rt.clusterFromPath {
 			return apiError(http.StatusBadRequest, "?cluster=%q contradicts the path's cluster %q", id, rt.clusterFromPath)

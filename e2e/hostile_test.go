@@ -287,46 +287,35 @@ func TestDeclaredSizeDoesNotTripEmergency(t *testing.T) {
 	if _, err := fmt.Fprintf(c, "PUT /b/o HTTP/1.1\r\nHost: %s\r\nX-App-Id: a\r\nContent-Length: 1000000000000000000\r\n\r\nhello", hostPort); err != nil {
 		t.Fatal(err)
 	}
-	var view struct {
-		InFlight int64 `json:"in_flight"`
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for view.InFlight == 0 { // admitted, and waiting upstream for the rest of its body
-		if time.Now().After(deadline) {
-			t.Fatal("the PUT was not admitted within 10 s")
+	waitUntil(t, "the PUT admitted and waiting upstream for the rest of its body", 10*time.Second, func() bool {
+		var view struct {
+			InFlight int64 `json:"in_flight"`
 		}
 		g.adminJSON(http.MethodGet, "/rate_limit/apps/a", &view)
-	}
+		return view.InFlight > 0
+	})
 	client := newClient(t, 5*time.Second, 2)
-	var overview struct {
-		Usage     float64
-		Emergency struct{ Active bool }
-	}
 	// b's settled request shows in the usage once a report has been made after the PUT's
 	// admission; every look until then must show no emergency either.
-	for overview.Usage == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no report counted b's requests within 10 s")
-		}
+	waitUntil(t, "a report counting b's requests", 10*time.Second, func() bool {
 		resp, body, err := get(client, g.base, "/b/o", "b")
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("P3 app b while the PUT is in flight: %v %v %q", err, resp, body)
+		}
+		var overview struct {
+			Usage     float64
+			Emergency struct{ Active bool }
 		}
 		g.adminJSON(http.MethodGet, "/rate_limit/", &overview)
 		if overview.Emergency.Active || overview.Usage > 0.5 {
 			t.Fatalf("usage %.3f, emergency %v while a request declaring 10^18 bytes is in flight, having sent 5",
 				overview.Usage, overview.Emergency.Active)
 		}
-	}
+		return overview.Usage > 0
+	})
 	// Nor does the lie hold app a behind a debt: it was charged a's burst, which refills.
-	for {
-		resp, body, err := get(client, g.base, "/b/o", "a")
-		if err == nil && resp.StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("app a while its lying PUT is in flight: %v %v %q", err, resp, body)
-		}
-		time.Sleep(50 * time.Millisecond) // a's bucket refills at 100/s
-	}
+	waitUntil(t, "app a admitted while its lying PUT is in flight", 10*time.Second, func() bool {
+		resp, _, err := get(client, g.base, "/b/o", "a")
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
 }

@@ -364,17 +364,10 @@ func isNilPointer(v any) bool {
 	return v == nil
 }
 
-// storeLoss is the operator emergency a Store that lost its data no longer has (see
-// restoreEmergency).
-type storeLoss struct {
-	emergency store.Emergency
-}
-
 // restoreEmergency sets again the operator emergency a Store lost with its data (the report
 // that found the overrides' version gone backwards no longer had it), unless it has ended.
 // Every instance that saw it does the same; setting it twice is harmless. Sync loop only.
-func (l *Limiter) restoreEmergency(lost *storeLoss) {
-	e := lost.emergency
+func (l *Limiter) restoreEmergency(e store.Emergency) {
 	if !e.Until.IsZero() && !e.Until.After(l.clock.Now()) {
 		return
 	}

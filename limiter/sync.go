@@ -66,9 +66,9 @@ func (l *Limiter) tick(now time.Time) {
 	if now.Sub(l.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
 		l.lastReport = now // the last attempt: in fail-open, the probe runs once a second
 		if l.report(now, l.visited(), false) == nil {
-			if lost := l.storeLost; lost != nil {
-				l.storeLost = nil
-				l.restoreEmergency(lost)
+			if e := l.lostEmergency; e != nil {
+				l.lostEmergency = nil
+				l.restoreEmergency(*e)
 			}
 			l.watchOverrides()
 			if l.outdated() {
@@ -191,7 +191,7 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 		// The overrides' version only grows while the Store keeps its data: it lost them
 		// (reloadOverrides writes them back), and the operator emergency with them.
 		if prev.Emergency && prev.EmergencySource == store.EmergencySourceOperator && !st.Emergency {
-			l.storeLost = &storeLoss{store.Emergency{Active: true, Reason: prev.EmergencyReason, Until: prev.EmergencyUntil}}
+			l.lostEmergency = &store.Emergency{Active: true, Reason: prev.EmergencyReason, Until: prev.EmergencyUntil}
 			// Enforced meanwhile as before: the emptied Store's answer would lift it until the
 			// next report (P3 requests admitted for a sync interval in a black-box run).
 			st.Emergency, st.EmergencySource, st.EmergencyReason, st.EmergencyUntil =
