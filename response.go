@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -125,11 +126,13 @@ func (o *result) resetSeconds() int64 {
 	return ceilSeconds(float64(missing) / o.guaranteed)
 }
 
-// ceilSeconds rounds s up to whole seconds, at most 2^53: a rate so small that the figure
-// overflows int64 (guaranteed 1e-20) must not come out negative, shown as 1.
+// ceilSeconds rounds s up to whole seconds, at most limiter.LongestWait (a year), the bound of
+// a rejection's retry-after too: a rate so small that the figure overflows int64 (guaranteed
+// 1e-20) must not come out negative, shown as 1.
 func ceilSeconds(s float64) int64 {
-	if !(s < 1<<53) {
-		return 1 << 53
+	longest := limiter.LongestWait.Seconds()
+	if !(s < longest) {
+		return int64(longest)
 	}
 	return int64(math.Ceil(s))
 }

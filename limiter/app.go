@@ -319,7 +319,7 @@ func (a *App) reject(p *appPolicy, st *store.ClusterState, r store.Reason, retry
 	return Decision{
 		Reason:     mapReason(st, p.Priority, r),
 		Remaining:  max(a.balance.Load(), 0) + a.l2Left.Load(),
-		RetryAfter: min(max(retry, time.Millisecond), longestWait),
+		RetryAfter: min(max(retry, time.Millisecond), LongestWait),
 		Limit:      p.burst,
 	}
 }
@@ -354,15 +354,15 @@ func (a *App) oneToken(p *appPolicy, st *store.ClusterState) time.Duration {
 	return waitFor(1 / rate)
 }
 
-// longestWait bounds every wait the limiter computes or passes on (retry-after): a year, which
-// for a client means never. An app refilling a token per 300 years (guaranteed 1e-10) would
+// LongestWait bounds every wait the limiter computes or passes on (retry-after), and every
+// time the response headers show: a year, which for a client means never. An app refilling a token per 300 years (guaranteed 1e-10) would
 // otherwise overflow time.Duration into a negative wait, shown as "retry in 1 s".
-const longestWait = 365 * 24 * time.Hour
+const LongestWait = 365 * 24 * time.Hour
 
-// waitFor is s seconds rounded up to the nanosecond, at most longestWait.
+// waitFor is s seconds rounded up to the nanosecond, at most LongestWait.
 func waitFor(s float64) time.Duration {
-	if !(s < longestWait.Seconds()) {
-		return longestWait
+	if !(s < LongestWait.Seconds()) {
+		return LongestWait
 	}
 	return time.Duration(math.Ceil(s * 1e9))
 }

@@ -163,7 +163,7 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 			}
 			batch = min(waitFor(secs), AtQuotaHorizon(cfg, live))
 		}
-		retry = min(max(res.RetryAfter, batch), longestWait)
+		retry = min(max(res.RetryAfter, batch), LongestWait)
 	}
 	switch until := now.Add(retry).UnixNano(); {
 	case retry <= 0:
