@@ -292,8 +292,9 @@ func acquireCluster(ctx caddy.Context, def definition, logger *zap.Logger) (*clu
 		once.Do(func() {
 			s.leave(gen)
 			if _, err := clusters.Delete(def.key); err != nil {
-				// the last reference: closing could not return every token or statistic
-				logger.Error("closing rate_limit cluster state", zap.String("cluster", def.key.cluster), zap.Error(err))
+				// the last reference: closing could not return every token or statistic (an
+				// outage's consequence, said once with its counts; not an operator error)
+				logger.Warn("rate_limit: closing the cluster state", zap.String("cluster", def.key.cluster), zap.Error(err))
 			}
 			dropDef()
 		})

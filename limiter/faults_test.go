@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -483,5 +484,43 @@ func TestEpisodeAfterHeldRecoveryIsNew(t *testing.T) {
 	info := logs.FilterMessageSnippet("leaving fail_open").Len()
 	if warn != 2 || info != 1 {
 		t.Fatalf("%d WARN and %d INFO lines, want 2 and 1: %+v", warn, info, logs.All())
+	}
+}
+
+// A Limiter closed while the Store fails asks it once, not once per app holding tokens: a
+// shutdown during an outage (a frozen Redis answers nothing for a second) would otherwise
+// wait a timeout per app. The tokens it could not return are dropped, counted, and said.
+func TestCloseDuringOutageAsksOnce(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Apps = map[string]store.AppPolicy{}
+	for i := range 50 {
+		cfg.Apps[fmt.Sprintf("x%d", i)] = pol(100, 1000, 0)
+	}
+	l := testLimiter(t, cfg, ps, c, false)
+	var apps []*App
+	for i := range 50 {
+		a := mustApp(t, l, fmt.Sprintf("x%d", i))
+		admit(a, 1)
+		apps = append(apps, a)
+	}
+	ps.fail.Store(true)
+	before := ps.reps.Load() + ps.returns.Load()
+	err := l.Close()
+	if calls := ps.reps.Load() + ps.returns.Load() - before; calls != 1 {
+		t.Fatalf("Close during an outage made %d Store calls, want 1", calls)
+	}
+	if err == nil || !errors.Is(err, errDown) || !strings.Contains(err.Error(), "of 50 apps") ||
+		!strings.Contains(err.Error(), "statistics not yet sent are lost") {
+		t.Fatalf("Close error = %v, want the Store's error with the 50 apps' tokens and the statistics", err)
+	}
+	for _, a := range apps {
+		if tok, _ := a.Tokens(); tok != 0 {
+			t.Fatalf("%s holds %d tokens after Close", a.id, tok)
+		}
+		if lhs, rhs := conserved(a); lhs != rhs {
+			t.Fatalf("%s: conservation %d != %d", a.id, lhs, rhs)
+		}
 	}
 }

@@ -189,16 +189,13 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 // and tokens kept locally as well would exist twice (over-admission). Dropping them can only
 // under-admit, by at most what one failed Return carried, and L2 refills anyway.
 func (a *App) returnTokens(now time.Time, keep int64) error {
-	var n int64
-	for {
-		b := a.balance.Load()
-		n = b - max(keep, 0)
-		if n <= 0 {
-			return nil
-		}
-		if a.balance.CompareAndSwap(b, b-n) {
-			break
-		}
+	return a.giveBack(now, a.takeTokens(keep))
+}
+
+// giveBack returns n tokens already taken out of the balance to L2 (dropped on failure).
+func (a *App) giveBack(now time.Time, n int64) error {
+	if n <= 0 {
+		return nil
 	}
 	l := a.l
 	s := l.snap()
@@ -213,6 +210,20 @@ func (a *App) returnTokens(now time.Time, keep int64) error {
 	a.returned.Add(n)
 	a.lastLease.Store(now.UnixNano())
 	return nil
+}
+
+// takeTokens takes the local tokens above keep out of the balance and returns how many.
+func (a *App) takeTokens(keep int64) int64 {
+	for {
+		b := a.balance.Load()
+		n := b - max(keep, 0)
+		if n <= 0 {
+			return 0
+		}
+		if a.balance.CompareAndSwap(b, b-n) {
+			return n
+		}
+	}
 }
 
 // callStore runs one Store call with the background timeout, turning a panic into an error.

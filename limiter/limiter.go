@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -312,21 +313,42 @@ func (l *Limiter) Close() error {
 	// The pending cost batch is sent first (with its Seq), then what was admitted since, with
 	// every app's statistics. A Limiter with nothing to send makes no Store call (`caddy
 	// validate` provisions and closes one; a state a reload replaces after its reports failed).
-	var errs []error
+	var err error
 	if (l.pending != nil && l.pending.cost > 0) || l.unsent() {
-		err := l.report(now, l.apps(), true)
+		err = l.report(now, l.apps(), true)
 		if err == nil && l.unsent() {
 			err = l.report(now, l.apps(), true)
 		}
-		errs = append(errs, err)
 	}
+	statsLost := err != nil
+	// After one failed call the Store is not asked again: a shutdown during an outage would
+	// otherwise wait a timeout per app holding tokens (a frozen Redis: a second each).
+	var lost, losers int64
 	for _, a := range l.apps() {
-		errs = append(errs, a.returnTokens(now, 0))
+		n := a.takeTokens(0)
+		if n == 0 {
+			continue
+		}
+		if err == nil {
+			if err = a.giveBack(now, n); err == nil {
+				continue
+			}
+		} else {
+			a.dropped.Add(n)
+		}
+		lost, losers = lost+n, losers+1
 	}
 	l.levelMu.Lock()
 	l.endEpisode(true) // a recovery still within its hold ends in the log now
 	l.levelMu.Unlock()
-	return errors.Join(errs...)
+	if err == nil {
+		return nil
+	}
+	what := fmt.Sprintf("%d unspent tokens of %d apps were not returned (their buckets refill them)", lost, losers)
+	if statsLost {
+		what += ", and the statistics not yet sent are lost"
+	}
+	return fmt.Errorf("the Store failed while closing and was not asked again: %s: %w", what, err)
 }
 
 // unsent reports whether some app has statistics or cost not yet acknowledged (tickMu held).
