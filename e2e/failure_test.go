@@ -3,8 +3,10 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -214,5 +216,54 @@ func TestRedisFailure(t *testing.T) {
 		t.Errorf("nothing admitted while Redis was down: the rescue bucket (on_redis_failure local) admits none")
 	} else if float64(n) > rescueMax {
 		t.Errorf("admitted %d while Redis was down, over the rescue bound %.0f", n, rescueMax)
+	}
+}
+
+// TestStopWithFrozenRedis: a gateway stopped while Redis answers nothing (SIGSTOP) gives up on
+// returning its tokens after the first failed call and says so once. It used to try each app
+// holding tokens in turn, a second each: 30 apps held a `caddy stop` for 30 s, ending in an
+// ERROR that listed 30 timeouts.
+func TestStopWithFrozenRedis(t *testing.T) {
+	const apps = 30
+	addr, srv := redistest.Standalone(t)
+	g := startGateway(t, "frozen-stop", fmt.Sprintf(`	rate_limit {
+		cluster frozen
+		key {http.request.header.X-App-Id}
+		unknown_app isolated
+		app * {
+			guaranteed 100
+			burst 100
+		}
+		redis {
+			address %s
+			key_prefix e2e-frozen
+		}
+	}
+	respond "ok" 200`, addr))
+	for i := range apps {
+		if r := g.send(http.MethodGet, "/", fmt.Sprintf("app%d", i), ""); r.status != http.StatusOK {
+			t.Fatalf("app%d: %d", i, r.status)
+		}
+	}
+	srv.Pause()
+	defer srv.Resume()
+	g.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-g.exited:
+	case <-time.After(2 * time.Minute):
+		g.kill()
+		t.Fatal("the gateway did not exit within 2 minutes of SIGINT")
+	}
+	var closing []string
+	for _, line := range logLines(t, g) {
+		if strings.Contains(line, "closing") && strings.Contains(line, "rate_limit") {
+			closing = append(closing, line)
+		}
+	}
+	if len(closing) != 1 || !strings.Contains(closing[0], `"level":"warn"`) ||
+		!strings.Contains(closing[0], fmt.Sprintf("of %d apps were not returned", apps)) ||
+		strings.Count(closing[0], "timeout") > 1 {
+		g.dumpLog()
+		t.Fatalf("want one WARN saying the %d apps' tokens were not returned, with the Store's error once; got %q", apps, closing)
 	}
 }
