@@ -524,3 +524,41 @@ func TestCloseDuringOutageAsksOnce(t *testing.T) {
 		}
 	}
 }
+
+// failReturnStore fails every Return (counted); every other call works.
+type failReturnStore struct {
+	store.Store
+	returns atomic.Int64
+}
+
+func (s *failReturnStore) Return(context.Context, store.Return) error {
+	s.returns.Add(1)
+	return errDown
+}
+
+// The sync loop stops returning tokens at the first Return that fails: a Redis that froze
+// between the report and the returns would otherwise cost the tick a timeout per app whose
+// lease expired, holding up the probe that ends the outage.
+func TestTickStopsReturningAfterFailure(t *testing.T) {
+	c := clock.NewManual()
+	st := &failReturnStore{Store: newStore(c)}
+	cfg := baseConfig()
+	cfg.Apps = map[string]store.AppPolicy{}
+	for i := range 50 {
+		cfg.Apps[fmt.Sprintf("x%d", i)] = pol(100, 1000, 0)
+	}
+	l := testLimiter(t, cfg, st, c, false)
+	for i := range 50 {
+		admit(mustApp(t, l, fmt.Sprintf("x%d", i)), 1)
+	}
+	for i := 0; i < 600 && st.returns.Load() == 0; i++ { // idle until the leases expire
+		c.Advance(time.Second)
+		l.tick(c.Now())
+	}
+	if n := st.returns.Load(); n != 1 {
+		t.Fatalf("the tick whose leases expired made %d Returns, want 1 (then fail_open)", n)
+	}
+	if l.Level() != LevelFailOpen {
+		t.Fatalf("level %v after a failed Return, want fail_open", l.Level())
+	}
+}
