@@ -91,8 +91,9 @@ func validateStore(st *redislua.Store, cluster string) error {
 // start-up and reloads never wait for Redis: a refused connection enters fail_open through the
 // limiter (one ERROR line with cause and remedy, the rescue limits, the usual probes and
 // recovery); a missing permission the connection does not reveal (a command, the channel) is
-// logged at ERROR by the probe, once. Failed probes are counted in store_errors_total
-// (op="probe"). Validating, it does nothing (validateStore did it).
+// logged at ERROR by the probe, once. A Redis that may evict the limiter's keys is a WARN, once.
+// Failed probes are counted in store_errors_total (op="probe"). Validating, it does nothing
+// (validateStore did it).
 func (s *clusterState) probe(st *redislua.Store, logger *zap.Logger) {
 	if validating() {
 		return
@@ -115,6 +116,12 @@ func (s *clusterState) probe(st *redislua.Store, logger *zap.Logger) {
 		err := st.CheckACL(ctx, cluster)
 		if err != nil {
 			failed.Inc()
+		}
+		if desc := st.Evicting(ctx); desc != "" && logger != nil {
+			logger.Warn("rate_limit: Redis may evict this limiter's keys when its memory is full ("+desc+
+				"): an evicted bucket comes back full, so the quotas stop holding while memory is short",
+				zap.String("cluster", cluster),
+				zap.String("remedy", "give the limiter a Redis with maxmemory-policy noeviction, or without maxmemory"))
 		}
 		if p, ok := store.AsPermanent(err); ok {
 			var denied *redislua.PermanentError

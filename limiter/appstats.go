@@ -112,16 +112,17 @@ func (a *App) statsSettled() bool {
 	return a.st.pend == nil && a.requests.Load() == a.sentReqs.Load()
 }
 
-// logLost logs, once per tick, the statistics the Store lost and that go out again.
+// logLost logs the statistics the Store lost and that go out again: at most once per
+// noticeEvery, with the counts since the last line.
 func (l *Limiter) logLost() {
 	n := l.lost.Swap(0)
 	if n == 0 {
 		return
 	}
 	l.resent.Add(n)
-	if log := l.logger(); log != nil {
-		log.Warn("rate_limit: the Store lost statistics it had acknowledged (a failover to a "+
-			"replica that had not received them, or a restart without its data); sending them again",
-			zap.String("cluster", l.snap().cfg.Cluster.ID), zap.Int64("requests", n))
+	times, requests, ok := l.lostStats.due(l.clock.Now(), n)
+	if log := l.logger(); log != nil && ok {
+		log.Warn("rate_limit: the Store lost statistics it had acknowledged ("+lossCauses+"); sending them again",
+			zap.String("cluster", l.snap().cfg.Cluster.ID), zap.Int64("requests", requests), zap.Int64("times", times))
 	}
 }

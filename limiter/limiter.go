@@ -40,16 +40,19 @@ type Limiter struct {
 	activeMu sync.Mutex
 	active   []*App // the apps the sync loop visits: all but the quiet ones (active.go)
 
-	tickMu        sync.Mutex // serialises tick and Close
-	lastReport    time.Time
-	lastRate      time.Time
-	prevIn        map[string]bool  // apps with in-flight requests in the last report
-	seq           uint64           // the last report Seq used
-	pending       *clusterBatch    // the cost whose report has not succeeded yet
-	lostEmergency *store.Emergency // the operator emergency the Store lost with its data (restoreEmergency)
-	statsSeq      atomic.Uint64    // the last statistics Seq used (nextSeq)
-	lost          atomic.Int64     // requests whose statistics the Store lost, not yet logged
-	resent        atomic.Int64     // requests whose statistics were sent again (the Store lost them)
+	tickMu          sync.Mutex // serialises tick and Close
+	lastReport      time.Time
+	lastRate        time.Time
+	prevIn          map[string]bool  // apps with in-flight requests in the last report
+	seq             uint64           // the last report Seq used
+	pending         *clusterBatch    // the cost whose report has not succeeded yet
+	lostEmergency   *store.Emergency // the operator emergency the Store lost with its data (restoreEmergency)
+	statsSeq        atomic.Uint64    // the last statistics Seq used (nextSeq)
+	lost            atomic.Int64     // requests whose statistics the Store lost, not yet logged
+	resent          atomic.Int64     // requests whose statistics were sent again (the Store lost them)
+	lostStats       notice           // the WARN of lost statistics
+	lostOverrides   notice           // the WARN of lost overrides
+	lostEmergencies notice           // the WARN of a lost operator emergency
 
 	overrides // the admin API's overrides (overrides_limiter.go)
 

@@ -270,13 +270,17 @@ func (l *Limiter) reloadOverrides(ctx context.Context) error {
 		// are written back rather than dropped, then read again (another instance's writing
 		// back, or a change made since, is what the fleet enforces).
 		n, err := l.writeBack(ctx, l.base.Cluster.ID, read.version)
-		if log := l.logger(); log != nil && (n > 0 || err != nil) { // 0: another instance writes them
-			fields := []zap.Field{zap.String("cluster", l.base.Cluster.ID), zap.Int("written_back", n)}
-			if err != nil {
-				fields = append(fields, zap.Error(err))
+		if n > 0 || err != nil { // 0: another instance writes them
+			times, written, ok := l.lostOverrides.due(l.clock.Now(), int64(n))
+			if log := l.logger(); log != nil && ok {
+				fields := []zap.Field{zap.String("cluster", l.base.Cluster.ID), zap.Int64("written_back", written),
+					zap.Int64("times", times)}
+				if err != nil {
+					fields = append(fields, zap.Error(err))
+				}
+				log.Warn("rate_limit: the Store lost the cluster's overrides ("+lossCauses+"); writing back the ones "+
+					"this instance enforces", fields...)
 			}
-			log.Warn("rate_limit: the Store lost the cluster's overrides with its data; writing back the ones "+
-				"this instance enforces", fields...)
 		}
 		if err != nil {
 			return err // kept in force; the next report tries again
@@ -375,12 +379,13 @@ func (l *Limiter) restoreEmergency(e store.Emergency) {
 	_, err := l.storeCall(context.Background(), func(ctx context.Context) (uint64, error) {
 		return 0, l.store.SetEmergency(ctx, cluster, e)
 	})
-	if log := l.logger(); log != nil {
-		fields := []zap.Field{zap.String("cluster", cluster.ID), zap.String("reason", e.Reason)}
+	times, _, ok := l.lostEmergencies.due(l.clock.Now(), 0)
+	if log := l.logger(); log != nil && ok {
+		fields := []zap.Field{zap.String("cluster", cluster.ID), zap.String("reason", e.Reason), zap.Int64("times", times)}
 		if err != nil {
 			fields = append(fields, zap.Error(err))
 		}
-		log.Warn("rate_limit: the Store lost the operator emergency with its data; setting it again", fields...)
+		log.Warn("rate_limit: the Store lost the operator emergency ("+lossCauses+"); setting it again", fields...)
 	}
 }
 

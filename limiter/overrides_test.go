@@ -399,4 +399,23 @@ func TestStoreLossRestoresOverridesAndEmergency(t *testing.T) {
 	if n := logs.FilterMessageSnippet("left its emergency").Len(); n != 0 {
 		t.Errorf("the emergency was logged as left %d times while it was written back", n)
 	}
+
+	// Lost again and again (a Redis evicting our keys under maxmemory): restored every time,
+	// logged once a minute at most, with how many times since the last line.
+	for range 5 {
+		shared.Store = memstore.New(c)
+		tick()
+	}
+	c.Advance(time.Minute)
+	shared.Store = memstore.New(c)
+	tick()
+	if got := l1.Config().Apps["a"].Guaranteed; got != 42 || !l1.State().Emergency {
+		t.Errorf("after repeated losses: guaranteed %v, emergency %v; want both restored", got, l1.State().Emergency)
+	}
+	for _, msg := range []string{"lost the cluster's overrides", "lost the operator emergency"} {
+		lines := logs.FilterMessageSnippet(msg).All()
+		if len(lines) != 2 || lines[1].ContextMap()["times"] != int64(6) {
+			t.Errorf("%q: %d WARNs (%v), want 2, the second with times=6", msg, len(lines), lines)
+		}
+	}
 }

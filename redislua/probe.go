@@ -185,3 +185,49 @@ func (l *deniedList) list() []string {
 	}
 	return out
 }
+
+// evictionScript reads INFO memory where the user may (asked first with redis.acl_check_cmd,
+// so a least-privilege user leaves no denial in the ACL log); false where it may not.
+var evictionScript = `
+if type(redis.acl_check_cmd) == 'function' and not redis.acl_check_cmd('info', 'memory') then return false end
+local ok, info = pcall(redis.call, 'info', 'memory')
+if not ok then return false end
+return info
+`
+
+// Evicting reports a server that may evict this Store's keys: maxmemory set with a
+// maxmemory-policy other than noeviction (every volatile-* policy picks our keys, which have
+// TTLs). An evicted bucket comes back full, so while memory is short the quotas do not hold.
+// It returns "" when no server evicts, or when INFO is not allowed or fails (unknown).
+func (s *Store) Evicting(ctx context.Context) string {
+	var mu sync.Mutex // every master of a Cluster answers at once
+	var found string
+	_ = s.eachServer(ctx, func(ctx context.Context, c redis.Cmdable) error {
+		info, err := c.Eval(ctx, evictionScript, nil).Text()
+		if desc := evictionRisk(info); err == nil && desc != "" {
+			mu.Lock()
+			found = desc
+			mu.Unlock()
+		}
+		return nil
+	})
+	return found
+}
+
+// evictionRisk reads INFO memory's maxmemory and maxmemory_policy: "" unless keys may be evicted.
+func evictionRisk(info string) string {
+	var maxmemory, policy string
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "maxmemory":
+			maxmemory = v
+		case "maxmemory_policy":
+			policy = v
+		}
+	}
+	if maxmemory == "" || maxmemory == "0" || policy == "" || policy == "noeviction" {
+		return ""
+	}
+	return "maxmemory " + maxmemory + " bytes with maxmemory-policy " + policy
+}

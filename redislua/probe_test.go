@@ -200,3 +200,44 @@ func TestProbeReportWrongPassword(t *testing.T) {
 		Apps: []store.AppReport{{App: "a", Requests: 1, Cost: 1}}})
 	wantPermanent(t, err, KindAuth, "WRONGPASS")
 }
+
+// Evicting names a Redis that may evict the Store's keys (maxmemory with any policy but
+// noeviction), and says nothing for one that may not, or when INFO is not allowed: the
+// least-privilege user is asked first and leaves no denial in the ACL log.
+func TestEvicting(t *testing.T) {
+	addr, srv := redistest.Standalone(t)
+	s := openT(t, Config{Address: []string{addr}})
+	evicting := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return s.Evicting(ctx)
+	}
+	set := func(maxmemory, policy string) {
+		t.Helper()
+		for _, kv := range [][2]string{{"maxmemory", maxmemory}, {"maxmemory-policy", policy}} {
+			if _, err := srv.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct{ maxmemory, policy, want string }{
+		{"0", "allkeys-lru", ""},
+		{"100mb", "noeviction", ""},
+		{"100mb", "allkeys-lru", "maxmemory 104857600 bytes with maxmemory-policy allkeys-lru"},
+		{"100mb", "volatile-ttl", "maxmemory 104857600 bytes with maxmemory-policy volatile-ttl"},
+	} {
+		set(tc.maxmemory, tc.policy)
+		if got := evicting(); got != tc.want {
+			t.Errorf("maxmemory %s, %s: Evicting = %q, want %q", tc.maxmemory, tc.policy, got, tc.want)
+		}
+	}
+	// allkeys-lru is still set: the least-privilege user may not read INFO and is not told.
+	aclUser(t, "pw", "", srv)
+	limited := openT(t, Config{Address: []string{addr}, Username: "rl", Password: "pw"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if got := limited.Evicting(ctx); got != "" {
+		t.Errorf("least-privilege user: Evicting = %q, want \"\" (INFO not allowed)", got)
+	}
+	noACLDenials(t, srv)
+}
