@@ -53,6 +53,7 @@ type App struct {
 	refillAt   atomic.Int64  // background refill when the balance falls below this
 	lastUse    atomic.Int64  // unix ns of the last take (isolated apps only)
 	lastLease  atomic.Int64  // unix ns of the last grant (lease TTL)
+	answered   atomic.Bool   // the app's last lease call succeeded (storeAway)
 	l2Left     atomic.Int64  // L2's remaining tokens at the last lease
 	l2Debt     atomic.Uint64 // L2's debt at the last lease (float64 bits)
 	l2Borrowed atomic.Uint64 // L2's borrowed at the last lease (float64 bits)
@@ -241,6 +242,15 @@ func (a *App) admitted(cost int64, l *Limiter) {
 	a.list()
 }
 
+// storeAway reports whether the app's shortfalls go to the rescue bucket: the limiter is in
+// fail_open and the app's own last lease failed (or it has not leased yet). In a partial
+// outage, a Redis Cluster master down, the other apps' leases still succeed: they keep leasing
+// instead of taking the rescue bucket too, which admitted them 1.5–2 × their quota (the
+// report, on the cluster's slot, ends fail_open every second and the next failure resumes it).
+func (a *App) storeAway() bool {
+	return a.l.Level() == LevelFailOpen && !a.answered.Load()
+}
+
 // slow handles a take the local tokens cannot cover.
 func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *store.ClusterState) Decision {
 	l := a.l
@@ -250,7 +260,7 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *stor
 	if l.closed.Load() {
 		return a.reject(p, st, store.ReasonRedisUnavailable, probeInterval)
 	}
-	if l.Level() == LevelFailOpen {
+	if a.storeAway() {
 		return a.failTake(cost, need, p, st)
 	}
 	if ctx == nil {
@@ -274,13 +284,13 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *stor
 			}
 			// The Store is slower than StoreTimeout but has not failed: the lease is still in
 			// flight and will be applied. Only a failed call switches to fail-open.
-			if l.Level() == LevelFailOpen {
+			if a.storeAway() {
 				return a.failTake(cost, need, p, st)
 			}
 			return a.creditTake(cost, need, p, st)
 		}
 		if c.err != nil {
-			if l.Level() == LevelFailOpen {
+			if a.storeAway() {
 				return a.failTake(cost, need, p, st)
 			}
 			continue // a probe succeeded since the lease failed: lease again

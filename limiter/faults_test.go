@@ -562,3 +562,72 @@ func TestTickStopsReturningAfterFailure(t *testing.T) {
 		t.Fatalf("level %v after a failed Return, want fail_open", l.Level())
 	}
 }
+
+// shardDownStore fails the leases and returns of one app, as a Redis Cluster whose master
+// holding that app's slot is down: the cluster's reports and every other app still work.
+type shardDownStore struct {
+	store.Store
+	down string
+}
+
+func (s *shardDownStore) Lease(ctx context.Context, r store.LeaseRequest) (store.Lease, error) {
+	if r.App == s.down {
+		return store.Lease{}, errDown
+	}
+	return s.Store.Lease(ctx, r)
+}
+
+func (s *shardDownStore) Return(ctx context.Context, r store.Return) error {
+	if r.App == s.down {
+		return errDown
+	}
+	return s.Store.Return(ctx, r)
+}
+
+// A partial outage (one Cluster master down) puts the limiter in fail_open, but an app whose
+// own leases still succeed keeps being served by them, not by the rescue bucket as well: both
+// at once admitted 1.5–2 × its quota while another app's master was down (found black-box).
+// The app whose master is down gets the rescue bucket.
+func TestPartialOutageOtherAppsStayExact(t *testing.T) {
+	c := clock.NewManual()
+	st := &shardDownStore{Store: newStore(c)}
+	cfg := baseConfig()
+	cfg.Apps = map[string]store.AppPolicy{"down": pol(100, 100, 0), "up": pol(100, 100, 0)}
+	l := testLimiter(t, cfg, st, c, false)
+	down, up := mustApp(t, l, "down"), mustApp(t, l, "up")
+	sawFailOpen := false
+	run := func(d time.Duration) (admittedDown, admittedUp int) {
+		for end := c.Now().Add(d); c.Now().Before(end); {
+			sawFailOpen = sawFailOpen || l.Level() == LevelFailOpen
+			c.Advance(2 * time.Millisecond) // each app asked at 500 requests/s, 5 × its quota
+			if admit(up, 1).Allowed {
+				admittedUp++
+			}
+			if admit(down, 1).Allowed {
+				admittedDown++
+			}
+			if c.Now().UnixMilli()%100 == 0 {
+				l.tick(c.Now())
+			}
+		}
+		return
+	}
+	run(5 * time.Second) // warm: both at their quota
+	st.down = "down"
+	var gotDown, gotUp int
+	for range 20 {
+		d, u := run(time.Second)
+		gotDown, gotUp = gotDown+d, gotUp+u
+	}
+	if !sawFailOpen {
+		t.Fatal("the failing leases never put the limiter in fail_open")
+	}
+	// 20 s at 100/s, plus at most one burst and the local tokens held when the outage began.
+	if gotUp > 2150 || gotUp < 1900 {
+		t.Errorf("the app whose leases work admitted %d in 20 s, want its quota (2000, + its burst and the local tokens)", gotUp)
+	}
+	if gotDown == 0 || gotDown > 2150 {
+		t.Errorf("the app whose master is down admitted %d in 20 s, want the rescue bucket's share (> 0, ≤ quota)", gotDown)
+	}
+	t.Logf("20 s of partial outage: down %d, up %d; up minted %d leased %d", gotDown, gotUp, up.minted.Load(), up.leased.Load())
+}

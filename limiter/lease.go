@@ -31,10 +31,10 @@ func (a *App) startLease(need int64) *leaseCall {
 }
 
 // refill starts a background lease after a take left the balance low, unless one is in flight,
-// the Store refused recently, or the Store is unavailable.
+// the Store refused recently, or is unavailable to this app (storeAway).
 func (a *App) refill() {
 	l := a.l
-	if l.Level() == LevelFailOpen || l.closed.Load() {
+	if a.storeAway() || l.closed.Load() {
 		return
 	}
 	a.mu.Lock()
@@ -84,6 +84,7 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	})
 	now := l.clock.Now()
 	l.observe(now.Sub(start), err, false)
+	a.answered.Store(err == nil)
 	if err == nil {
 		a.statsDelivered(stats, c.res.PrevSeq, now)
 		a.applyLease(req, c.res, now)
