@@ -78,11 +78,18 @@ func (tw *trackedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	tw.hijacked = true
-	return &releasingConn{Conn: conn, ticket: tw.ticket}, brw, nil
+	rc := &releasingConn{Conn: conn, ticket: tw.ticket}
+	if _, ok := conn.(halfCloser); ok {
+		return halfClosingConn{rc}, brw, nil
+	}
+	return rc, brw, nil
 }
 
+// halfCloser is a connection whose write half can be closed alone (*net.TCPConn, *tls.Conn).
+type halfCloser interface{ CloseWrite() error }
+
 // releasingConn is a hijacked connection that releases its request's in-flight slot when it
-// is closed (once: the Handle is exactly-once). Half-close is passed through for proxies.
+// is closed (once: the Handle is exactly-once).
 type releasingConn struct {
 	net.Conn
 	ticket connlimit.Handle
@@ -107,13 +114,15 @@ func (c *releasingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// CloseWrite half-closes the connection when the underlying one supports it.
-func (c *releasingConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
+// halfClosingConn is a releasingConn over a connection that can half-close, and only then:
+// a proxy tunnel (reverse_proxy's WebSockets) that sees CloseWrite relies on it to pass an
+// end of stream on and keeps waiting for the other direction. A CloseWrite that did nothing
+// left every client of a WebSocket the backend closed hanging, holding its slot, whenever the
+// hijacked connection could not half-close (Caddy with the global `metrics` option).
+type halfClosingConn struct{ *releasingConn }
+
+// CloseWrite half-closes the underlying connection.
+func (c halfClosingConn) CloseWrite() error { return c.Conn.(halfCloser).CloseWrite() }
 
 // Interface guards
 var (
