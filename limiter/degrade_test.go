@@ -16,7 +16,9 @@ import (
 func TestDegradationLevels(t *testing.T) {
 	c := clock.NewManual()
 	ps := newProbe(c)
-	l := testLimiter(t, baseConfig(), ps, c, false)
+	cfg := baseConfig()
+	logs := logTo(&cfg)
+	l := testLimiter(t, cfg, ps, c, false)
 	report := func(n int) {
 		for range n {
 			c.Advance(2 * time.Second)
@@ -67,6 +69,24 @@ func TestDegradationLevels(t *testing.T) {
 	l.tick(c.Now())
 	if l.Level() != LevelNormal {
 		t.Fatalf("after a successful probe: level %v", l.Level())
+	}
+	report(4) // the recovery holds: its end is logged
+	// The degradation level is its own field: a field named "level" would be a second "level"
+	// key in Caddy's JSON lines, and a JSON reader keeps the last one (found black-box: the
+	// recovery INFO read as level "normal").
+	var named int
+	for _, e := range logs.All() {
+		for _, f := range e.Context {
+			if f.Key == "level" {
+				t.Errorf("%q has a field named level", e.Message)
+			}
+			if f.Key == "degradation_level" {
+				named++
+			}
+		}
+	}
+	if named < 4 { // slow, slower, better, recovered
+		t.Errorf("%d lines carry degradation_level, want the level changes and the recovery", named)
 	}
 }
 

@@ -236,7 +236,7 @@ func (l *Limiter) endEpisode(now bool) {
 		zap.Int64("admitted_without_store", l.rescuedReqs.Load()-ep.reqs),
 		zap.Int64("admitted_cost_without_store", l.rescuedCost.Load()-ep.cost),
 		zap.Int64("rejected_by_rescue", l.rescueRejects.Load()-ep.rejected),
-		zap.String("level", Level(l.level.Load()).String()))
+		zap.String("degradation_level", Level(l.level.Load()).String()))
 }
 
 // logLevel logs a change between the latency levels (levelMu held).
@@ -248,7 +248,7 @@ func (l *Limiter) logLevel(from, to Level) {
 	fields := []zap.Field{
 		zap.String("cluster", l.snap().cfg.Cluster.ID),
 		zap.String("from", from.String()),
-		zap.String("level", to.String()),
+		zap.String("degradation_level", to.String()),
 		zap.Duration("store_latency", l.latency),
 		zap.Int64("lease_multiplier", leaseMultiplier(to)),
 	}
