@@ -79,6 +79,10 @@ func TestConnectionLimit(t *testing.T) {
 			t.Errorf("%s = %q, want %q", hdr, got, want)
 		}
 	}
+	// The connections ran out, not the tokens: the quota headers say what is left.
+	if got := w.Header().Get("RateLimit"); strings.Contains(got, ";r=0;") || !strings.Contains(got, ";r=") {
+		t.Errorf("RateLimit %q on a connection-limit rejection, want the tokens left", got)
+	}
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -43,6 +43,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	ticket, reason := s.conns.Acquire(app.Label(), pol.MaxConnections)
 	if reason != store.ReasonNone {
 		app.Record(reason, est.Cost)
+		o.remaining = app.Remaining() // tokens are left: the connections ran out
 		if reason == store.ReasonClusterLimitExceeded {
 			o.connLimit, o.connCurrent = s.conns.Limits("", 0) // the cluster's figures
 		} else {

@@ -171,6 +171,10 @@ func (a *App) Tokens() (tokens, debt int64) {
 	return max(b, 0), max(-b, 0)
 }
 
+// Remaining is what the app may still spend as this instance knows it: its local tokens and
+// what L2 held at its last lease (the headers' remaining).
+func (a *App) Remaining() int64 { return max(a.balance.Load(), 0) + a.l2Left.Load() }
+
 // Borrowing returns the app's L2 borrowed and debt as the last lease from this instance saw
 // them (after that lease's refill and borrow); 0 before any lease.
 func (a *App) Borrowing() (borrowed, debt float64) {
@@ -297,7 +301,7 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *stor
 		}
 		if a.tryTake(cost, need) {
 			a.admitted(cost, l)
-			return Decision{Allowed: true, Remaining: max(a.balance.Load(), 0) + a.l2Left.Load(), Limit: p.burst}
+			return Decision{Allowed: true, Remaining: a.Remaining(), Limit: p.burst}
 		}
 		if retry, ok := a.refused(l.clock.Now().UnixNano(), need); ok {
 			return a.reject(p, st, store.Reason(a.refusal.Load()), retry)
@@ -328,7 +332,7 @@ func (a *App) refused(now, need int64) (time.Duration, bool) {
 func (a *App) reject(p *appPolicy, st *store.ClusterState, r store.Reason, retry time.Duration) Decision {
 	return Decision{
 		Reason:     mapReason(st, p.Priority, r),
-		Remaining:  max(a.balance.Load(), 0) + a.l2Left.Load(),
+		Remaining:  a.Remaining(),
 		RetryAfter: min(max(retry, time.Millisecond), LongestWait),
 		Limit:      p.burst,
 	}
