@@ -333,6 +333,15 @@ func appSlot(t *testing.T, top faultTopology, app string) int {
 	return int(s)
 }
 
+// clusterSlot is the hash slot of the cluster's own keys.
+func clusterSlot(t *testing.T, top faultTopology) int {
+	s, err := top.reader(t).ClusterKeySlot(context.Background(), faultPrefix+":{default}:l1").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(s)
+}
+
 func noop(*testing.T) {}
 
 // proxiedStandalone starts a standalone Redis and a fault proxy in front of it: the gateways
@@ -470,6 +479,29 @@ func TestFaultMatrix(t *testing.T) {
 					t.Fatal(err)
 				}
 			}, heal: noop}, gws)
+	})
+	run("cluster: another app's master frozen", func(t *testing.T) faultResult {
+		// A partial outage: the master holding svc's slot answers nothing, while hot's and the
+		// cluster's own keys live on healthy masters. The gateways are in fail_open (svc's
+		// calls fail) but hot's leases work: hot must stay at its quota, not get the rescue
+		// buckets on top (it got 1.5–2 ×). A node timeout longer than the freeze keeps the
+		// Cluster from declaring the master failed.
+		cl := redistest.StartCluster(t, redistest.ClusterOptions{NodeTimeout: 30 * time.Second})
+		top := clusterTopology(cl)
+		gws := startFleet(t, top)
+		frozen, err := cl.Master(appSlot(t, top, "svc"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, slot := range []int{appSlot(t, top, "hot"), clusterSlot(t, top)} {
+			if m, err := cl.Master(slot); err != nil || m == frozen {
+				t.Fatalf("setup: slot %d is on svc's master (%v); pick ids on distinct masters", slot, err)
+			}
+		}
+		return runFault(t, top, faultRow{name: t.Name(),
+			inject: func(*testing.T) { frozen.Pause() },
+			hold:   10 * time.Second,
+			heal:   func(*testing.T) { frozen.Resume() }}, gws)
 	})
 	run("sentinel failover", func(t *testing.T) faultResult {
 		master, sentinel, primary, _ := redistest.SentinelWithReplica(t)

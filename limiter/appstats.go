@@ -60,11 +60,13 @@ func (a *App) takeStats() statsBatch {
 	return b
 }
 
-// statsDelivered records that a call carrying b succeeded at now; prev is the Store's answer
-// (the Seq it had applied before). A batch acknowledged earlier whose Seq is above prev was lost
-// by the Store (a failover to a replica that had not received it): its requests go into the
-// next batch again.
-func (a *App) statsDelivered(b statsBatch, prev uint64, now time.Time) {
+// statsDelivered records that a call carrying b, sent at sent, succeeded at now; prev is the
+// Store's answer (the Seq it had applied before). A batch acknowledged before the call was sent
+// whose Seq is above prev was lost by the Store (a failover to a replica that had not received
+// it): its requests go into the next batch again. A batch acknowledged after the call was sent
+// says nothing: the call may have run first (a report held up by another app's slow shard,
+// answering after the app's next leases), and counting it lost would count it twice.
+func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 	a.statsMu.Lock()
 	defer a.statsMu.Unlock()
 	a.st.statsAt = now
@@ -77,7 +79,7 @@ func (a *App) statsDelivered(b statsBatch, prev uint64, now time.Time) {
 	}
 	kept := a.st.acked[:0]
 	for _, old := range a.st.acked[n:] {
-		if old.seq > prev && old.seq != b.seq {
+		if old.seq > prev && old.seq != b.seq && !old.at.After(sent) {
 			a.sentReqs.Add(-old.requests) // the next batch carries them again
 			a.l.lost.Add(old.requests)
 			continue

@@ -379,3 +379,39 @@ func TestReturnLostDropsTokens(t *testing.T) {
 		t.Fatalf("L2 holds %v tokens, want %d", s.Tokens, 1000-7)
 	}
 }
+
+// A call's answer judges only the batches acknowledged before the call was sent. A report held
+// up by another app's frozen shard answered after this app's next leases had delivered a newer
+// batch; its older PrevSeq made that batch look lost, and its requests were counted twice
+// (Redis counted 8 more than the clients saw, in e2e's partial-outage row).
+func TestLateAnswerDoesNotResendNewerBatch(t *testing.T) {
+	c := clock.NewManual()
+	l := testLimiter(t, baseConfig(), newProbe(c), c, false)
+	a := mustApp(t, l, "a")
+	tick := func() time.Time { c.Advance(time.Millisecond); return c.Now() }
+
+	a.requests.Add(5)
+	first := a.takeStats() // the report carries it and waits on the frozen shard
+	reportSent := tick()
+	lease := a.takeStats() // a lease carries the same batch again, and is answered at once
+	if lease.seq != first.seq {
+		t.Fatalf("the lease carries seq %d, want the pending %d", lease.seq, first.seq)
+	}
+	a.statsDelivered(lease, first.seq-1, tick(), tick())
+	a.requests.Add(3)
+	second := a.takeStats() // the next lease delivers a newer batch
+	a.statsDelivered(second, first.seq, tick(), tick())
+	// The report's answer: the Store had applied the first batch when its part ran.
+	a.statsDelivered(first, first.seq, reportSent, tick())
+
+	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.lost.Load() != 0 {
+		t.Fatalf("after the late answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.lost.Load())
+	}
+	// A batch acknowledged before a call was sent, above the call's PrevSeq, is lost for real.
+	a.requests.Add(1)
+	third := a.takeStats()
+	a.statsDelivered(third, first.seq, tick(), tick())
+	if l.lost.Load() != second.requests {
+		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.lost.Load(), second.requests)
+	}
+}

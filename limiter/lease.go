@@ -86,7 +86,7 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	l.observe(now.Sub(start), err, false)
 	a.answered.Store(err == nil)
 	if err == nil {
-		a.statsDelivered(stats, c.res.PrevSeq, now)
+		a.statsDelivered(stats, c.res.PrevSeq, start, now)
 		a.applyLease(req, c.res, now)
 	}
 	c.err = err

@@ -173,8 +173,9 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	if err != nil {
 		return err
 	}
+	answered := l.clock.Now()
 	for _, f := range flushed {
-		f.a.statsDelivered(f.b, st.PrevSeq[f.a.id], now)
+		f.a.statsDelivered(f.b, st.PrevSeq[f.a.id], start, answered)
 	}
 	l.logLost()
 	l.pending = nil
