@@ -251,6 +251,9 @@ func (a *App) admitted(cost int64, l *Limiter) {
 // outage, a Redis Cluster master down, the other apps' leases still succeed: they keep leasing
 // instead of taking the rescue bucket too, which admitted them 1.5–2 × their quota (the
 // report, on the cluster's slot, ends fail_open every second and the next failure resumes it).
+// In a whole outage each app finds out with one lease of its own: its first shortfall waits at
+// most the Redis timeout (then it is admitted on credit or by the rescue bucket), and the
+// rescue bucket serves the rest.
 func (a *App) storeAway() bool {
 	return a.l.Level() == LevelFailOpen && !a.answered.Load()
 }
