@@ -372,8 +372,9 @@ func (a *App) oneToken(p *appPolicy, st *store.ClusterState) time.Duration {
 }
 
 // LongestWait bounds every wait the limiter computes or passes on (retry-after), and every
-// time the response headers show: a year, which for a client means never. An app refilling a token per 300 years (guaranteed 1e-10) would
-// otherwise overflow time.Duration into a negative wait, shown as "retry in 1 s".
+// time the response headers show: a year, which for a client means never. An app refilling a
+// token per 300 years (guaranteed 1e-10) would otherwise overflow time.Duration into a
+// negative wait, shown as "retry in 1 s".
 const LongestWait = 365 * 24 * time.Hour
 
 // waitFor is s seconds rounded up to the nanosecond, at most LongestWait.

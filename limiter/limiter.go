@@ -347,11 +347,14 @@ func (l *Limiter) Close() error {
 	if err == nil {
 		return nil
 	}
-	what := fmt.Sprintf("%d unspent tokens of %d apps were not returned (their buckets refill them)", lost, losers)
-	if statsLost {
-		what += ", and the statistics not yet sent are lost"
+	var what []string
+	if losers > 0 {
+		what = append(what, fmt.Sprintf("%d unspent tokens of %d apps were not returned (their buckets refill them)", lost, losers))
 	}
-	return fmt.Errorf("the Store failed while closing and was not asked again: %s: %w", what, err)
+	if statsLost {
+		what = append(what, "the statistics not yet sent are lost")
+	}
+	return fmt.Errorf("the Store failed while closing and was not asked again: %s: %w", strings.Join(what, "; "), err)
 }
 
 // unsent reports whether some app has statistics or cost not yet acknowledged (tickMu held).
