@@ -94,6 +94,9 @@ type overrideSet struct {
 	bad     map[string]error // entries that do not decode (written by a newer version?)
 }
 
+// holdsAny reports whether the set has an override in force.
+func (o overrideSet) holdsAny() bool { return o.cluster != nil || len(o.apps) > 0 }
+
 // decodeOverrides decodes a Store's entries; entries that do not decode are kept in bad.
 func decodeOverrides(o store.Overrides) overrideSet {
 	s := overrideSet{version: o.Version, apps: map[string]AppOverride{}}

@@ -269,7 +269,7 @@ func (l *Limiter) reloadOverrides(ctx context.Context) error {
 		// The version only grows while the Store keeps its data: it lost the overrides. They
 		// are written back rather than dropped, then read again (another instance's writing
 		// back, or a change made since, is what the fleet enforces).
-		n, err := l.writeBack(ctx, l.base.Cluster.ID, read.version)
+		n, reached, err := l.writeBack(ctx, l.base.Cluster.ID, read.version)
 		if n > 0 || err != nil { // 0: another instance writes them
 			times, written, ok := l.lostOverrides.due(l.clock.Now(), int64(n))
 			if log := l.logger(); log != nil && ok {
@@ -293,6 +293,12 @@ func (l *Limiter) reloadOverrides(ctx context.Context) error {
 			return err
 		}
 		read = decodeOverrides(o)
+		if read.version < reached || (read.version == 0 && l.ov.holdsAny()) {
+			// Lost again since they were written back (a Redis evicting under memory
+			// pressure): applying this read would drop them. Kept in force; the next report
+			// writes them back again.
+			return nil
+		}
 	}
 	l.loaded = true
 	if wasLoaded && read.version == was {
@@ -391,10 +397,11 @@ func (l *Limiter) restoreEmergency(e store.Emergency) {
 
 // writeBack writes the overrides in force back to a Store that lost them (their version went
 // backwards: a restart without persistence, a failover to a replica that had not received
-// them), from the version it holds now, and returns how many it wrote. Every instance holds
-// them: the first to notice writes them back, and an instance that meets a conflict stops
-// there, another one is writing them (ovMu held).
-func (l *Limiter) writeBack(ctx context.Context, cluster string, version uint64) (int, error) {
+// them), from the version it holds now, and returns how many it wrote and the version its
+// last write made (version itself when none did). Every instance holds them: the first to
+// notice writes them back, and an instance that meets a conflict stops there, another one is
+// writing them (ovMu held).
+func (l *Limiter) writeBack(ctx context.Context, cluster string, version uint64) (n int, reached uint64, err error) {
 	entries := map[string]any{}
 	if l.ov.cluster != nil {
 		entries[store.OverrideClusterKey] = l.ov.cluster
@@ -402,22 +409,23 @@ func (l *Limiter) writeBack(ctx context.Context, cluster string, version uint64)
 	for id, a := range l.ov.apps {
 		entries[store.OverrideAppKey(id)] = a
 	}
-	n := 0
+	reached = version
 	for key, value := range entries {
 		raw, err := json.Marshal(value)
 		if err != nil {
-			return n, err
+			return n, reached, err
 		}
-		version, err = l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-			return l.store.SetOverride(ctx, cluster, store.OverrideChange{Key: key, Value: raw, IfVersion: version})
+		v, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
+			return l.store.SetOverride(ctx, cluster, store.OverrideChange{Key: key, Value: raw, IfVersion: reached})
 		})
 		if errors.Is(err, store.ErrVersionConflict) {
-			return n, nil
+			return n, reached, nil
 		}
 		if err != nil {
-			return n, err
+			return n, reached, err
 		}
+		reached = v
 		n++
 	}
-	return n, nil
+	return n, reached, nil
 }
