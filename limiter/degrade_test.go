@@ -415,3 +415,31 @@ func TestLateAnswerDoesNotResendNewerBatch(t *testing.T) {
 		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.lost.Load(), second.requests)
 	}
 }
+
+// The cost batch whose report failed as an outage began is not delivered after it: it would
+// land in L1's interval after the outage, on top of the burst every app leases then, and tip
+// the cluster into its automatic emergency (e2e TestRedisFailure, 2 runs in 4 before).
+func TestCostBatchOfOutageStartNotDeliveredAfter(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	l := testLimiter(t, baseConfig(), ps, c, false)
+	a := mustApp(t, l, "a")
+	for range 10 {
+		admit(a, 3)
+	}
+	ps.fail.Store(true) // the report carrying the 30 fails: the outage begins
+	c.Advance(200 * time.Millisecond)
+	l.tick(c.Now())
+	if l.Level() != LevelFailOpen {
+		t.Fatalf("level %v, want fail_open", l.Level())
+	}
+	ps.fail.Store(false)
+	c.Advance(1100 * time.Millisecond)
+	l.tick(c.Now()) // the probe
+	if l.Level() == LevelFailOpen {
+		t.Fatal("still in fail_open after the Store came back")
+	}
+	if rep := ps.lastReport.Load(); rep == nil || rep.Cost != 0 {
+		t.Fatalf("the probe that ended the outage carried cost %+v, want 0 (the batch of its start given up)", rep)
+	}
+}
