@@ -181,7 +181,7 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 		// refusal and its reason: L2 holds even less now than when it was refused.
 	}
 	if a.l.closed.Load() {
-		a.returnTokens(now, 0) // a grant that arrived after Close
+		a.giveBack(now, a.takeTokens(0)) // a grant that arrived after Close, even in fail_open
 	}
 }
 
@@ -189,7 +189,14 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 // put back: the Return may have been applied all the same (a timeout after the Store ran it),
 // and tokens kept locally as well would exist twice (over-admission). Dropping them can only
 // under-admit, by at most what one failed Return carried, and L2 refills anyway.
+//
+// Nothing is returned while the limiter is in fail_open: after one failed Return, the sync
+// loop's others (expired leases, excess, removed apps) would each wait a Store timeout,
+// holding up the probe. The tokens stay local until the Store answers again.
 func (a *App) returnTokens(now time.Time, keep int64) error {
+	if a.l.Level() == LevelFailOpen {
+		return nil
+	}
 	return a.giveBack(now, a.takeTokens(keep))
 }
 

@@ -287,9 +287,6 @@ func (l *Limiter) expireLeases(now time.Time, apps []*App, cfg Config) {
 			a.rate*cfg.LeaseTTL.Seconds() >= 1 {
 			continue
 		}
-		if l.Level() == LevelFailOpen {
-			return // a Return failed: the others would each wait a Store timeout
-		}
 		_ = a.returnTokens(now, a.rateTgt.Load())
 	}
 }
@@ -304,9 +301,6 @@ func (l *Limiter) returnExcess(now time.Time, apps []*App) {
 		p := a.pol.Load()
 		limit := max(int64(p.Burst/float64(2*live)), 1)
 		if a.balance.Load() > limit {
-			if l.Level() == LevelFailOpen {
-				return
-			}
 			_ = a.returnTokens(now, limit)
 		}
 	}
@@ -344,9 +338,7 @@ func (l *Limiter) settleRetired(now time.Time) {
 	l.mu.Unlock()
 	var keep []*App
 	for _, a := range retired {
-		if l.Level() != LevelFailOpen {
-			_ = a.returnTokens(now, 0)
-		}
+		_ = a.returnTokens(now, 0)
 		if !a.settled() || now.Sub(a.retiredAt) < time.Minute {
 			keep = append(keep, a)
 		}
