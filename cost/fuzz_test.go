@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,21 @@ import (
 
 // fuzzRequest builds the request the model sees.
 func fuzzRequest(method, path, rawQuery string, copySource bool, contentLength int64, body bool) *http.Request {
+	return fuzzChunkedRequest(method, path, rawQuery, copySource, contentLength, body, 0, "")
+}
+
+// Ways an S3 client marks an aws-chunked body (fuzzChunkedRequest's chunked argument, mod 4).
+const (
+	chunkedNone           = iota
+	chunkedEncoding       // Content-Encoding: aws-chunked
+	chunkedStreamingSHA   // x-amz-content-sha256: STREAMING-…
+	chunkedDecodedOnlyHdr // only x-amz-decoded-content-length: not aws-chunked
+)
+
+// fuzzChunkedRequest is fuzzRequest with an aws-chunked marking and a declared payload length
+// (decodedHeader, sent when not empty).
+func fuzzChunkedRequest(method, path, rawQuery string, copySource bool, contentLength int64, body bool,
+	chunked uint8, decodedHeader string) *http.Request {
 	r := &http.Request{
 		Method:        method,
 		URL:           &url.URL{Path: path, RawQuery: rawQuery},
@@ -27,6 +43,15 @@ func fuzzRequest(method, path, rawQuery string, copySource bool, contentLength i
 	}
 	if copySource {
 		r.Header.Set("x-amz-copy-source", "/src/"+path)
+	}
+	switch chunked % 4 {
+	case chunkedEncoding:
+		r.Header.Set("Content-Encoding", "aws-chunked")
+	case chunkedStreamingSHA:
+		r.Header.Set("X-Amz-Content-Sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+	}
+	if decodedHeader != "" {
+		r.Header.Set("X-Amz-Decoded-Content-Length", decodedHeader)
 	}
 	if body {
 		r.Body = io.NopCloser(strings.NewReader(""))
@@ -188,7 +213,7 @@ func FuzzClassify(f *testing.F) {
 }
 
 // FuzzEstimate: any request (method, path, raw query, x-amz-copy-source, Content-Length of any
-// int64, a body or none) through the default model and through a model of a fuzzed config.
+// int64, a body or none, an aws-chunked marking with any x-amz-decoded-content-length) through the default model and through a model of a fuzzed config.
 // Properties: no panic; an invalid config is rejected with a message naming the cost field;
 // the operation is Classify's (checked as in FuzzClassify for the default models); Declared and
 // Streaming follow Content-Length and the body; the cost is min(base + ceil(bytes/quantum) ×
@@ -205,6 +230,8 @@ func FuzzEstimate(f *testing.F) {
 		quantum, bandwidth, max, def, streamEstimate int64
 		baseOp                                       uint8
 		baseVal                                      int64
+		decoded                                      int64
+		chunked                                      uint8
 	}
 	const maxInt, minInt = int64(1<<63 - 1), int64(-1 << 63)
 	for _, s := range []seed{
@@ -222,16 +249,25 @@ func FuzzEstimate(f *testing.F) {
 		{method: "PUT", path: "/b/k", contentLength: 1, baseOp: uint8(OpPut), baseVal: maxInt, max: 5},
 		{method: "PATCH", path: "/b/k", contentLength: -1, body: true, streamEstimate: maxInt, quantum: maxInt},
 		{method: "GET", path: "/b/k", baseOp: 200, baseVal: -3},
+		{method: "PUT", path: "/b/k", contentLength: 1<<20 + 1450, bodyRead: 1<<20 + 1450, decoded: 1 << 20, chunked: chunkedEncoding},
+		{method: "PUT", path: "/b/k", contentLength: 1 << 30, bodyRead: 1 << 30, decoded: 0, chunked: chunkedStreamingSHA},
+		{method: "PUT", path: "/b/k", contentLength: -1, body: true, bodyRead: 70000, decoded: 65536, chunked: chunkedEncoding},
+		{method: "PUT", path: "/b/k", contentLength: 5000, bodyRead: 100, decoded: 4000, chunked: chunkedDecodedOnlyHdr},
+		{method: "PUT", path: "/b/k", contentLength: 5000, decoded: -7, chunked: chunkedEncoding},
 	} {
 		f.Add(s.method, s.path, s.query, s.copySource, s.contentLength, s.body, s.bodyRead, s.respBytes,
-			s.http, s.responseBytes, s.quantum, s.bandwidth, s.max, s.def, s.streamEstimate, s.baseOp, s.baseVal)
+			s.http, s.responseBytes, s.quantum, s.bandwidth, s.max, s.def, s.streamEstimate, s.baseOp, s.baseVal, s.decoded, s.chunked)
 	}
 	s3 := mustNew(f, Config{})
 	plain := mustNew(f, Config{Operations: "http"})
 	f.Fuzz(func(t *testing.T, method, path, rawQuery string, copySource bool, contentLength int64, body bool,
 		bodyRead, respBytes int64, httpOps, responseBytes bool, quantum, bandwidth, maxCost, def, streamEstimate int64,
-		baseOp uint8, baseVal int64) {
-		r := fuzzRequest(method, path, rawQuery, copySource, contentLength, body)
+		baseOp uint8, baseVal int64, decoded int64, chunked uint8) {
+		decodedHeader := strconv.FormatInt(decoded, 10)
+		if chunked >= 4 {
+			decodedHeader = "" // marked aws-chunked without a payload length
+		}
+		r := fuzzChunkedRequest(method, path, rawQuery, copySource, contentLength, body, chunked, decodedHeader)
 		fuzzCheckClassify(t, s3, plain, method, path, rawQuery, copySource, r)
 
 		cfg := Config{Quantum: quantum, Max: maxCost, StreamEstimate: streamEstimate, ResponseBytes: responseBytes}
@@ -268,10 +304,22 @@ func FuzzEstimate(f *testing.F) {
 				t.Fatalf("Estimate op %v, Classify %v", e.Op, m.Classify(r))
 			}
 			streaming := contentLength < 0 && r.Body != nil && r.Body != http.NoBody
+			// An aws-chunked body with a payload length, under the S3 rules, is charged its
+			// payload once its wire bytes reach it, unless the framing exceeds 1/64 of the wire
+			// bytes plus 1 KiB.
+			awsChunked := c.Operations != "http" && (chunked == chunkedEncoding || chunked == chunkedStreamingSHA) && decoded >= 0
+			charged := func(wire int64) int64 {
+				if awsChunked && wire > decoded && wire-decoded <= wire/64+1024 {
+					return decoded
+				}
+				return wire
+			}
 			var bytes, declared int64
 			switch {
 			case contentLength >= 0:
-				bytes, declared = contentLength, contentLength
+				bytes, declared = charged(contentLength), contentLength
+			case streaming && awsChunked:
+				bytes, declared = decoded, -1
 			case streaming:
 				bytes, declared = c.StreamEstimate, -1
 			}
@@ -293,7 +341,7 @@ func FuzzEstimate(f *testing.F) {
 			got := m.Settle(e, bodyRead, respBytes)
 			want := e.Cost
 			if e.Streaming || bodyRead < e.Declared {
-				want = fuzzCost(c, base, bodyRead)
+				want = fuzzCost(c, base, charged(bodyRead))
 			}
 			if c.ResponseBytes {
 				want = fuzzCost(c, max(want, 0), respBytes)

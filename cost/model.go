@@ -2,6 +2,7 @@ package cost
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -159,24 +160,71 @@ type Estimate struct {
 	Op        Operation
 	Cost      int64
 	Declared  int64 // Content-Length; -1 for a streaming body; 0 without a body
-	Streaming bool  // no Content-Length: Cost assumes stream_estimate bytes
+	Streaming bool  // no Content-Length: Cost assumes stream_estimate bytes (or Decoded)
+	Chunked   bool  // an S3 aws-chunked body declaring its payload length, Decoded
+	Decoded   int64
 }
 
 // Estimate returns the up-front cost of r: its operation plus its declared body length, or
-// stream_estimate bytes for a body of unknown length (chunked), or nothing for no body.
+// stream_estimate bytes for a body of unknown length (chunked), or nothing for no body. With
+// `operations s3`, an aws-chunked upload is charged its payload (x-amz-decoded-content-length)
+// rather than its wire bytes (see bodyBytes).
 func (m *Model) Estimate(r *http.Request) Estimate {
 	e := Estimate{Op: m.Classify(r)}
+	if m.s3 {
+		e.Decoded, e.Chunked = decodedLength(r)
+	}
 	switch {
 	case r.ContentLength >= 0:
 		e.Declared = r.ContentLength
-		e.Cost = m.Cost(e.Op, e.Declared)
+		e.Cost = m.Cost(e.Op, e.bodyBytes(e.Declared))
 	case r.Body != nil && r.Body != http.NoBody:
 		e.Declared, e.Streaming = -1, true
-		e.Cost = m.Cost(e.Op, m.cfg.StreamEstimate)
+		if e.Chunked {
+			e.Cost = m.Cost(e.Op, e.Decoded)
+		} else {
+			e.Cost = m.Cost(e.Op, m.cfg.StreamEstimate)
+		}
 	default:
 		e.Cost = m.Cost(e.Op, 0)
 	}
 	return e
+}
+
+// decodedLength returns the payload length an S3 streaming upload declares: the body is
+// aws-chunked (Content-Encoding, or a STREAMING-* x-amz-content-sha256, as SigV4 streaming
+// and the SDKs' checksum trailers send it) and x-amz-decoded-content-length is a length.
+func decodedLength(r *http.Request) (int64, bool) {
+	v := r.Header["X-Amz-Decoded-Content-Length"]
+	if len(v) != 1 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	for _, ce := range r.Header["Content-Encoding"] {
+		if strings.Contains(ce, "aws-chunked") {
+			return n, true
+		}
+	}
+	if sha := r.Header["X-Amz-Content-Sha256"]; len(sha) == 1 && strings.HasPrefix(sha[0], "STREAMING-") {
+		return n, true
+	}
+	return 0, false
+}
+
+// bodyBytes returns the bytes charged for wire bytes of the request's body. An aws-chunked
+// body carries its payload in chunks whose framing (sizes, signatures, trailer) is not part of
+// the object: it is charged the payload once the wire bytes reach it, and what arrived before
+// that. The payload length is the client's word, so the framing it excuses is bounded: beyond
+// 1/64 of the wire bytes plus 1 KiB (SigV4's smallest chunks frame 1.1 %, the SDKs' 0.1 %),
+// every wire byte is charged, and a false x-amz-decoded-content-length buys at most that.
+func (e Estimate) bodyBytes(wire int64) int64 {
+	if !e.Chunked || wire <= e.Decoded || wire-e.Decoded > wire/64+1024 {
+		return wire
+	}
+	return e.Decoded
 }
 
 // Settle returns the actual cost of a finished request: the cost of the bytes read for a
@@ -186,7 +234,7 @@ func (m *Model) Estimate(r *http.Request) Estimate {
 func (m *Model) Settle(e Estimate, bodyRead, responseBytes int64) int64 {
 	c := e.Cost
 	if e.Streaming || bodyRead < e.Declared {
-		c = m.Cost(e.Op, bodyRead)
+		c = m.Cost(e.Op, e.bodyBytes(bodyRead))
 	}
 	if m.cfg.ResponseBytes {
 		c = m.addBytes(max(c, 0), responseBytes)

@@ -216,3 +216,72 @@ func TestCountingBody(t *testing.T) {
 		t.Fatal("new body has a count")
 	}
 }
+
+// TestAwsChunked: an S3 upload in aws-chunked framing is charged its payload, not its framing.
+// The wire sizes are boto3 1.43's over HTTPS (1 MiB chunks, a CRC32 trailer, Transfer-Encoding
+// chunked, no Content-Length): 64 KiB of payload is 65 581 bytes on the wire, 1 MiB 1 048 622.
+func TestAwsChunked(t *testing.T) {
+	m := mustNew(t, Config{}) // quantum 64 KiB, PUT base 5
+	put := func(contentLength int64, decoded string, marks ...string) Estimate {
+		r := httptest.NewRequest("PUT", "/b/k", strings.NewReader("body"))
+		r.ContentLength = contentLength
+		for i := 0; i+1 < len(marks); i += 2 {
+			r.Header.Set(marks[i], marks[i+1])
+		}
+		if decoded != "" {
+			r.Header.Set("X-Amz-Decoded-Content-Length", decoded)
+		}
+		return m.Estimate(r)
+	}
+	const ce, sha = "Content-Encoding", "X-Amz-Content-Sha256"
+	tests := []struct {
+		name      string
+		e         Estimate
+		read      int64
+		estimate  int64 // the cost taken up front
+		settled   int64 // the cost after read wire bytes
+		plainWire int64 // what the wire bytes cost (before aws-chunked was recognised)
+	}{
+		{"boto3 64 KiB, streaming", put(-1, "65536", ce, "aws-chunked", sha, "STREAMING-UNSIGNED-PAYLOAD-TRAILER"), 65581, 6, 6, 7},
+		{"boto3 1 MiB, streaming", put(-1, "1048576", ce, "aws-chunked"), 1048622, 21, 21, 22},
+		{"SigV4 64 KiB chunks, declared", put(1<<20+1450, "1048576", sha, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"), 1<<20 + 1450, 21, 21, 22},
+		{"aborted half way: what arrived", put(-1, "1048576", ce, "aws-chunked"), 500_000, 21, 5 + 8, 5 + 8},
+		{"a false payload length: every wire byte", put(1<<30, "0", ce, "aws-chunked"), 1 << 30, 5 + 16384, 5 + 16384, 5 + 16384},
+		{"framing beyond 1/64 + 1 KiB: every wire byte", put(-1, "65536", ce, "aws-chunked"), 65536 + 65536/64 + 1024 + 2000, 6, 7, 7},
+		{"payload length without aws-chunked: ignored", put(-1, "65536"), 65581, 5 + 16, 7, 7},
+		{"unparsable payload length: ignored", put(-1, "64k", ce, "aws-chunked"), 65581, 5 + 16, 7, 7},
+		{"gzip, aws-chunked", put(-1, "65536", ce, "gzip, aws-chunked"), 65581, 6, 6, 7},
+	}
+	for _, tt := range tests {
+		if tt.e.Cost != tt.estimate {
+			t.Errorf("%s: estimate %d, want %d (%+v)", tt.name, tt.e.Cost, tt.estimate, tt.e)
+		}
+		if got := m.Settle(tt.e, tt.read, 0); got != tt.settled {
+			t.Errorf("%s: settled %d, want %d", tt.name, got, tt.settled)
+		}
+		if got := m.Cost(OpPut, tt.read); got != tt.plainWire {
+			t.Errorf("%s: the wire bytes cost %d, want %d", tt.name, got, tt.plainWire)
+		}
+	}
+
+	// As bytes arrive the charge never goes down (the body charges as it is read).
+	e := put(-1, "1048576", ce, "aws-chunked")
+	prev := int64(0)
+	for read := int64(0); read <= 1<<21; read += 997 {
+		c := m.Settle(e, read, 0)
+		if c < prev {
+			t.Fatalf("charge went down from %d to %d at %d bytes read", prev, c, read)
+		}
+		prev = c
+	}
+
+	// `operations http` charges the wire: it counts request bytes, whatever they carry.
+	h := mustNew(t, Config{Operations: "http"})
+	r := httptest.NewRequest("PUT", "/b/k", strings.NewReader("body"))
+	r.ContentLength = -1
+	r.Header.Set(ce, "aws-chunked")
+	r.Header.Set("X-Amz-Decoded-Content-Length", "65536")
+	if e := h.Estimate(r); e.Chunked || h.Settle(e, 65581, 0) != 7 {
+		t.Errorf("operations http: %+v settled %d, want the wire's 7", e, h.Settle(e, 65581, 0))
+	}
+}

@@ -268,3 +268,51 @@ func TestS3SDKBoto3(t *testing.T) {
 	}
 	t.Logf("boto3: %s", strings.TrimSpace(string(out)))
 }
+
+// awsChunkedBody is an upload as boto3 1.43 frames it over HTTPS (flexible checksums on, the
+// default): Transfer-Encoding chunked, Content-Encoding aws-chunked, the payload in 1 MiB
+// chunks, then a CRC32 trailer. The checksum is not checked by the in-memory S3; the sizes
+// are what matter here: 64 KiB of payload is 65 581 bytes on the wire, 1 MiB 1 048 622.
+func awsChunkedBody(payload int) string {
+	var b strings.Builder
+	for left := payload; left > 0; left -= 1 << 20 {
+		n := min(left, 1<<20)
+		fmt.Fprintf(&b, "%x\r\n%s\r\n", n, strings.Repeat("x", n))
+	}
+	b.WriteString("0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n")
+	return b.String()
+}
+
+// TestS3AwsChunkedCost: an aws-chunked upload through the real gateway is charged its
+// payload (x-amz-decoded-content-length), not its framing: 64 KiB costs 5 + 1, 1 MiB 5 + 16
+// (on the wire's bytes they cost 7 and 22). Sent without a length, as boto3 sends it.
+func TestS3AwsChunkedCost(t *testing.T) {
+	g := s3Gateway(t)
+	if r := g.send("PUT", "/photos", "", ""); r.status != 200 { // create the bucket: cost 5
+		t.Fatalf("create bucket: %d %q", r.status, r.body)
+	}
+	want := 5.0
+	for _, tt := range []struct{ payload, cost int }{{64 << 10, 6}, {1 << 20, 21}} {
+		body := awsChunkedBody(tt.payload)
+		req, err := http.NewRequest("PUT", g.base+"/photos/obj", io.MultiReader(strings.NewReader(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Encoding", "aws-chunked")
+		req.Header.Set("X-Amz-Content-Sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+		req.Header.Set("X-Amz-Trailer", "x-amz-checksum-crc32")
+		req.Header.Set("X-Amz-Decoded-Content-Length", fmt.Sprint(tt.payload))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || req.ContentLength != 0 {
+			t.Fatalf("PUT of %d bytes aws-chunked: %s (sent with Content-Length %d)", tt.payload, resp.Status, req.ContentLength)
+		}
+		want += float64(tt.cost)
+		g.waitMetric(5*time.Second, func(v float64) bool { return v == want },
+			"caddy_rate_limit_cost_total", `app="photos"`)
+	}
+}
