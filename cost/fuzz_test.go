@@ -320,6 +320,8 @@ func FuzzEstimate(f *testing.F) {
 				bytes, declared = charged(contentLength), contentLength
 			case streaming && awsChunked:
 				bytes, declared = decoded, -1
+			case streaming && slices.Contains([]string{"GET", "HEAD", "DELETE", "OPTIONS", "TRACE"}, method):
+				bytes, declared = 0, -1 // HTTP/3 sends these without a length
 			case streaming:
 				bytes, declared = c.StreamEstimate, -1
 			}

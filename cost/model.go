@@ -166,7 +166,8 @@ type Estimate struct {
 }
 
 // Estimate returns the up-front cost of r: its operation plus its declared body length, or
-// stream_estimate bytes for a body of unknown length (chunked), or nothing for no body. With
+// stream_estimate bytes for a body of unknown length (chunked) unless the method carries no
+// body (bodiless), or nothing for no body. With
 // `operations s3`, an aws-chunked upload is charged its payload (x-amz-decoded-content-length)
 // rather than its wire bytes (see bodyBytes).
 func (m *Model) Estimate(r *http.Request) Estimate {
@@ -180,15 +181,31 @@ func (m *Model) Estimate(r *http.Request) Estimate {
 		e.Cost = m.Cost(e.Op, e.bodyBytes(e.Declared))
 	case r.Body != nil && r.Body != http.NoBody:
 		e.Declared, e.Streaming = -1, true
-		if e.Chunked {
+		switch {
+		case e.Chunked:
 			e.Cost = m.Cost(e.Op, e.Decoded)
-		} else {
+		case bodiless(r.Method):
+			e.Cost = m.Cost(e.Op, 0)
+		default:
 			e.Cost = m.Cost(e.Op, m.cfg.StreamEstimate)
 		}
 	default:
 		e.Cost = m.Cost(e.Op, 0)
 	}
 	return e
+}
+
+// bodiless reports whether requests of method carry no body by convention (RFC 9110 gives one
+// no meaning). Over HTTP/3 such a request has no Content-Length and a body that ends at once,
+// so it looks like a streaming body: estimating stream_estimate for it made every GET of a
+// browser on HTTP/3 take 16 tokens up front, and rejected it when fewer were left. Whatever
+// body one does send is still charged as it is read.
+func bodiless(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
 }
 
 // decodedLength returns the payload length an S3 streaming upload declares: the body is

@@ -138,6 +138,20 @@ func TestEstimate(t *testing.T) {
 		t.Errorf("streaming: %+v", e)
 	}
 
+	// A GET over HTTP/3 has no Content-Length and a body (empty): no stream_estimate for it,
+	// and a body it does send is charged as read.
+	for _, method := range []string{"GET", "HEAD", "DELETE", "OPTIONS", "TRACE"} {
+		r = httptest.NewRequest(method, "/b/k", strings.NewReader(""))
+		r.ContentLength = -1
+		e := m.Estimate(r)
+		if e.Cost != m.Base(e.Op) || !e.Streaming {
+			t.Errorf("%s without a length: %+v, want the base cost %d, streaming", method, e, m.Base(e.Op))
+		}
+		if got := m.Settle(e, 2500, 0); got != m.Base(e.Op)+3 {
+			t.Errorf("%s with a 2500-byte body: settled %d", method, got)
+		}
+	}
+
 	for _, body := range []io.ReadCloser{nil, http.NoBody} {
 		r = httptest.NewRequest("GET", "/b/k", nil)
 		r.ContentLength, r.Body = -1, body
