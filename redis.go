@@ -36,9 +36,18 @@ func (c *RedisConfig) resolve(ctx *caddy.Context) (redislua.Config, error) {
 	for _, a := range c.Address {
 		rc.Address = append(rc.Address, repl.ReplaceKnown(a, ""))
 	}
-	for _, f := range []*string{&rc.URL, &rc.Sentinel, &rc.Username, &rc.Password, &rc.SentinelUsername,
-		&rc.SentinelPassword, &rc.TLSServerName} {
-		*f = repl.ReplaceKnown(*f, "")
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"url", &rc.URL}, {"sentinel", &rc.Sentinel}, {"username", &rc.Username}, {"password", &rc.Password},
+		{"sentinel_username", &rc.SentinelUsername}, {"sentinel_password", &rc.SentinelPassword},
+		{"tls_server_name", &rc.TLSServerName}} {
+		set := *f.v != ""
+		*f.v = repl.ReplaceKnown(*f.v, "")
+		if set && *f.v == "" {
+			// An unset {env.*}: an empty password would reach Redis as its default user.
+			return rc, fmt.Errorf("redis.%s is empty once its placeholders are replaced: set the variable it names in Caddy's environment", f.name)
+		}
 	}
 	if a := c.TLSClientAuth; a != nil {
 		rc.TLSClientAuth = &redislua.ClientAuth{

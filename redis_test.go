@@ -107,3 +107,27 @@ func TestRedisDownClosedMode(t *testing.T) {
 		t.Fatal("no 503 redis_unavailable while Redis was down")
 	}
 }
+
+// A credential whose placeholder names an unset variable is an error naming the field, not an
+// empty credential: an empty password reaches Redis as its default user.
+func TestRedisUnsetPlaceholder(t *testing.T) {
+	t.Setenv("TIERBUCKET_TEST_PW", "")
+	for _, c := range []struct {
+		field string
+		cfg   RedisConfig
+	}{
+		{"password", RedisConfig{Config: redislua.Config{Address: []string{"a:1"}, Username: "caddy", Password: "{env.TIERBUCKET_TEST_PW}"}}},
+		{"password", RedisConfig{Config: redislua.Config{Address: []string{"a:1"}, Password: "{env.TIERBUCKET_TEST_UNSET_PW}"}}},
+		{"sentinel_password", RedisConfig{Config: redislua.Config{Address: []string{"a:1"}, Sentinel: "m", SentinelPassword: "{env.TIERBUCKET_TEST_PW}"}}},
+	} {
+		_, err := c.cfg.resolve(nil)
+		if err == nil || !strings.HasPrefix(err.Error(), "redis."+c.field+" is empty once its placeholders are replaced") {
+			t.Errorf("%s: %v", c.field, err)
+		}
+	}
+	t.Setenv("TIERBUCKET_TEST_PW", "set")
+	ok := RedisConfig{Config: redislua.Config{Address: []string{"a:1"}, Username: "caddy", Password: "{env.TIERBUCKET_TEST_PW}"}}
+	if rc, err := ok.resolve(nil); err != nil || rc.Password != "set" {
+		t.Errorf("a set variable: %v", err)
+	}
+}

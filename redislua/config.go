@@ -98,6 +98,13 @@ func (c Config) Validate() error {
 	if c.Sentinel == "" && c.SentinelPassword != "" {
 		bad("sentinel_password", "needs sentinel (the master name)")
 	}
+	// go-redis sends no AUTH without a password: the connection would be Redis' default user's.
+	if c.Username != "" && c.Password == "" {
+		bad("password", "is required with username %q (without it Redis is reached as its default user; a nopass ACL user takes any password)", c.Username)
+	}
+	if c.SentinelUsername != "" && c.SentinelPassword == "" {
+		bad("sentinel_password", "is required with sentinel_username %q (without it the sentinels are reached as their default user)", c.SentinelUsername)
+	}
 	if c.DB < 0 {
 		bad("db", "must be >= 0, got %d", c.DB)
 	}

@@ -23,6 +23,7 @@ const (
 	KindPermission  ErrorKind = "permission"     // NOPERM
 	KindCertificate ErrorKind = "certificate"    // the server's certificate is not trusted or does not match
 	KindTLS         ErrorKind = "tls"            // the TLS handshake failed (client certificate refused, TLS against a plain port)
+	KindDatabase    ErrorKind = "database"       // SELECT refused: db is beyond the server's databases
 )
 
 // PermanentError is a Store error that retrying cannot fix; it implements
@@ -56,6 +57,8 @@ func (e *PermanentError) Remedy() string {
 	case KindCertificate:
 		return "give the CA that signed the Redis server's certificate with tls_trust_pool, and make sure the " +
 			"certificate names the address dialled (or set tls_server_name)"
+	case KindDatabase:
+		return "set the redis block's db below the server's number of databases (its databases setting, 16 by default)"
 	case KindTLS:
 		return "check that the address is Redis' TLS port, and, if Redis requires client certificates " +
 			"(tls-auth-clients), that tls_client_auth names a certificate signed by a CA Redis trusts"
@@ -111,6 +114,9 @@ func permanentKind(err error) (ErrorKind, bool) {
 	if strings.Contains(msg, "remote error: tls: ") {
 		// The server sent a TLS alert (certificate required, bad certificate, unknown CA).
 		return KindTLS, true
+	}
+	if strings.Contains(msg, "DB index is out of range") {
+		return KindDatabase, true // SELECT of the connection's db
 	}
 	if strings.Contains(msg, "The user executing the script can't run this command") {
 		return KindPermission, true // a command inside a script, refused by the ACL

@@ -181,6 +181,11 @@ func TestPermanentErrors(t *testing.T) {
 		cfg.KeyPrefix = "other"
 		wantPermanent(t, probeLease(openT(t, cfg)), KindPermission, "NOPERM")
 	})
+	t.Run("db beyond the server's databases", func(t *testing.T) {
+		cfg := good
+		cfg.DB = 16 // redis-server has 16 by default
+		wantPermanent(t, probeLease(openT(t, cfg)), KindDatabase, "DB index is out of range")
+	})
 	t.Run("a refused connection is transient", func(t *testing.T) {
 		cfg := good
 		cfg.Address = []string{"127.0.0.1:1"}
@@ -192,6 +197,26 @@ func TestPermanentErrors(t *testing.T) {
 			t.Fatalf("%v: classified permanent", err)
 		}
 	})
+}
+
+// A username without a password would reach Redis as its default user (go-redis sends no AUTH
+// without a password): refused, for the data nodes and for the sentinels.
+func TestUsernameNeedsPassword(t *testing.T) {
+	for _, c := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Address: []string{"127.0.0.1:6379"}, Username: "caddy"}, "redis.password"},
+		{Config{Address: []string{"127.0.0.1:26379"}, Sentinel: "m", SentinelUsername: "s"}, "redis.sentinel_password"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.field+": is required") {
+			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.field)
+		}
+	}
+	ok := Config{Address: []string{"127.0.0.1:6379"}, Username: "caddy", Password: "x"}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("username and password: %v", err)
+	}
 }
 
 // A URL's credentials never appear in a validation error.
