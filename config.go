@@ -178,7 +178,7 @@ func appPolicy(id string, a *AppConfig) (store.AppPolicy, error) {
 		Warmup:         time.Duration(a.Warmup),
 	}
 	if p.Burst == 0 {
-		p.Burst = p.Guaranteed
+		p.Burst = max(p.Guaranteed, 1) // one request of cost 1 fits: `guaranteed 0.5` alone is valid
 	}
 	if es := p.Validate(); len(es) > 0 {
 		return p, es.Prefixed(name + ".")
@@ -263,12 +263,12 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 			return cfg, fmt.Errorf("local.reserve must be >= 0, got %d", l.Reserve)
 		case !finite(l.RefillThreshold) || l.RefillThreshold < 0 || l.RefillThreshold > 1:
 			return cfg, fmt.Errorf("local.refill_threshold must be in [0,1], got %v", l.RefillThreshold)
-		case l.SyncInterval < 0:
-			return cfg, fmt.Errorf("local.sync_interval must be >= 0, got %v", l.SyncInterval)
+		case l.SyncInterval < 0 || l.SyncInterval > 0 && time.Duration(l.SyncInterval) < minSyncInterval:
+			return cfg, fmt.Errorf("local.sync_interval must be >= %v (0: the default), got %v", minSyncInterval, time.Duration(l.SyncInterval))
 		case l.SyncBatch < 0:
 			return cfg, fmt.Errorf("local.sync_batch must be >= 0, got %d", l.SyncBatch)
-		case l.LeaseTTL < 0:
-			return cfg, fmt.Errorf("local.lease_ttl must be >= 0, got %v", l.LeaseTTL)
+		case l.LeaseTTL < 0 || l.LeaseTTL > 0 && time.Duration(l.LeaseTTL) < minLeaseTTL:
+			return cfg, fmt.Errorf("local.lease_ttl must be >= %v (0: the default), got %v", minLeaseTTL, time.Duration(l.LeaseTTL))
 		}
 		cfg.Reserve = l.Reserve
 		cfg.RefillThreshold = l.RefillThreshold
@@ -279,6 +279,13 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 	cfg.Instance = instanceID()
 	return cfg, nil
 }
+
+// The shortest sync_interval and lease_ttl: below them an instance would report or give back
+// tokens as fast as Redis answers (1ns made one idle gateway send 80 000 commands a second).
+const (
+	minSyncInterval = 10 * time.Millisecond
+	minLeaseTTL     = 100 * time.Millisecond
+)
 
 // sortedKeys returns the keys of m in order, so that errors are deterministic.
 func sortedKeys[V any](m map[string]V) []string {

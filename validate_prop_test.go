@@ -106,7 +106,7 @@ func validOracle(h *Handler) bool {
 		}
 		burst := a.Burst
 		if burst == 0 {
-			burst = a.Guaranteed
+			burst = max(a.Guaranteed, 1)
 		}
 		if a.Guaranteed <= 0 || burst < a.Guaranteed || burst < 1 || a.Priority < 0 || a.Priority > 3 ||
 			a.MaxBorrow < 0 || a.MaxConnections < 0 {
@@ -138,7 +138,7 @@ func drawFaulty(t *rapid.T) *Handler {
 	case 2:
 		app.Guaranteed, app.Burst = 10, 5
 	case 3:
-		app.Guaranteed, app.Burst = 0.5, rapid.SampledFrom([]float64{0, 0.5, 0.9}).Draw(t, "burst")
+		app.Guaranteed, app.Burst = 0.5, rapid.SampledFrom([]float64{0.5, 0.9}).Draw(t, "burst")
 	case 4:
 		app.Priority = rapid.SampledFrom([]int{-1, 4}).Draw(t, "priority")
 	case 5:

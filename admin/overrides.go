@@ -80,6 +80,7 @@ func badFields(what string, fe store.FieldErrors, admission string) fieldsError 
 	for i := range fe {
 		if fe[i].Field == "apps" {
 			fe[i].Field = admission
+			fe[i].Problem = "leaves too little for the apps' guarantees: " + fe[i].Problem
 		}
 		if _, dup := e.fields[fe[i].Field]; !dup {
 			e.fields[fe[i].Field] = fe[i].Problem

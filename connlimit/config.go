@@ -52,10 +52,17 @@ func (c Config) Validate() error {
 		return fmt.Errorf("connections.app must be > 0, got %d", c.App)
 	case c.Cluster <= 0:
 		return fmt.Errorf("connections.cluster must be > 0, got %d", c.Cluster)
-	case c.IdleTimeout <= 0:
-		return fmt.Errorf("connections.idle_timeout must be > 0, got %s", c.IdleTimeout)
-	case c.SweepInterval <= 0:
-		return fmt.Errorf("connections.sweep_interval must be > 0, got %s", c.SweepInterval)
+	case c.IdleTimeout < MinIdleTimeout:
+		return fmt.Errorf("connections.idle_timeout must be >= %s, got %s", MinIdleTimeout, c.IdleTimeout)
+	case c.SweepInterval < MinSweepInterval:
+		return fmt.Errorf("connections.sweep_interval must be >= %s, got %s", MinSweepInterval, c.SweepInterval)
 	}
 	return nil
 }
+
+// The shortest idle_timeout and sweep_interval an operator may set: a live request reads or
+// writes within a second, and a sweep visits every slot, so sweeping more often only burns CPU.
+const (
+	MinIdleTimeout   = time.Second
+	MinSweepInterval = 100 * time.Millisecond
+)

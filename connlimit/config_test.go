@@ -13,11 +13,13 @@ func TestConfigValidate(t *testing.T) {
 		want string // "" = valid
 	}{
 		{"zero is all defaults", Config{}, ""},
-		{"explicit", Config{App: 1, Cluster: 1, IdleTimeout: time.Nanosecond, SweepInterval: time.Second}, ""},
+		{"explicit", Config{App: 1, Cluster: 1, IdleTimeout: time.Second, SweepInterval: 100 * time.Millisecond}, ""},
 		{"app", Config{App: -1}, "connections.app must be > 0"},
 		{"cluster", Config{Cluster: -5}, "connections.cluster must be > 0"},
-		{"idle_timeout", Config{IdleTimeout: -time.Second}, "connections.idle_timeout must be > 0"},
-		{"sweep_interval", Config{SweepInterval: -time.Second}, "connections.sweep_interval must be > 0"},
+		{"idle_timeout", Config{IdleTimeout: -time.Second}, "connections.idle_timeout must be >= 1s, got -1s"},
+		{"idle_timeout too short", Config{IdleTimeout: time.Millisecond}, "connections.idle_timeout must be >= 1s, got 1ms"},
+		{"sweep_interval", Config{SweepInterval: -time.Second}, "connections.sweep_interval must be >= 100ms, got -1s"},
+		{"sweep_interval too short", Config{SweepInterval: time.Millisecond}, "connections.sweep_interval must be >= 100ms, got 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -50,8 +50,8 @@ func (es *FieldErrors) add(field, format string, args ...any) {
 // Validate lists the invalid fields of an app policy whose defaults are applied (Burst set).
 func (p AppPolicy) Validate() FieldErrors {
 	var es FieldErrors
-	if !finite(p.Guaranteed) || p.Guaranteed <= 0 {
-		es.add("guaranteed", "must be > 0, got %v", p.Guaranteed)
+	if !finite(p.Guaranteed) || p.Guaranteed <= 0 || p.Guaranteed > MaxAmount {
+		es.add("guaranteed", "must be > 0 and <= 2^53, got %v", p.Guaranteed)
 	}
 	switch {
 	case !finite(p.Burst) || p.Burst > MaxAmount:
@@ -84,13 +84,13 @@ func (c ClusterPolicy) Validate() FieldErrors {
 	}
 	switch {
 	case !inUnit(c.ReservedRatio):
-		es.add("reserved_ratio", "must be in [0,1], got %v", c.ReservedRatio)
+		es.add("reserved_ratio", "must be in [0,1), got %v", c.ReservedRatio)
 	case c.ReservedRatio == 1:
 		es.add("reserved_ratio", "must be < 1 (1 would leave no capacity for guarantees)")
 	}
 	switch {
 	case !inUnit(c.EmergencyThreshold):
-		es.add("emergency_threshold", "must be in [0,1], got %v", c.EmergencyThreshold)
+		es.add("emergency_threshold", "must be in (0,1], got %v", c.EmergencyThreshold)
 	case c.EmergencyThreshold == 0:
 		es.add("emergency_threshold", "must be > 0")
 	}
