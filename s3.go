@@ -46,20 +46,10 @@ var requestIDs = func() *atomic.Uint64 {
 // SDKs read them. A HEAD response has no body.
 func writeS3Rejection(w http.ResponseWriter, r *http.Request, status int, o *outcome) error {
 	_, code, message := s3Error(o.reason)
-	id := requestIDs.Add(1)
 	hdr := w.Header()
 	hdr["Content-Type"] = o.value(func(b []byte) []byte { return append(b, "application/xml"...) })
 	hdr["X-Content-Type-Options"] = o.value(func(b []byte) []byte { return append(b, "nosniff"...) })
-	hdr["X-Amz-Request-Id"] = o.value(func(b []byte) []byte { return appendHex16(b, id) })
-	if o.rejected() {
-		secs := retrySeconds(o.retryAfter)
-		if _, ok := hdr[hdrRetryAfter]; !ok {
-			hdr[hdrRetryAfter] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, secs, 10) })
-		}
-		hdr["X-Amz-Retry-After"] = o.value(func(b []byte) []byte {
-			return strconv.AppendInt(b, max(o.retryAfter.Milliseconds(), 1), 10)
-		})
-	}
+	id := setS3Headers(hdr, o)
 	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
 		return nil
@@ -79,6 +69,24 @@ func writeS3Rejection(w http.ResponseWriter, r *http.Request, status int, o *out
 	*bp = b
 	bodyPool.Put(bp)
 	return err
+}
+
+// setS3Headers sets what an S3 rejection carries besides its document: the request id, which it
+// returns, and for a throttle Retry-After (seconds) and x-amz-retry-after (milliseconds). With
+// `errors`, handle_errors writes the body and these headers are all the handler adds.
+func setS3Headers(hdr http.Header, o *outcome) uint64 {
+	id := requestIDs.Add(1)
+	hdr["X-Amz-Request-Id"] = o.value(func(b []byte) []byte { return appendHex16(b, id) })
+	if o.rejected() {
+		secs := retrySeconds(o.retryAfter)
+		if _, ok := hdr[hdrRetryAfter]; !ok {
+			hdr[hdrRetryAfter] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, secs, 10) })
+		}
+		hdr["X-Amz-Retry-After"] = o.value(func(b []byte) []byte {
+			return strconv.AppendInt(b, max(o.retryAfter.Milliseconds(), 1), 10)
+		})
+	}
+	return id
 }
 
 // appendHex16 appends n as 16 upper-case hex digits.

@@ -105,18 +105,26 @@ func TestFormatS3Rejections(t *testing.T) {
 	}
 }
 
-// format s3 with errors: handle_errors gets S3's status.
+// format s3 with errors: handle_errors gets S3's status, and the response the S3 throttle headers.
 func TestFormatS3Errors(t *testing.T) {
 	h := s3Handler(t, "unit-s3-errors", "shared", true)
 	var last error
+	var w *httptest.ResponseRecorder
 	for range 3 {
 		r := httptest.NewRequest("GET", "http://gw.example/b/o", nil)
 		r.Header.Set("X-App-Id", "a")
-		last = h.ServeHTTP(httptest.NewRecorder(), r, okNext)
+		w = httptest.NewRecorder()
+		last = h.ServeHTTP(w, r, okNext)
 	}
 	var he caddyhttp.HandlerError
 	if !errors.As(last, &he) || he.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("errors mode: %v, want a handler error with status 503", last)
+	}
+	// handle_errors writes the body; the throttle headers are the handler's, as without errors
+	for _, name := range []string{"Retry-After", "X-Amz-Retry-After", "X-Amz-Request-Id"} {
+		if w.Header().Get(name) == "" {
+			t.Errorf("errors mode: no %s header (headers %v)", name, w.Header())
+		}
 	}
 }
 

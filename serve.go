@@ -207,11 +207,14 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 		return next.ServeHTTP(tw, r)
 	}
 	status := h.statusFor(reason)
-	if h.Errors {
-		return caddyhttp.Error(status, rejectionError{reason: reason})
-	}
-	if out == nil {
+	if out == nil && (!h.Errors || h.Format == formatS3) {
 		out = &outcome{result: *o}
+	}
+	if h.Errors {
+		if h.Format == formatS3 {
+			setS3Headers(w.Header(), out) // an S3 client reads the throttle from them
+		}
+		return caddyhttp.Error(status, rejectionError{reason: reason})
 	}
 	if h.Format == formatS3 {
 		return writeS3Rejection(w, r, status, out)
