@@ -286,9 +286,9 @@ func unmarshalCost(d *caddyfile.Dispenser) (*cost.Config, error) {
 		if err != nil {
 			return nil, err
 		}
-	}
-	if err := c.Validate(); err != nil {
-		return nil, d.Errf("%v", err)
+		if err := c.Validate(); err != nil { // here, so that the error names this line
+			return nil, d.Errf("%v", err)
+		}
 	}
 	return c, nil
 }
@@ -321,9 +321,9 @@ func unmarshalConnections(d *caddyfile.Dispenser) (*ConnectionsConfig, error) {
 		if err != nil {
 			return nil, err
 		}
-	}
-	if err := c.limits().Validate(); err != nil {
-		return nil, d.Errf("%v", err)
+		if err := c.limits().Validate(); err != nil { // here, so that the error names this line
+			return nil, d.Errf("%v", err)
+		}
 	}
 	return c, nil
 }
