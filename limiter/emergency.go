@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -64,7 +65,8 @@ func (l *Limiter) logEmergency(prev, cur *store.ClusterState) {
 	}
 	fields = append(fields, zap.String("source", cur.EmergencySource), zap.String("reason", cur.EmergencyReason))
 	if !cur.EmergencyUntil.IsZero() {
-		fields = append(fields, zap.Time("until", cur.EmergencyUntil))
+		// as the admin API's change line and GET show it, not as Caddy's encoder renders times
+		fields = append(fields, zap.String("until", cur.EmergencyUntil.UTC().Format(time.RFC3339Nano)))
 	}
 	log.Warn("rate_limit: the cluster is in emergency: lower priorities are throttled or blocked", fields...)
 }
