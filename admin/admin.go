@@ -83,6 +83,11 @@ type API struct {
 func (a *API) Provision(ctx caddy.Context) error {
 	a.ctx = ctx
 	a.logger = ctx.Logger()
+	if a.logger.Name() == "" {
+		// Caddy provisions admin routers outside any module's context, so its logger has no
+		// name, and the change log would be the only plugin line without one.
+		a.logger = a.logger.Named(loggerName)
+	}
 	a.events = eventsApp(ctx, a.logger)
 	return nil
 }

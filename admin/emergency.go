@@ -245,6 +245,9 @@ func parseDuration(raw json.RawMessage) (time.Duration, error) {
 	return d, nil
 }
 
+// loggerName names the admin API's log lines, as Caddy names a module's.
+const loggerName = "admin.api.rate_limit"
+
 // maxDuration bounds "duration" (a year): far beyond any incident, far below the Store's limit.
 const maxDuration = 365 * 24 * time.Hour
 
@@ -252,5 +255,5 @@ func (a API) log() *zap.Logger {
 	if a.logger != nil {
 		return a.logger
 	}
-	return caddy.Log().Named("admin.api.rate_limit")
+	return caddy.Log().Named(loggerName)
 }

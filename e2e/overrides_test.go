@@ -172,12 +172,13 @@ func TestOverridesFleet(t *testing.T) {
 		return a.Source == "override" && a.Policy["priority"] == 2.0 && a.Policy["guaranteed"] == 1000.0
 	})
 
-	// Every change is in g1's log with the remote address.
+	// Every change is in g1's log with the remote address, under the admin API's logger name.
 	b, err := os.ReadFile(g1.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"app_override_set through the admin API", `"remote_addr":"127.0.0.1:`} {
+	for _, want := range []string{`"logger":"admin.api.rate_limit","msg":"rate_limit: app_override_set through the admin API"`,
+		`"remote_addr":"127.0.0.1:`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("g1's log lacks %q", want)
 		}
