@@ -207,7 +207,7 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 		return next.ServeHTTP(tw, r)
 	}
 	status := h.statusFor(reason)
-	if out == nil && (!h.Errors || h.Format == formatS3) {
+	if out == nil {
 		out = &outcome{result: *o}
 	}
 	if h.Errors {
