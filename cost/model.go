@@ -7,7 +7,8 @@ import (
 )
 
 // Model computes request costs for one configuration. It is immutable and safe for
-// concurrent use; Classify, Cost, Estimate and Settle do not allocate.
+// concurrent use; Classify, Cost, Estimate and Settle do not allocate (but for Estimate's
+// error on a malformed x-amz-decoded-content-length).
 type Model struct {
 	cfg       Config
 	bandwidth int64 // *cfg.Bandwidth
@@ -167,9 +168,8 @@ type Estimate struct {
 
 // Estimate returns the up-front cost of r: its operation plus its declared body length, or
 // stream_estimate bytes for a body of unknown length (chunked) unless the method carries no
-// body (bodiless), or nothing for no body. With
-// `operations s3`, an aws-chunked upload is charged its payload (x-amz-decoded-content-length)
-// rather than its wire bytes (see bodyBytes).
+// body (bodiless), or nothing for no body. With `operations s3`, an aws-chunked upload is
+// charged its payload (x-amz-decoded-content-length) rather than its wire bytes (bodyBytes).
 func (m *Model) Estimate(r *http.Request) Estimate {
 	e := Estimate{Op: m.Classify(r)}
 	if m.s3 {
