@@ -2,9 +2,12 @@ package redislua
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -76,5 +79,38 @@ func TestClusterReport(t *testing.T) {
 	}
 	if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i1", Apps: apps}); err != nil {
 		t.Fatalf("report after SCRIPT FLUSH on the cluster: %v", err)
+	}
+}
+
+// TestClusterNodeAsStandalone: one address that is a Redis Cluster node (an operator giving the
+// cluster's one endpoint) is a configuration error with its remedy, at the probe and at the
+// first call it breaks, not an endless outage. Every master: the probe must not depend on
+// which slots the node serves.
+func TestClusterNodeAsStandalone(t *testing.T) {
+	for _, addr := range redistest.SharedCluster(t) {
+		s := openT(t, Config{Address: []string{addr}, KeyPrefix: uniquePrefix(t)})
+		err := probeT(s)
+		if err != nil && strings.Contains(err.Error(), "READONLY") {
+			continue // a replica
+		}
+		wantPermanent(t, err, KindCluster, "")
+		var p *PermanentError
+		if errors.As(err, &p) && !strings.Contains(p.Remedy(), "two or more of its nodes") {
+			t.Errorf("%s: remedy %q", addr, p.Remedy())
+		}
+		// The calls: every app's lease fails on the nodes that do not serve its slot.
+		refused := 0
+		for i := range 8 {
+			_, err := s.Lease(context.Background(), store.LeaseRequest{
+				Cluster: store.ClusterPolicy{ID: "c1"}, App: fmt.Sprintf("app-%d", i), Instance: "i1",
+				Policy: store.AppPolicy{Guaranteed: 10, Burst: 10}, Need: 1, Want: 1})
+			if err != nil {
+				wantPermanent(t, err, KindCluster, "MOVED")
+				refused++
+			}
+		}
+		if refused == 0 {
+			t.Errorf("%s: no lease of 8 apps was redirected", addr)
+		}
 	}
 }

@@ -24,6 +24,7 @@ const (
 	KindCertificate ErrorKind = "certificate"    // the server's certificate is not trusted or does not match
 	KindTLS         ErrorKind = "tls"            // the TLS handshake failed (client certificate refused, TLS against a plain port)
 	KindDatabase    ErrorKind = "database"       // SELECT refused: db is beyond the server's databases
+	KindCluster     ErrorKind = "cluster"        // one address that is a Redis Cluster node (MOVED, ASK, CROSSSLOT)
 )
 
 // PermanentError is a Store error that retrying cannot fix; it implements
@@ -57,6 +58,9 @@ func (e *PermanentError) Remedy() string {
 	case KindCertificate:
 		return "give the CA that signed the Redis server's certificate with tls_trust_pool, and make sure the " +
 			"certificate names the address dialled (or set tls_server_name)"
+	case KindCluster:
+		return "the address is a node of a Redis Cluster: list two or more of its nodes in address " +
+			"(one address means a standalone Redis; with several the limiter uses a Cluster client, which follows the slots)"
 	case KindDatabase:
 		return "set the redis block's db below the server's number of databases (its databases setting, 16 by default)"
 	case KindTLS:
@@ -88,6 +92,30 @@ func classify(err error) error {
 			"not monitoring it yet): %w", err)
 	}
 	return err
+}
+
+// classify is the package's classify plus what only a client that is not a Cluster client can
+// meet: a redirection (MOVED, ASK) or CROSSSLOT means its one address is a node of a Redis
+// Cluster, whose slots a standalone client cannot follow. (A Cluster client follows them; one
+// that gives up after its redirects is in a migration, a transient state.)
+func (s *Store) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := s.client.(*redis.ClusterClient); !ok && clusterReply(err) {
+		return &PermanentError{Kind: KindCluster, Err: err}
+	}
+	return classify(err)
+}
+
+// clusterReply reports whether err is a Redis Cluster node's refusal of a key it does not serve.
+func clusterReply(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "CROSSSLOT ")
 }
 
 func permanentKind(err error) (ErrorKind, bool) {

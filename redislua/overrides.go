@@ -22,7 +22,7 @@ func (s *Store) Overrides(ctx context.Context, cluster string) (store.Overrides,
 	all, err := s.client.HGetAll(ctx, s.keys.cfg(cluster)).Result()
 	if err != nil {
 		s.failed()
-		return store.Overrides{}, fmt.Errorf("redislua: overrides: %w", classify(err))
+		return store.Overrides{}, fmt.Errorf("redislua: overrides: %w", s.classify(err))
 	}
 	o := store.Overrides{Entries: make(map[string][]byte, len(all))}
 	for k, v := range all {
@@ -53,7 +53,7 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, ch store.Overri
 		string(ch.Value), set, ch.IfVersion, store.MaxOverrideEntries).Slice()
 	if err != nil {
 		s.failed()
-		return 0, fmt.Errorf("redislua: set override: %w", classify(err))
+		return 0, fmt.Errorf("redislua: set override: %w", s.classify(err))
 	}
 	if len(vals) != 2 {
 		return 0, fmt.Errorf("redislua: set override: unexpected reply %v", vals)
@@ -61,7 +61,7 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, ch store.Overri
 	status, _ := vals[0].(int64)
 	version, err := parseFloat(vals[1])
 	if err != nil {
-		return 0, fmt.Errorf("redislua: set override: %w", classify(err))
+		return 0, fmt.Errorf("redislua: set override: %w", s.classify(err))
 	}
 	switch status {
 	case 0:
@@ -122,7 +122,7 @@ func (s *Store) Watch(cluster string, notify func()) (stop func()) {
 				// A refused permission (NOPERM). A refused connection (credentials,
 				// certificates) fails the limiter's own calls too, which report it.
 				var p *PermanentError
-				if errors.As(classify(err), &p) && p.Kind == KindPermission {
+				if errors.As(s.classify(err), &p) && p.Kind == KindPermission {
 					if f := s.watchRefused; f != nil {
 						f(p, !refused)
 					}

@@ -84,7 +84,28 @@ func (s *Store) Probe(ctx context.Context, cluster string) error {
 	if err := s.Ping(ctx); err != nil {
 		return err
 	}
-	return s.CheckACL(ctx, cluster)
+	if err := s.CheckACL(ctx, cluster); err != nil {
+		return err
+	}
+	// after CheckACL: a user that may not run it is told so by CheckACL, with no ACL denial
+	return s.checkNotClusterNode(ctx)
+}
+
+// checkNotClusterNode makes sure that a standalone or Sentinel client's server is not a node of
+// a Redis Cluster: a script declaring two keys of different slots runs on any other server,
+// and a Cluster node refuses it (CROSSSLOT, or MOVED). Nothing is read or written. Without it
+// the misconfiguration showed only as leases refused with MOVED, as an endless outage.
+func (s *Store) checkNotClusterNode(ctx context.Context) error {
+	c, ok := s.client.(*redis.Client)
+	if !ok {
+		return nil // a Cluster client
+	}
+	// Slots 15495 and 3300; under the prefix, which the ACL user may name.
+	a, b := s.keys.prefix+":{a}:probe", s.keys.prefix+":{b}:probe"
+	if err := c.Eval(ctx, "return 1", []string{a, b}).Err(); err != nil {
+		return fmt.Errorf("redislua: probe: %w", s.classify(err))
+	}
+	return nil
 }
 
 // Ping checks the connection to every server the Store talks to (every master of a Cluster):
@@ -94,7 +115,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return c.Ping(ctx).Err()
 	})
 	if err != nil {
-		return fmt.Errorf("redislua: probe: %w", classify(err))
+		return fmt.Errorf("redislua: probe: %w", s.classify(err))
 	}
 	return nil
 }
@@ -138,7 +159,7 @@ func (s *Store) CheckACL(ctx context.Context, cluster string) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("redislua: probe: %w", classify(err))
+		return fmt.Errorf("redislua: probe: %w", s.classify(err))
 	}
 	if list := denied.list(); len(list) > 0 {
 		return &PermanentError{Kind: KindPermission, Denied: list, Err: fmt.Errorf(

@@ -19,7 +19,7 @@ func (s *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.Slot
 		s.nowArg(), r.Instance, r.Want, r.Limit, store.InstanceTTL.Microseconds()).Slice()
 	if err != nil {
 		s.failed()
-		return store.SlotLease{}, fmt.Errorf("redislua: lease slots: %w", classify(err))
+		return store.SlotLease{}, fmt.Errorf("redislua: lease slots: %w", s.classify(err))
 	}
 	if len(vals) != 2 {
 		return store.SlotLease{}, fmt.Errorf("redislua: lease slots: unexpected reply %v", vals)

@@ -75,7 +75,7 @@ func (s *Store) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease,
 		store.ReportSeqTTL.Microseconds()).Slice()
 	if err != nil {
 		s.failed()
-		return store.Lease{}, fmt.Errorf("redislua: lease: %w", classify(err))
+		return store.Lease{}, fmt.Errorf("redislua: lease: %w", s.classify(err))
 	}
 	if len(vals) != 8 {
 		return store.Lease{}, fmt.Errorf("redislua: lease: unexpected reply %v", vals)
@@ -85,7 +85,7 @@ func (s *Store) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease,
 	l.Remaining, _ = vals[1].(int64)
 	retry, err := parseFloat(vals[2])
 	if err != nil {
-		return store.Lease{}, fmt.Errorf("redislua: lease: %w", classify(err))
+		return store.Lease{}, fmt.Errorf("redislua: lease: %w", s.classify(err))
 	}
 	l.RetryAfter = time.Duration(retry) * time.Microsecond
 	if name, _ := vals[3].(string); name != "" {
@@ -125,7 +125,7 @@ func (s *Store) borrow(ctx context.Context, req store.LeaseRequest, l store.Leas
 		s.nowArg(), req.App, fmtFloat(borrowed), fmtFloat(req.Policy.MaxBorrow), fmtFloat(req.Unallocated), short).Slice()
 	if err != nil {
 		s.failed()
-		return store.Lease{}, fmt.Errorf("redislua: borrow: %w", classify(err))
+		return store.Lease{}, fmt.Errorf("redislua: borrow: %w", s.classify(err))
 	}
 	if len(vals) != 2 {
 		return store.Lease{}, fmt.Errorf("redislua: borrow: unexpected reply %v", vals)
@@ -145,7 +145,7 @@ func (s *Store) borrow(ctx context.Context, req store.LeaseRequest, l store.Leas
 		req.Policy.WarmupUS(), fmtFloat(store.BorrowRepay)).Slice()
 	if err != nil {
 		s.failed()
-		return store.Lease{}, fmt.Errorf("redislua: borrow credit: %w", classify(err))
+		return store.Lease{}, fmt.Errorf("redislua: borrow credit: %w", s.classify(err))
 	}
 	if len(vals) != 4 {
 		return store.Lease{}, fmt.Errorf("redislua: borrow credit: unexpected reply %v", vals)
@@ -204,7 +204,7 @@ func (s *Store) Return(ctx context.Context, ret store.Return) error {
 		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens, ret.Policy.WarmupUS()).Err()
 	if err != nil {
 		s.failed()
-		return fmt.Errorf("redislua: return: %w", classify(err))
+		return fmt.Errorf("redislua: return: %w", s.classify(err))
 	}
 	return nil
 }
@@ -242,12 +242,12 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	cmds, err := s.runPipeline(ctx, calls)
 	if err != nil {
 		s.failed()
-		return store.ClusterState{}, fmt.Errorf("redislua: report: %w", classify(err))
+		return store.ClusterState{}, fmt.Errorf("redislua: report: %w", s.classify(err))
 	}
 
 	st, err := parseClusterState(cmds[0])
 	if err != nil {
-		return store.ClusterState{}, fmt.Errorf("redislua: report: %w", classify(err))
+		return store.ClusterState{}, fmt.Errorf("redislua: report: %w", s.classify(err))
 	}
 	for i, a := range rep.Apps {
 		vals, err := cmds[i+1].Slice()
@@ -296,7 +296,7 @@ func (s *Store) SetEmergency(ctx context.Context, c store.ClusterPolicy, e store
 	err := setEmergencyScript.Run(ctx, s.client, []string{s.keys.l1(c.ID)}, s.nowArg(), active, e.Reason, until).Err()
 	if err != nil {
 		s.failed()
-		return fmt.Errorf("redislua: set emergency: %w", classify(err))
+		return fmt.Errorf("redislua: set emergency: %w", s.classify(err))
 	}
 	return nil
 }
