@@ -72,8 +72,9 @@ func (c *Counter) take(s *counts, name string, limit int64, dl *time.Time) (int6
 
 // grow asks for a larger holding: one more slot than is in use plus headroom (an eighth of the
 // use, none below 8 in flight, at most limit / (2 × live instances)), so that a fleet at its
-// limit is not short of the slots other instances hold idle. While the Store is unavailable the
-// others' last known holdings bound this instance instead.
+// limit is not short of the slots other instances hold idle. While the Store is unavailable
+// this instance keeps to its holding or, if larger, its share of the limit (limit / live
+// instances), and to what the others held at the last lease (tryRescue).
 func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, deadline time.Time) (int64, bool) {
 	// Another request of this scope may be asking the Store: wait for it until the request's
 	// deadline, then decide locally, within what the others held at the last lease.
@@ -105,7 +106,7 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, dead
 	res, err := src.LeaseSlots(ctx, name, want, limit)
 	cancel()
 	if err != nil {
-		return s.tryAcquire(limit)
+		return s.tryRescue(limit, src.LiveInstances())
 	}
 	s.held.Store(res.Held)
 	s.remote.Store(res.Others)
@@ -120,6 +121,17 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, dead
 	// Granted in full, but requests that stopped waiting for this lease took the slots
 	// meanwhile: decide locally, as they did.
 	return s.tryAcquire(limit)
+}
+
+// tryRescue takes one slot while the Store cannot be asked. The others' last known holdings are
+// not enough of a bound: an outage that begins while the fleet is idle would let every instance
+// take the whole limit (N times it fleet-wide). So, as the rescue buckets do for tokens, an
+// instance keeps to its share of the limit, or to its holding if that is larger (the Store
+// granted it, and requests may be using it).
+func (s *counts) tryRescue(limit int64, live int) (int64, bool) {
+	live = max(live, 1)
+	bound := max(s.held.Load(), (limit+int64(live)-1)/int64(live))
+	return s.tryAcquire(min(limit, bound+s.remote.Load())) // current < bound, current + remote < limit
 }
 
 // refusalBackoff is how long a scope whose holding could not grow rejects locally before it

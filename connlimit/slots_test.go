@@ -2,6 +2,7 @@ package connlimit
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,10 +18,14 @@ type instanceSlots struct {
 	st    *memstore.Store
 	id    string
 	calls atomic.Int64
+	down  atomic.Bool // every lease fails, as in an outage
 }
 
 func (s *instanceSlots) LeaseSlots(ctx context.Context, app string, want, limit int64) (store.SlotLease, error) {
 	s.calls.Add(1)
+	if s.down.Load() {
+		return store.SlotLease{}, errors.New("the Store is unavailable")
+	}
 	return s.st.LeaseSlots(ctx, store.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit})
 }
 
@@ -203,5 +208,55 @@ func TestSlotGrowsShareOneDeadline(t *testing.T) {
 	}
 	if got[0].IsZero() || !got[0].Equal(got[1]) {
 		t.Fatalf("deadlines %v and %v: the request's two grows must share one deadline", got[0], got[1])
+	}
+}
+
+// TestSlotsOutageKeepsShare: while the Store cannot be asked, each instance keeps to its share
+// of the limit (limit / live instances) or its holding if larger, so the fleet stays within the
+// limit plus the holdings. An outage that began while the fleet was idle let each of two
+// instances take the whole limit: 20 in flight of 10.
+func TestSlotsOutageKeepsShare(t *testing.T) {
+	clk := clock.NewManual()
+	st := memstore.New(clk)
+	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
+	a.heartbeat(t)
+	b.heartbeat(t)
+	ca, cb := New(Config{App: 10, Cluster: 100}, clk), New(Config{App: 10, Cluster: 100}, clk)
+	t.Cleanup(ca.Close)
+	t.Cleanup(cb.Close)
+	ca.UseSlots(a)
+	cb.UseSlots(b)
+
+	// a holds 7 before the outage (in use), b nothing.
+	var held []*Ticket
+	for range 7 {
+		tk, r := ca.Acquire("x", 0)
+		if tk == nil {
+			t.Fatalf("before the outage: refused with %v", r)
+		}
+		held = append(held, tk)
+	}
+	a.down.Store(true)
+	b.down.Store(true)
+	count := func(c *Counter) int {
+		n := 0
+		for {
+			tk, _ := c.Acquire("x", 0)
+			if tk == nil {
+				return n
+			}
+			n++
+		}
+	}
+	// b never leased, so it knows nothing of a's holding: its share, 5 (it took 10 before).
+	if got := count(cb); got != 5 {
+		t.Errorf("b admitted %d in the outage, want its share 5", got)
+	}
+	// a keeps to its holding, 7, larger than its share: nothing more.
+	if got := count(ca); got != 0 {
+		t.Errorf("a admitted %d more beyond its holding of 7", got)
+	}
+	for _, tk := range held {
+		tk.Release()
 	}
 }
