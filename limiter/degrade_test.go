@@ -443,3 +443,54 @@ func TestCostBatchOfOutageStartNotDeliveredAfter(t *testing.T) {
 		t.Fatalf("the probe that ended the outage carried cost %+v, want 0 (the batch of its start given up)", rep)
 	}
 }
+
+// TestLevelHysteresis: a Store whose latency hovers at a threshold changes the level once, not
+// at every call (each change is a WARN or an INFO); it goes back down once clearly faster.
+func TestLevelHysteresis(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	logs := logTo(&cfg)
+	l := testLimiter(t, cfg, ps, c, false)
+	changes := 0
+	prev := l.Level()
+	for i := range 200 {
+		lat := 9 * time.Millisecond // around the 10 ms of the mild level
+		if i%2 == 1 {
+			lat = 14 * time.Millisecond
+		}
+		l.observe(lat, nil, true)
+		if l.Level() != prev {
+			changes++
+			prev = l.Level()
+		}
+	}
+	if changes != 1 || l.Level() != LevelMild {
+		t.Fatalf("%d level changes for a latency hovering at 10 ms (now %v), want one, to mild", changes, l.Level())
+	}
+	if n := logs.FilterMessageSnippet("Store slow").Len() + logs.FilterMessageSnippet("latency improved").Len(); n != 1 {
+		t.Fatalf("%d level log lines, want 1", n)
+	}
+	for range 20 {
+		l.observe(3*time.Millisecond, nil, true)
+	}
+	if l.Level() != LevelNormal {
+		t.Fatalf("a 3 ms Store: level %v, want normal", l.Level())
+	}
+	for _, tc := range []struct {
+		avg      time.Duration
+		cur, out Level
+	}{
+		{8 * time.Millisecond, LevelMild, LevelMild},
+		{6 * time.Millisecond, LevelMild, LevelNormal},
+		{8 * time.Millisecond, LevelNormal, LevelNormal},
+		{80 * time.Millisecond, LevelSignificant, LevelSignificant},
+		{60 * time.Millisecond, LevelSignificant, LevelMild},
+		{5 * time.Millisecond, LevelSignificant, LevelNormal},
+		{150 * time.Millisecond, LevelNormal, LevelSignificant},
+	} {
+		if got := nextLevel(tc.avg, tc.cur); got != tc.out {
+			t.Errorf("nextLevel(%v, %v) = %v, want %v", tc.avg, tc.cur, got, tc.out)
+		}
+	}
+}

@@ -65,6 +65,16 @@ func levelFor(avg time.Duration) Level {
 	return LevelNormal
 }
 
+// nextLevel is the level after cur for a latency moving average, with hysteresis: a level is
+// left downwards only once the average is below 70 % of its threshold. An average hovering at a
+// threshold flapped the level, and each flap logged a WARN and an INFO microseconds apart.
+func nextLevel(avg time.Duration, cur Level) Level {
+	if next := levelFor(avg); next >= cur {
+		return next
+	}
+	return levelFor(avg * 10 / 7)
+}
+
 // leaseMultiplier is how much larger leases get at a level (fewer Store calls when it is slow).
 func leaseMultiplier(v Level) int64 {
 	switch v {
@@ -140,7 +150,7 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 		alpha = latencyAlphaDown
 	}
 	l.latency = time.Duration(alpha*float64(latency) + (1-alpha)*float64(l.latency))
-	next := levelFor(l.latency)
+	next := nextLevel(l.latency, cur)
 	l.level.Store(uint32(next))
 	if next != cur {
 		l.logLevel(cur, next)
