@@ -124,7 +124,8 @@ func (l *Limiter) logLost() {
 	l.resent.Add(n)
 	times, requests, ok := l.lostStats.due(l.clock.Now(), n)
 	if log := l.logger(); log != nil && ok {
-		log.Warn("rate_limit: the Store lost statistics it had acknowledged ("+lossCauses+"); sending them again",
+		log.Warn("rate_limit: the Store lost statistics it had acknowledged ("+lossCauses+"); sending again "+
+			"those of the last "+ackWindow.String()+" (older ones are lost for good)",
 			zap.String("cluster", l.snap().cfg.Cluster.ID), zap.Int64("requests", requests), zap.Int64("times", times))
 	}
 }
