@@ -166,7 +166,7 @@ func TestFailOpenLoggedOnce(t *testing.T) {
 	if f["error"] != errDown.Error() || f["on_redis_failure"] != "local" || f["cluster"] != "c1" {
 		t.Fatalf("fail_open WARN fields: %v", f)
 	}
-	if n := logs.FilterMessageSnippet("never reached the Store").Len(); n != 1 {
+	if n := logs.FilterMessageSnippet("never had an answer from the Store").Len(); n != 1 {
 		t.Fatalf("%d lines about the unknown live-instance count, want 1", n)
 	}
 	info := logs.FilterMessageSnippet("leaving fail_open").All()

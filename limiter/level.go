@@ -203,7 +203,7 @@ func (l *Limiter) enterFailOpen(err error) {
 		log.Warn("rate_limit: Store unavailable, entering fail_open", fields...)
 	}
 	if l.episode.assumedAlone && cfg.OnStoreFailure == FailLocal {
-		log.Warn("rate_limit: this instance never reached the Store and knows no live-instance "+
+		log.Warn("rate_limit: this instance never had an answer from the Store and knows no live-instance "+
 			"count: its rescue buckets allow each app's full guaranteed rate, so a fleet of N such "+
 			"instances may admit up to N times an app's quota until the Store answers",
 			zap.String("cluster", cfg.Cluster.ID))
