@@ -46,12 +46,13 @@ func TestChangesEmitEvents(t *testing.T) {
 		{http.MethodDelete, "/rate_limit/apps/alpha", ""},
 		{http.MethodPut, "/rate_limit/clusters/c1", `{"capacity": 5000}`},
 		{http.MethodPost, "/rate_limit/emergency/activate", `{"reason": "drill"}`},
+		{http.MethodPut, "/rate_limit/apps/beta", `{"priority": 2}`},
 	} {
 		_, _ = send(a, step.method, step.target, step.body)
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	want := []string{"app_override_set", "app_override_removed", "cluster_override_set", "emergency_activate"}
+	want := []string{"app_override_set", "app_override_removed", "cluster_override_set", "emergency_activate", "app_override_set"}
 	if len(rec.events) != len(want) {
 		t.Fatalf("%d events, want %d (%v)", len(rec.events), len(want), rec.events)
 	}
@@ -66,5 +67,11 @@ func TestChangesEmitEvents(t *testing.T) {
 	}
 	if after := rec.events[0].Data["after"].(map[string]any); after["guaranteed"] != 1.0 {
 		t.Errorf("app_override_set after = %v", after)
+	}
+	// beta sets no max_connections: the change shows the limit in force (connections.app, 40), as GET does
+	for _, side := range []string{"before", "after"} {
+		if p := rec.events[4].Data[side].(map[string]any); p["max_connections"] != 40.0 {
+			t.Errorf("beta's %s: max_connections %v, want the effective 40", side, p["max_connections"])
+		}
 	}
 }

@@ -158,7 +158,7 @@ func (a API) setApp(r *http.Request, c Cluster, id string, o *limiter.AppOverrid
 		change = "app_override_removed"
 	}
 	a.logChange(r, c, change, map[string]any{"app": id, "requested": overrideFields(o)},
-		policyMap(res.Before), policyMap(res.After))
+		appPolicyMap(c, id, res.Before), appPolicyMap(c, id, res.After))
 	if v, err := appView(c, id); err == nil {
 		return v, nil
 	}
@@ -311,6 +311,18 @@ func overrideFields(o any) map[string]any {
 		m = toMap(o)
 	}
 	return m
+}
+
+// appPolicyMap is policyMap of an app's policy with its effective max_connections (0 stands
+// for connections.app), as GET shows it.
+func appPolicyMap(c Cluster, id string, policy any) map[string]any {
+	p, ok := policy.(*store.AppPolicy)
+	if !ok || p == nil {
+		return policyMap(policy)
+	}
+	q := *p
+	q.MaxConnections = maxConnections(id, q, c.Connections())
+	return policyMap(&q)
 }
 
 // policyMap is a policy (*store.AppPolicy or *store.ClusterPolicy; nil: none) as the JSON
