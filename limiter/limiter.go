@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -53,6 +55,7 @@ type Limiter struct {
 	lostStats       notice           // the WARN of lost statistics
 	lostOverrides   notice           // the WARN of lost overrides
 	lostEmergencies notice           // the WARN of a lost operator emergency
+	isolatedFull    notice           // the WARN of unknown ids beyond MaxIsolated
 
 	overrides // the admin API's overrides (overrides_limiter.go)
 
@@ -186,6 +189,7 @@ func (l *Limiter) isolatedApp(id string, s *snapshot) *App {
 		return a
 	}
 	if len(l.isolated) >= s.cfg.MaxIsolated {
+		l.noteIsolatedFull(s)
 		return s.shared
 	}
 	id = strings.Clone(id) // the caller's string may alias request memory
@@ -193,6 +197,18 @@ func (l *Limiter) isolatedApp(id string, s *snapshot) *App {
 	a.lastUse.Store(l.clock.Now().UnixNano())
 	l.isolated[id] = a
 	return a
+}
+
+// noteIsolatedFull logs that new unknown ids share the "*" bucket because MaxIsolated buckets
+// exist: at once, then at most once per noticeEvery with the count since (isoMu held). Without
+// it an operator had no signal: every isolated id is counted under "*" in the metrics anyway.
+func (l *Limiter) noteIsolatedFull(s *snapshot) {
+	times, _, ok := l.isolatedFull.due(l.clock.Now(), 0)
+	if log := l.logger(); log != nil && ok {
+		log.Warn("rate_limit: the bound on isolated buckets is reached: new unknown app ids share the \"*\" bucket "+
+			"until idle ones expire",
+			zap.String("cluster", s.cfg.Cluster.ID), zap.Int("max_isolated", s.cfg.MaxIsolated), zap.Int64("times", times))
+	}
 }
 
 // Update applies a new configuration (a reload): buckets, their tokens and statistics are kept,

@@ -85,6 +85,7 @@ func TestUnknownAppModes(t *testing.T) {
 		cfg := baseConfig()
 		cfg.UnknownApp = UnknownIsolated
 		cfg.MaxIsolated = 3
+		logs := logTo(&cfg)
 		l := testLimiter(t, cfg, ps, c, false)
 		own := 0
 		for i := range 10 {
@@ -102,6 +103,11 @@ func TestUnknownAppModes(t *testing.T) {
 		}
 		if own != 3 {
 			t.Fatalf("%d isolated buckets, want MaxIsolated = 3", own)
+		}
+		// The bound is logged once (7 ids beyond it), not per id.
+		if full := logs.FilterMessageSnippet("bound on isolated buckets is reached"); full.Len() != 1 ||
+			full.All()[0].ContextMap()["max_isolated"] != int64(3) {
+			t.Fatalf("bound log lines: %v", full.All())
 		}
 		if a := mustApp(t, l, "iso-1"); a.ID() != "iso-1" {
 			t.Fatal("isolated bucket not found again")
