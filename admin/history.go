@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/history"
+	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -104,12 +106,19 @@ func recorder(c Cluster) (*history.Recorder, error) {
 // ?app=<id>. An app without a series (unknown, or beyond history.MaxApps) is left out of "apps".
 func historyView(c Cluster, q url.Values) (any, error) {
 	seconds := history.Window
-	if s := q.Get("seconds"); s != "" || q.Has("seconds") {
+	if q.Has("seconds") {
+		s := q.Get("seconds")
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > history.Window {
-			return nil, apiError(http.StatusBadRequest, "seconds: must be a whole number from 1 to %d, got %q", history.Window, s)
+		if err != nil || n < 1 || n > history.Window || s[0] == '+' || len(q["seconds"]) > 1 {
+			return nil, apiError(http.StatusBadRequest, "seconds: must be a whole number from 1 to %d, given once, got %q",
+				history.Window, strings.Join(q["seconds"], "&"))
 		}
 		seconds = n
+	}
+	for _, id := range q["app"] {
+		if id != wildcardApp && !limiter.ValidAppID(id) {
+			return nil, invalidAppID(id)
+		}
 	}
 	rec, err := recorder(c)
 	if err != nil {

@@ -52,10 +52,16 @@ func TestHistory(t *testing.T) {
 	if len(v.Samples) != 1 || v.Samples[0].T != t0.Unix()+1 || len(v.Apps) != 1 || len(v.Apps["alpha"]) != 1 {
 		t.Errorf("seconds=1&app=alpha&app=nope: %+v", v)
 	}
-	for _, bad := range []string{"0", "901", "x", "", "1.5"} {
+	for _, bad := range []string{"0", "901", "x", "", "1.5", "%2B5", "10&seconds=20"} {
 		_, err := call(apiWith(c), http.MethodGet, "/rate_limit/history?seconds="+bad)
 		if msg := apiErr(t, err, http.StatusBadRequest); !strings.HasPrefix(msg, "seconds: ") {
 			t.Errorf("seconds=%s: %q", bad, msg)
+		}
+	}
+	for _, bad := range []string{"bad!id", ""} {
+		_, err := call(apiWith(c), http.MethodGet, "/rate_limit/history?seconds=1&app="+bad)
+		if msg := apiErr(t, err, http.StatusBadRequest); !strings.HasPrefix(msg, "invalid app id") {
+			t.Errorf("app=%s: %q", bad, msg)
 		}
 	}
 	noHist := *c
