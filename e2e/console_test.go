@@ -16,7 +16,7 @@ import (
 const consoleSite = `	rate_limit {
 		cluster console-e2e
 		key {http.request.header.X-App-Id}
-		unknown_app reject
+		unknown_app shared
 		capacity 1000
 		app alpha {
 			guaranteed 20

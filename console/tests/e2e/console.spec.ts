@@ -98,6 +98,12 @@ test('app: editing the quota changes what the limiter enforces; removing the ove
   await expect.poll(() => burst(request, 'alpha', 10), { intervals: [3000], timeout: 20_000 }).toBe(0)
 })
 
+test('app *: the template of unknown apps is shown, not offered for editing', async ({ page }) => {
+  await page.goto(CONSOLE_URL + '#/apps/' + encodeURIComponent('*'))
+  await expect(page.getByTestId('template-note')).toContainText('set in the config only')
+  await expect(page.getByTestId('app-form')).toHaveCount(0)
+})
+
 test('cluster: policy and connections', async ({ page }) => {
   await page.goto(CONSOLE_URL + '#/cluster')
   await expect(page.getByTestId('cluster-form').locator('input[name="capacity"]')).toHaveValue('1000')
