@@ -57,7 +57,7 @@ func (e *PermanentError) Remedy() string {
 			"and the command list in docs/security.md"
 	case KindCertificate:
 		return "give the CA that signed the Redis server's certificate with tls_trust_pool, and make sure the " +
-			"certificate names the address dialled (or set tls_server_name)"
+			"certificate names the host dialled, or the tls_server_name given (set it to a name the certificate holds)"
 	case KindCluster:
 		return "the address is a node of a Redis Cluster: list two or more of its nodes in address " +
 			"(one address means a standalone Redis; with several the limiter uses a Cluster client, which follows the slots)"
