@@ -40,19 +40,27 @@ func (s *instanceSlots) heartbeat(t *testing.T) {
 	}
 }
 
-// Property 13: the slots held by live instances never exceed the limit; acquiring and releasing
-// inside a holding make no Store call; a dead instance's slots come back after InstanceTTL.
-func TestSlotsFleetWide(t *testing.T) {
-	clk := clock.NewManual()
+// twoInstances is two live instances on one MemoryStore, each with a Counter using its slots,
+// app limit appLimit and cluster limit 100.
+func twoInstances(t *testing.T, appLimit int64) (clk *clock.Manual, a, b *instanceSlots, ca, cb *Counter) {
+	t.Helper()
+	clk = clock.NewManual()
 	st := memstore.New(clk)
-	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
+	a, b = &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
 	a.heartbeat(t)
 	b.heartbeat(t)
-	ca, cb := New(Config{App: 10, Cluster: 100}, clk), New(Config{App: 10, Cluster: 100}, clk)
+	ca, cb = New(Config{App: appLimit, Cluster: 100}, clk), New(Config{App: appLimit, Cluster: 100}, clk)
 	t.Cleanup(ca.Close)
 	t.Cleanup(cb.Close)
 	ca.UseSlots(a)
 	cb.UseSlots(b)
+	return clk, a, b, ca, cb
+}
+
+// Property 13: the slots held by live instances never exceed the limit; acquiring and releasing
+// inside a holding make no Store call; a dead instance's slots come back after InstanceTTL.
+func TestSlotsFleetWide(t *testing.T) {
+	clk, a, b, ca, cb := twoInstances(t, 10)
 
 	live := []*Counter{ca, cb}
 	held := func() int64 { // what the live instances hold
@@ -129,16 +137,7 @@ func TestSlotsFleetWide(t *testing.T) {
 // Trim gives back a holding far beyond use, and all of it after idleTrims idle trims; the other
 // instance can then use it.
 func TestSlotsTrim(t *testing.T) {
-	clk := clock.NewManual()
-	st := memstore.New(clk)
-	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
-	a.heartbeat(t)
-	b.heartbeat(t)
-	ca, cb := New(Config{App: 8, Cluster: 100}, clk), New(Config{App: 8, Cluster: 100}, clk)
-	t.Cleanup(ca.Close)
-	t.Cleanup(cb.Close)
-	ca.UseSlots(a)
-	cb.UseSlots(b)
+	clk, _, _, ca, cb := twoInstances(t, 8)
 	var mine []*Ticket
 	for range 8 {
 		if tk, _ := ca.Acquire("x", 0); tk != nil {
@@ -216,16 +215,7 @@ func TestSlotGrowsShareOneDeadline(t *testing.T) {
 // limit plus the holdings. An outage that began while the fleet was idle let each of two
 // instances take the whole limit: 20 in flight of 10.
 func TestSlotsOutageKeepsShare(t *testing.T) {
-	clk := clock.NewManual()
-	st := memstore.New(clk)
-	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
-	a.heartbeat(t)
-	b.heartbeat(t)
-	ca, cb := New(Config{App: 10, Cluster: 100}, clk), New(Config{App: 10, Cluster: 100}, clk)
-	t.Cleanup(ca.Close)
-	t.Cleanup(cb.Close)
-	ca.UseSlots(a)
-	cb.UseSlots(b)
+	_, a, b, ca, cb := twoInstances(t, 10)
 
 	// a holds 7 before the outage (in use), b nothing.
 	var held []*Ticket

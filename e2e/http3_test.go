@@ -19,9 +19,9 @@ import (
 	"github.com/quic-go/quic-go/http3"
 )
 
-// selfSignedServer is a certificate for 127.0.0.1 (PEM, for Caddy's load_pem) and a pool that
-// trusts it (for the clients: TLS is verified).
-func selfSignedServer(t *testing.T) (certPEM, keyPEM string, roots *x509.CertPool) {
+// selfSigned is a self-signed certificate (DER) and its key, valid for an hour, named cn (an IP
+// address is also put in the certificate's IP addresses) for usage.
+func selfSigned(t *testing.T, cn string, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -29,17 +29,27 @@ func selfSignedServer(t *testing.T) (certPEM, keyPEM string, roots *x509.CertPoo
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+	}
+	if ip := net.ParseIP(cn); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return der, key
+}
+
+// selfSignedServer is a certificate for 127.0.0.1 (PEM, for Caddy's load_pem) and a pool that
+// trusts it (for the clients: TLS is verified).
+func selfSignedServer(t *testing.T) (certPEM, keyPEM string, roots *x509.CertPool) {
+	t.Helper()
+	der, key := selfSigned(t, "127.0.0.1", x509.ExtKeyUsageServerAuth)
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
