@@ -328,7 +328,25 @@ func (a *App) refused(now, need int64) (time.Duration, bool) {
 	if now >= ru || a.balance.Load()+a.l2Left.Load() >= need {
 		return 0, false
 	}
-	return time.Duration(ru - now), true
+	return max(time.Duration(ru-now), a.untilCovered(now, need)), true
+}
+
+// untilCovered is how long L2's refill, at the app's rate, takes to cover what need lacks
+// beyond the local balance and what L2 held at the last lease: what a refused client is told.
+// The refusal itself may end sooner (this instance asks the Store again then, and a lease that
+// brought the last tokens sets a short one): a client told that instead retried into another
+// 429 (guaranteed 0.1: "retry in 280 ms", then "9.5 s").
+func (a *App) untilCovered(now, need int64) time.Duration {
+	p, st := a.pol.Load(), a.l.state.Load()
+	rate := p.Guaranteed * st.Factors[p.Priority]
+	if !(rate > 0) {
+		return 0
+	}
+	lacking := float64(need-a.balance.Load()-a.l2Left.Load()) - rate*float64(now-a.lastLease.Load())/1e9
+	if lacking <= 0 {
+		return 0
+	}
+	return waitFor(lacking / rate)
 }
 
 // reject builds a rejection, mapping the Store's reason through L1's state.

@@ -108,3 +108,29 @@ func TestRejectionRemainingIncludesL2(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryAfterCoversRefill: a client refused right after the bucket drained is told how long
+// the refill of its token takes, and waiting that long is enough. A lease that brought the last
+// tokens sets a short refusal (when to ask the Store again); that was passed on as the
+// Retry-After: "280 ms", then another 429 with "9.5 s".
+func TestRetryAfterCoversRefill(t *testing.T) {
+	c := clock.NewManual()
+	cfg := baseConfig()
+	cfg.Apps["slow"] = pol(0.1, 20, 0)
+	l := testLimiter(t, cfg, newProbe(c), c, false)
+	a := mustApp(t, l, "slow")
+	for i := range 20 {
+		if d := a.Take(context.Background(), 1, 0); !d.Allowed {
+			t.Fatalf("take %d of the burst refused: %+v", i+1, d)
+		}
+		c.Advance(10 * time.Millisecond)
+	}
+	d := a.Take(context.Background(), 1, 0)
+	if d.Allowed || d.RetryAfter < 9*time.Second {
+		t.Fatalf("after the burst: %+v, want a rejection with the refill of one token (about 9.8 s)", d)
+	}
+	c.Advance(d.RetryAfter)
+	if d := a.Take(context.Background(), 1, 0); !d.Allowed {
+		t.Fatalf("after waiting the Retry-After: %+v", d)
+	}
+}
