@@ -46,7 +46,7 @@ func (c *RedisConfig) resolve(ctx *caddy.Context) (redislua.Config, error) {
 		*f.v = repl.ReplaceKnown(*f.v, "")
 		if set && *f.v == "" {
 			// An unset {env.*}: an empty password would reach Redis as its default user.
-			return rc, fmt.Errorf("redis.%s is empty once its placeholders are replaced: set the variable it names in Caddy's environment", f.name)
+			return rc, fmt.Errorf("redis.%s is empty once its placeholders are replaced: the variable it names is unset or empty in Caddy's environment", f.name)
 		}
 	}
 	if a := c.TLSClientAuth; a != nil {

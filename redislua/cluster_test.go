@@ -112,5 +112,8 @@ func TestClusterNodeAsStandalone(t *testing.T) {
 		if refused == 0 {
 			t.Errorf("%s: no lease of 8 apps was redirected", addr)
 		}
+		// With a db other than 0 the node refuses the connection's SELECT.
+		sel := openT(t, Config{Address: []string{addr}, DB: 1, KeyPrefix: uniquePrefix(t)})
+		wantPermanent(t, probeT(sel), KindCluster, "SELECT is not allowed in cluster mode")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +85,11 @@ func (c Config) Validate() error {
 	if c.URL != "" {
 		if _, err := redis.ParseURL(c.URL); err != nil {
 			bad("url", "%s", redactURL(err.Error(), c.URL))
+		} else if u, err := url.Parse(c.URL); err == nil && u.User != nil {
+			if pw, ok := u.User.Password(); !ok || pw == "" {
+				// as for username: no AUTH would be sent, and Redis' default user would answer
+				bad("url", "names a user but no password (an unset placeholder?): without one Redis is reached as its default user")
+			}
 		}
 		if c.Sentinel != "" {
 			bad("sentinel", "needs the sentinels in address, not a url")

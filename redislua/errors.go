@@ -59,8 +59,9 @@ func (e *PermanentError) Remedy() string {
 		return "give the CA that signed the Redis server's certificate with tls_trust_pool, and make sure the " +
 			"certificate names the host dialled, or the tls_server_name given (set it to a name the certificate holds)"
 	case KindCluster:
-		return "the address is a node of a Redis Cluster: list two or more of its nodes in address " +
-			"(one address means a standalone Redis; with several the limiter uses a Cluster client, which follows the slots)"
+		return "the address is a node of a Redis Cluster: list two or more of its nodes in address, instead of one " +
+			"address or a url (which mean a standalone Redis; with several addresses the limiter uses a Cluster client, " +
+			"which follows the slots, on db 0)"
 	case KindDatabase:
 		return "set the redis block's db below the server's number of databases (its databases setting, 16 by default)"
 	case KindTLS:
@@ -115,7 +116,9 @@ func clusterReply(err error) bool {
 		return false
 	}
 	msg := rerr.Error()
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "CROSSSLOT ")
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "CROSSSLOT ") ||
+		strings.Contains(msg, "SELECT is not allowed in cluster mode") // db > 0 on the node
+
 }
 
 func permanentKind(err error) (ErrorKind, bool) {

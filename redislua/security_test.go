@@ -208,14 +208,22 @@ func TestUsernameNeedsPassword(t *testing.T) {
 	}{
 		{Config{Address: []string{"127.0.0.1:6379"}, Username: "caddy"}, "redis.password"},
 		{Config{Address: []string{"127.0.0.1:26379"}, Sentinel: "m", SentinelUsername: "s"}, "redis.sentinel_password"},
+		{Config{URL: "redis://bob@127.0.0.1:6379/0"}, "redis.url"},
+		{Config{URL: "redis://:@127.0.0.1:6379/0"}, "redis.url"}, // redis://:{env.UNSET}@…
 	} {
-		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.field+": is required") {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.field+": ") || !strings.Contains(err.Error(), "default user") {
 			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.field)
 		}
 	}
-	ok := Config{Address: []string{"127.0.0.1:6379"}, Username: "caddy", Password: "x"}
-	if err := ok.Validate(); err != nil {
-		t.Errorf("username and password: %v", err)
+	for _, ok := range []Config{
+		{Address: []string{"127.0.0.1:6379"}, Username: "caddy", Password: "x"},
+		{URL: "redis://caddy:x@127.0.0.1:6379/0"},
+		{URL: "redis://:x@127.0.0.1:6379/0"},
+		{URL: "redis://127.0.0.1:6379/0"},
+	} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
 	}
 }
 
