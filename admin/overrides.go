@@ -101,11 +101,11 @@ func (a API) putApp(id string) action {
 		if !present {
 			return nil, apiError(http.StatusBadRequest, `missing request body: {"guaranteed": 100, "burst": 200, …} (the fields to override)`)
 		}
-		if req.MaxConnections != nil && *req.MaxConnections == 0 {
+		if req.MaxConnections != nil && *req.MaxConnections <= 0 {
 			// In a policy 0 stands for connections.app: an override of 0 would quietly lift a
 			// configured limit to that default.
 			return nil, badFields(fmt.Sprintf("override of app %q", id), store.FieldErrors{{Field: "max_connections",
-				Problem: "must be >= 1 (leave it out, or DELETE the override, for the configured limit)"}}, "")
+				Problem: fmt.Sprintf("must be >= 1 (leave it out, or DELETE the override, for the configured limit), got %d", *req.MaxConnections)}}, "")
 		}
 		o := limiter.AppOverride{Guaranteed: req.Guaranteed, Burst: req.Burst, Priority: req.Priority,
 			MaxBorrow: req.MaxBorrow, MaxConnections: req.MaxConnections}

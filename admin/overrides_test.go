@@ -161,6 +161,7 @@ func TestOverrideBadInputChangesNothing(t *testing.T) {
 		{"template", "PUT", "/rate_limit/apps/*", "application/json", `{"guaranteed":1}`, 400, nil},
 		{"cluster ratio", "PUT", "/rate_limit/clusters/c1", "application/json", `{"reserved_ratio":1}`, 400, []string{"reserved_ratio"}},
 		{"max_connections zero", "PUT", "/rate_limit/apps/alpha", "application/json", `{"max_connections":0}`, 400, []string{"max_connections"}},
+		{"max_connections negative", "PUT", "/rate_limit/apps/alpha", "application/json", `{"max_connections":-1}`, 400, []string{"max_connections"}},
 		{"cluster capacity below guarantees", "PUT", "/rate_limit/clusters/c1", "application/json", `{"capacity":100}`, 400, []string{"capacity"}},
 		{"cluster ratios count", "PUT", "/rate_limit/clusters/c1", "application/json", `{"emergency_ratios":[1,1]}`, 400, []string{"emergency_ratios"}},
 		{"unknown cluster", "PUT", "/rate_limit/clusters/nope", "application/json", `{"capacity":100}`, 404, nil},
