@@ -112,6 +112,10 @@ func TestClusterNodeAsStandalone(t *testing.T) {
 		if refused == 0 {
 			t.Errorf("%s: no lease of 8 apps was redirected", addr)
 		}
+		// From then on the report (the limiter's probe) fails too, even on the node that serves
+		// the cluster's slot: the instance stays in fail_open instead of flapping.
+		_, err = s.Report(context.Background(), store.Report{Cluster: store.ClusterPolicy{ID: "c1"}, Instance: "i1"})
+		wantPermanent(t, err, KindCluster, "")
 		// With a db other than 0 the node refuses the connection's SELECT.
 		sel := openT(t, Config{Address: []string{addr}, DB: 1, KeyPrefix: uniquePrefix(t)})
 		wantPermanent(t, probeT(sel), KindCluster, "SELECT is not allowed in cluster mode")

@@ -85,11 +85,10 @@ func (c Config) Validate() error {
 	if c.URL != "" {
 		if _, err := redis.ParseURL(c.URL); err != nil {
 			bad("url", "%s", redactURL(err.Error(), c.URL))
-		} else if u, err := url.Parse(c.URL); err == nil && u.User != nil {
-			if pw, ok := u.User.Password(); !ok || pw == "" {
-				// as for username: no AUTH would be sent, and Redis' default user would answer
-				bad("url", "names a user but no password (an unset placeholder?): without one Redis is reached as its default user")
-			}
+		} else if u, err := url.Parse(c.URL); err == nil && u.User != nil && c.Password == "" && urlPassword(c.URL) == "" {
+			// as for username: no AUTH would be sent, and Redis' default user would answer (the
+			// block's password, when given, is the one used)
+			bad("url", "has credentials but no password (an unset placeholder?): without one Redis is reached as its default user")
 		}
 		if c.Sentinel != "" {
 			bad("sentinel", "needs the sentinels in address, not a url")
@@ -105,7 +104,7 @@ func (c Config) Validate() error {
 		bad("sentinel_password", "needs sentinel (the master name)")
 	}
 	// go-redis sends no AUTH without a password: the connection would be Redis' default user's.
-	if c.Username != "" && c.Password == "" {
+	if c.Username != "" && c.Password == "" && urlPassword(c.URL) == "" {
 		bad("password", "is required with username %q (without it Redis is reached as its default user; a nopass ACL user takes any password)", c.Username)
 	}
 	if c.SentinelUsername != "" && c.SentinelPassword == "" {
@@ -130,6 +129,16 @@ func (c Config) Validate() error {
 		bad("pool_size", "must be >= 0, got %d", c.PoolSize)
 	}
 	return errors.Join(errs...)
+}
+
+// urlPassword is the password in a redis:// URL ("" for none, or a URL that does not parse).
+func urlPassword(raw string) string {
+	u, err := url.Parse(raw)
+	if raw == "" || err != nil || u.User == nil {
+		return ""
+	}
+	pw, _ := u.User.Password()
+	return pw
 }
 
 func checkAddress(a string) error {

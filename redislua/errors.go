@@ -104,7 +104,9 @@ func (s *Store) classify(err error) error {
 		return nil
 	}
 	if _, ok := s.client.(*redis.ClusterClient); !ok && clusterReply(err) {
-		return &PermanentError{Kind: KindCluster, Err: err}
+		p := &PermanentError{Kind: KindCluster, Err: err}
+		s.clusterNode.CompareAndSwap(nil, p)
+		return p
 	}
 	return classify(err)
 }

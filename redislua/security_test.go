@@ -220,6 +220,8 @@ func TestUsernameNeedsPassword(t *testing.T) {
 		{URL: "redis://caddy:x@127.0.0.1:6379/0"},
 		{URL: "redis://:x@127.0.0.1:6379/0"},
 		{URL: "redis://127.0.0.1:6379/0"},
+		{URL: "redis://bob@127.0.0.1:6379/0", Password: "pw"},  // the block's password is used
+		{URL: "redis://:pw@127.0.0.1:6379/0", Username: "bob"}, // and the url's with the block's user
 	} {
 		if err := ok.Validate(); err != nil {
 			t.Errorf("%+v: %v", ok, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,10 @@ type Store struct {
 	release func() error // set by Open: gives the shared client back to the pool
 
 	watchRefused func(store.PermanentError, bool) // see OnWatchRefused
+
+	// clusterNode is set once a call met a Redis Cluster node through this standalone client
+	// (classify): every report fails with it from then on (see Report).
+	clusterNode atomic.Pointer[PermanentError]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -214,6 +219,13 @@ func (s *Store) Return(ctx context.Context, ret store.Return) error {
 func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterState, error) {
 	if err := rep.Validate(); err != nil {
 		return store.ClusterState{}, fmt.Errorf("redislua: %w", err)
+	}
+	if p := s.clusterNode.Load(); p != nil {
+		// The report is the limiter's probe: succeeding on the node that serves the cluster's
+		// slot, it ended fail_open every few seconds while every app of another slot still
+		// failed, and the log alternated the ERROR and "recovered". The configuration stays
+		// wrong until a reload opens another Store.
+		return store.ClusterState{}, fmt.Errorf("redislua: report: %w", p)
 	}
 	now := s.nowArg()
 	ttl := store.InstanceTTL.Microseconds()
