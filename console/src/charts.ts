@@ -60,7 +60,7 @@ export function requestSeries(xs: readonly (Sample | AppSample)[]) {
 /**
  * The y-axis maximum of a chart with horizontal marks at values: the data's, raised so that
  * every mark is in view (an axis fitted to the data hid the 90 % overload line at 7 % usage),
- * to a round value (95 % shows as 100 %, not 99.75 %). Undefined without marks: the axis fits
+ * to a round value (95 % shows as 100 %, not 99.75 %; 97 % as 110 %). Undefined without marks: the axis fits
  * the data.
  */
 export function axisMaxWithMarks(values: number[]): ((extent: { max: number }) => number) | undefined {
@@ -69,9 +69,9 @@ export function axisMaxWithMarks(values: number[]): ((extent: { max: number }) =
   return (extent) => Math.max(extent.max, top)
 }
 
-/** roundUp is v rounded up to a half of its order of magnitude (99.75 → 100, 7.3 → 7.5). */
+/** roundUp is v rounded up to a tenth of its order of magnitude (99.75 → 100, 101.85 → 110). */
 export function roundUp(v: number): number {
   if (!(v > 0)) return v
-  const unit = 10 ** Math.floor(Math.log10(v)) / 2
-  return Math.ceil(v / unit) * unit
+  const unit = 10 ** (Math.floor(Math.log10(v)) - 1)
+  return Math.round(Math.ceil(v / unit) * unit * 1e9) / 1e9
 }

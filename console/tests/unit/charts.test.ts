@@ -13,10 +13,11 @@ describe('axis with marks', () => {
 })
 
 describe('round axis maxima', () => {
-  it('rounds up to half an order of magnitude', () => {
+  it('rounds up to a tenth of an order of magnitude', () => {
     expect(roundUp(99.75)).toBe(100)
-    expect(roundUp(7.3)).toBe(7.5)
-    expect(roundUp(1200)).toBe(1500)
+    expect(roundUp(101.85)).toBe(110)
+    expect(roundUp(7.31)).toBe(7.4)
+    expect(roundUp(1200)).toBe(1200)
     expect(roundUp(0)).toBe(0)
   })
 })
