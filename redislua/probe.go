@@ -77,7 +77,7 @@ return denied
 
 // Probe checks that Redis accepts this Store's configuration for cluster: the connection
 // (TLS, certificates, credentials) with PING, then the ACL permissions the Store needs (see
-// CheckACL). It returns nil, a *PermanentError (the configuration is refused: the cause is in
+// CheckACL), then that one address is not a Redis Cluster node (checkNotClusterNode). It returns nil, a *PermanentError (the configuration is refused: the cause is in
 // the message, the remedy in Remedy), or a transient error (Redis unreachable, too slow), which
 // says nothing about the configuration. ctx bounds it.
 func (s *Store) Probe(ctx context.Context, cluster string) error {
