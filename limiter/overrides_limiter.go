@@ -179,7 +179,7 @@ func (l *Limiter) change(ctx context.Context, key string, value any, next func(o
 	defer l.ovMu.Unlock()
 	for attempt := 0; ; attempt++ {
 		if !l.loaded {
-			if err := l.reloadOverrides(ctx); err != nil {
+			if _, err := l.reloadOverrides(ctx); err != nil {
 				return OverrideChangeResult{}, err
 			}
 		}
@@ -253,19 +253,20 @@ func (l *Limiter) storeCall(ctx context.Context, f func(ctx context.Context) (ui
 // reloadOverrides reads the overrides from the Store and puts them in force unless the
 // version read is the one already in force (ovMu held). A change that is refused after reading
 // them (a conflict, then a value that no longer fits) still leaves this instance on what the
-// fleet enforces.
-func (l *Limiter) reloadOverrides(ctx context.Context) error {
+// fleet enforces. lost reports that the Store had lost them (their version went backwards).
+func (l *Limiter) reloadOverrides(ctx context.Context) (lost bool, err error) {
 	var o store.Overrides
-	_, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
+	_, err = l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
 		var err error
 		o, err = l.store.Overrides(ctx, l.base.Cluster.ID)
 		return 0, err
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	read, was, wasLoaded := decodeOverrides(o), l.ov.version, l.loaded
 	if wasLoaded && read.version < was {
+		lost = true
 		// The version only grows while the Store keeps its data: it lost the overrides. They
 		// are written back rather than dropped, then read again (another instance's writing
 		// back, or a change made since, is what the fleet enforces).
@@ -283,29 +284,29 @@ func (l *Limiter) reloadOverrides(ctx context.Context) error {
 			}
 		}
 		if err != nil {
-			return err // kept in force; the next report tries again
+			return lost, err // kept in force; the next report tries again
 		}
 		if _, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
 			var err error
 			o, err = l.store.Overrides(ctx, l.base.Cluster.ID)
 			return 0, err
 		}); err != nil {
-			return err
+			return lost, err
 		}
 		read = decodeOverrides(o)
 		if read.version < reached || (read.version == 0 && l.ov.holdsAny()) {
 			// Lost again since they were written back (a Redis evicting under memory
 			// pressure): applying this read would drop them. Kept in force; the next report
 			// writes them back again.
-			return nil
+			return lost, nil
 		}
 	}
 	l.loaded = true
 	if wasLoaded && read.version == was {
-		return nil
+		return lost, nil
 	}
 	l.storeVersion.Store(read.version)
-	return l.applyOverrides(read)
+	return lost, l.applyOverrides(read)
 }
 
 // refreshOverrides reads the overrides again and applies them if their version changed (the
@@ -316,7 +317,14 @@ func (l *Limiter) refreshOverrides() {
 	if l.closed.Load() {
 		return
 	}
-	_ = l.reloadOverrides(context.Background()) // on error the next report tries again
+	lost, _ := l.reloadOverrides(context.Background()) // on error the next report tries again
+	if st := l.state.Load(); lost && st.Emergency && st.EmergencySource == store.EmergencySourceOperator {
+		// The operator emergency may have gone with the overrides. The report notices a loss
+		// by the overrides' version, which this write-back has just restored: without this the
+		// next report lifted the emergency for good (a Redis restart seen first by the Watch).
+		// The report decides: restored if the Store no longer has it.
+		l.lostEmergency = &store.Emergency{Active: true, Reason: st.EmergencyReason, Until: st.EmergencyUntil}
+	}
 }
 
 // outdated reports whether the overrides must be read again: never read, or the last report

@@ -420,6 +420,56 @@ func TestStoreLossRestoresOverridesAndEmergency(t *testing.T) {
 	}
 }
 
+// TestStoreLossSeenByWatchFirst: when the Watch notices the loss before any report (a Redis
+// restart wakes the subscription), the overrides are written back first, and their version no
+// longer shows the loss to the report: the operator emergency must still be restored, not
+// lifted. The e2e TestOverridesSurviveRedisDataLoss met this order under load.
+func TestStoreLossSeenByWatchFirst(t *testing.T) {
+	c := clock.NewManual()
+	shared := &lossyStore{memstore.New(c)}
+	cfg := baseConfig()
+	cfg.Apps = map[string]store.AppPolicy{"a": pol(10, 10, 3)}
+	logs := logTo(&cfg)
+	l := testLimiter(t, cfg, shared, c, false)
+	g := 42.0
+	if _, err := l.SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: &g}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetEmergency(context.Background(), store.Emergency{Active: true, Reason: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Second)
+	l.tick(c.Now())
+	shared.Store = memstore.New(c) // Redis restarted without its data
+	l.refreshOverrides()           // the Watch's notification, before any report
+	for range 2 {
+		c.Advance(time.Second)
+		l.tick(c.Now())
+		if st := l.State(); !st.Emergency || st.EmergencySource != store.EmergencySourceOperator {
+			t.Fatalf("after the loss: emergency %+v, want the operator's", st)
+		}
+	}
+	if st, err := shared.Report(context.Background(), store.Report{Cluster: cfg.Cluster, Instance: "probe"}); err != nil || !st.Emergency {
+		t.Errorf("the Store after the loss: emergency %v (%v), want it set again", st.Emergency, err)
+	}
+	if n := logs.FilterMessageSnippet("left its emergency").Len(); n != 0 {
+		t.Errorf("the emergency was logged as left %d times", n)
+	}
+
+	// An emergency the Store still has is not "restored": only the overrides' key was lost.
+	shared.Store = memstore.New(c)
+	if err := l.SetEmergency(context.Background(), store.Emergency{Active: true, Reason: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	before := logs.FilterMessageSnippet("lost the operator emergency").Len()
+	l.refreshOverrides()
+	c.Advance(time.Minute) // past the WARN's throttle
+	l.tick(c.Now())
+	if n := logs.FilterMessageSnippet("lost the operator emergency").Len(); n != before {
+		t.Errorf("an emergency the Store kept was restored and logged as lost")
+	}
+}
+
 // evictingStore loses all its data again right after each write of an override, while armed:
 // a Redis evicting the overrides' key under memory pressure between the write-back and the
 // read that follows it.

@@ -196,17 +196,23 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	l.prevIn = nonzero
 	st.LiveInstances = max(st.LiveInstances, 1)
 	prev := l.state.Load()
-	if st.ConfigVersion < l.storeVersion.Load() {
-		// The overrides' version only grows while the Store keeps its data: it lost them
-		// (reloadOverrides writes them back), and the operator emergency with them.
-		if prev.Emergency && prev.EmergencySource == store.EmergencySourceOperator && !st.Emergency {
-			l.lostEmergency = &store.Emergency{Active: true, Reason: prev.EmergencyReason, Until: prev.EmergencyUntil}
-			// Enforced meanwhile as before: the emptied Store's answer would lift it until the
-			// next report (P3 requests admitted for a sync interval in a black-box run).
-			st.Emergency, st.EmergencySource, st.EmergencyReason, st.EmergencyUntil =
-				true, prev.EmergencySource, prev.EmergencyReason, prev.EmergencyUntil
-			st.Factors = prev.Factors
-		}
+	// The overrides' version only grows while the Store keeps its data: a lower one means it
+	// lost them (reloadOverrides writes them back), and the operator emergency with them. The
+	// Watch may have seen the loss first (refreshOverrides set lostEmergency and wrote the
+	// overrides back, so the version no longer shows it).
+	lost := st.ConfigVersion < l.storeVersion.Load() || l.lostEmergency != nil
+	switch {
+	case st.Emergency:
+		l.lostEmergency = nil // the Store has an emergency: nothing to restore
+	case lost && prev.Emergency && prev.EmergencySource == store.EmergencySourceOperator:
+		l.lostEmergency = &store.Emergency{Active: true, Reason: prev.EmergencyReason, Until: prev.EmergencyUntil}
+		// Enforced meanwhile as before: the emptied Store's answer would lift it until the
+		// next report (P3 requests admitted for a sync interval in a black-box run).
+		st.Emergency, st.EmergencySource, st.EmergencyReason, st.EmergencyUntil =
+			true, prev.EmergencySource, prev.EmergencyReason, prev.EmergencyUntil
+		st.Factors = prev.Factors
+	default:
+		l.lostEmergency = nil // no operator emergency to restore (it ended meanwhile)
 	}
 	l.storeVersion.Store(st.ConfigVersion)
 	prevLive := prev.LiveInstances
