@@ -344,27 +344,35 @@ func TestPolicyChangeClearsRefusal(t *testing.T) {
 // lossyStore is a Store that can lose all its data (a Redis restart without persistence).
 type lossyStore struct{ store.Store }
 
-// When the Store loses its data, the overrides and the operator emergency the fleet enforces
-// are written back by the first instance that notices (their version went backwards), not
-// silently dropped; the other instances read them back. Before, a Redis restart without
-// persistence ended every override and the emergency.
-func TestStoreLossRestoresOverridesAndEmergency(t *testing.T) {
+// lossSetup is a limiter on a Store that can lose its data, enforcing an override of app "a"
+// (guaranteed 42) and an operator emergency ("drill"), both set through it.
+func lossSetup(t *testing.T) (*clock.Manual, *lossyStore, Config, *observer.ObservedLogs, *Limiter) {
+	t.Helper()
 	c := clock.NewManual()
 	shared := &lossyStore{memstore.New(c)}
 	cfg := baseConfig()
 	cfg.Apps = map[string]store.AppPolicy{"a": pol(10, 10, 3)}
 	logs := logTo(&cfg)
-	l1 := testLimiter(t, cfg, shared, c, false)
+	l := testLimiter(t, cfg, shared, c, false)
+	g := 42.0
+	if _, err := l.SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: &g}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetEmergency(context.Background(), store.Emergency{Active: true, Reason: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	return c, shared, cfg, logs, l
+}
+
+// When the Store loses its data, the overrides and the operator emergency the fleet enforces
+// are written back by the first instance that notices (their version went backwards), not
+// silently dropped; the other instances read them back. Before, a Redis restart without
+// persistence ended every override and the emergency.
+func TestStoreLossRestoresOverridesAndEmergency(t *testing.T) {
+	c, shared, cfg, logs, l1 := lossSetup(t)
 	cfg2 := cfg
 	cfg2.Instance, cfg2.Logger = "i2", nil
 	l2 := testLimiter(t, cfg2, shared, c, false)
-	g := 42.0
-	if _, err := l1.SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: &g}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l1.SetEmergency(context.Background(), store.Emergency{Active: true, Reason: "drill"}); err != nil {
-		t.Fatal(err)
-	}
 	tick := func() {
 		c.Advance(time.Second)
 		l1.tick(c.Now())
@@ -425,19 +433,7 @@ func TestStoreLossRestoresOverridesAndEmergency(t *testing.T) {
 // longer shows the loss to the report: the operator emergency must still be restored, not
 // lifted. The e2e TestOverridesSurviveRedisDataLoss met this order under load.
 func TestStoreLossSeenByWatchFirst(t *testing.T) {
-	c := clock.NewManual()
-	shared := &lossyStore{memstore.New(c)}
-	cfg := baseConfig()
-	cfg.Apps = map[string]store.AppPolicy{"a": pol(10, 10, 3)}
-	logs := logTo(&cfg)
-	l := testLimiter(t, cfg, shared, c, false)
-	g := 42.0
-	if _, err := l.SetAppOverride(context.Background(), "a", &AppOverride{Guaranteed: &g}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.SetEmergency(context.Background(), store.Emergency{Active: true, Reason: "drill"}); err != nil {
-		t.Fatal(err)
-	}
+	c, shared, cfg, logs, l := lossSetup(t)
 	c.Advance(time.Second)
 	l.tick(c.Now())
 	shared.Store = memstore.New(c) // Redis restarted without its data
