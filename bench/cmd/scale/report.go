@@ -192,6 +192,17 @@ func floorPerSec(rate, burst float64, overQuota bool, quota float64, n float64) 
 	return rate * math.Max(0, 1-burst/n)
 }
 
+// capBoundPerSec is the least lease calls per second of one app spread evenly over n instances
+// that any limiter keeping the design's fairness cap makes: every token an instance spends was
+// leased, and no lease carries more than max(1, burst / (2n)) tokens (a one-token request's
+// need, or the cap), whatever its horizon.
+func capBoundPerSec(rate, burst float64, overQuota bool, quota float64, n float64) float64 {
+	if overQuota {
+		rate = math.Min(rate, quota)
+	}
+	return rate / math.Max(1, burst/(2*n))
+}
+
 // model explains the steady scripts/s as R + c × L: R = instances × 10 cluster reports/s (one
 // script each, on the cluster's slot: one shard), L = the lease calls the lease sizes imply
 // (leasesPerSec, from the rates actually driven). Statistics ride on the leases, so an app that
@@ -231,20 +242,25 @@ func model(rs []result) string {
 		fmt.Fprintf(&sb, "| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f |\n", r.instances, r.apps, ys[i]+R[i], R[i]+c*xs[i], R[i], xs[i], r.perSec(r.steady.leases))
 	}
 	sb.WriteString("\nExtrapolated to 1000 instances × 10 000 apps (Zipf s = 1, every 5th app over its quota as above; the cluster " +
-		"scripts on one shard, the lease scripts spread evenly over 3 shards), for the harness's burst (-burst-seconds) and " +
+		"scripts on one shard, the lease scripts spread evenly over 3 shards), for the harness's burst (-burst-seconds), 5 s and " +
 		"for a burst of 60 s of the guaranteed rate:\n\n")
 	sb.WriteString("The floor is what any limiter exact across the fleet must spend: an app whose burst B is below the " +
 		"N instances can hold a token on at most B of them at a time, so at least the share 1 - B/N of its requests " +
 		"need the shared state; as cluster-shard scripts/s, R + floor / 3.\n\n")
-	sb.WriteString("| fleet req/s | burst | R | L | cluster-shard scripts/s | other shards scripts/s | target < 50 000 per shard | masters needed for it | floor, cluster shard |\n|---:|---|---:|---:|---:|---:|---|---:|---:|\n")
+	sb.WriteString("The lease-cap bound is what any implementation of the design's lease rule must spend: a lease " +
+		"carries at most max(1, burst / 2N) tokens (the fairness cap, or the one token a request needs), and every token " +
+		"spent was leased, so an app spends at least its rate / max(1, burst / 2N) lease calls per second; as " +
+		"cluster-shard scripts/s, R + bound / 3. Where it is above the target, no implementation of the cap meets it.\n\n")
+	sb.WriteString("| fleet req/s | burst | R | L | cluster-shard scripts/s | other shards scripts/s | target < 50 000 per shard | masters needed for it | lease-cap bound, cluster shard | floor, cluster shard |\n|---:|---|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	burstSecs := rs[len(rs)-1].burstSeconds
 	for _, total := range []float64{2e5, 2e6, 2e7} {
-		for _, bs := range []float64{max(burstSecs, 1), 60} {
+		for _, bs := range []float64{max(burstSecs, 1), 5, 60} {
 			sp := spec{apps: 10000, rate: total, dist: "zipf", zipfS: 1, over: rs[len(rs)-1].over, burstSeconds: bs}
-			var l, floor float64
+			var l, floor, bound float64
 			for _, a := range apps(sp) {
 				l += leasesPerSec(a.rate, a.burst, a.overQuota, a.g, 1000)
 				floor += floorPerSec(a.rate, a.burst, a.overQuota, a.g, 1000)
+				bound += capBoundPerSec(a.rate, a.burst, a.overQuota, a.g, 1000)
 			}
 			perShard := c * l / 3
 			clusterShard := 1000*syncRate + perShard
@@ -254,8 +270,8 @@ func model(rs []result) string {
 			}
 			// The cluster's shard carries R plus its part of the leases: R + c × L / masters < 50 000.
 			masters := math.Ceil(c * l / (50000 - 1000*syncRate))
-			fmt.Fprintf(&sb, "| %.0f | %.0f s | %.0f | %.0f | %.0f | %.0f | %s | %.0f | %.0f |\n", total, bs, 1000*syncRate, l,
-				clusterShard, perShard, verdict, max(masters, 1), 1000*syncRate+floor/3)
+			fmt.Fprintf(&sb, "| %.0f | %.0f s | %.0f | %.0f | %.0f | %.0f | %s | %.0f | %.0f | %.0f |\n", total, bs, 1000*syncRate, l,
+				clusterShard, perShard, verdict, max(masters, 1), 1000*syncRate+bound/3, 1000*syncRate+floor/3)
 		}
 	}
 	sb.WriteString("\n")

@@ -79,3 +79,27 @@ func TestLeasesPerSec(t *testing.T) {
 		}
 	}
 }
+
+func TestCapBoundPerSec(t *testing.T) {
+	cases := []struct {
+		name                     string
+		rate, burst, quota, n, w float64
+		over                     bool
+	}{
+		// burst 1000 over 100 instances: a lease carries at most 5 tokens.
+		{"cap", 1000, 1000, 2000, 100, 200, false},
+		// burst 10 over 1000 instances: one token per lease, one lease per request.
+		{"one per request", 50, 10, 100, 1000, 50, false},
+		// over its quota: only the quota is spent.
+		{"over quota", 100, 1000, 50, 100, 10, true},
+	}
+	for _, c := range cases {
+		if got := capBoundPerSec(c.rate, c.burst, c.over, c.quota, c.n); math.Abs(got-c.w) > 1e-9 {
+			t.Errorf("%s: %v leases/s, want %v", c.name, got, c.w)
+		}
+		// The model never leases more at once than the cap allows, so it is never below the bound.
+		if m := leasesPerSec(c.rate, c.burst, c.over, c.quota, c.n); m < capBoundPerSec(c.rate, c.burst, c.over, c.quota, c.n)-1e-9 {
+			t.Errorf("%s: model %v below the bound", c.name, m)
+		}
+	}
+}
