@@ -246,6 +246,72 @@ func TestIntegrationCostWeighted(t *testing.T) {
 	}
 }
 
+// TestIntegrationDeleteObjects: an S3 DeleteObjects request is charged DELETE's base per object
+// its body names (plus its bytes), as the backend reads the list; a list nobody reads costs one
+// delete. Up front it takes as many objects as its length can hold, so a list the app cannot
+// afford is refused before it reaches the backend. (Charged as a plain POST, 5, a bulk delete
+// of 1000 objects cost what one PUT does.)
+func TestIntegrationDeleteObjects(t *testing.T) {
+	s := loadSite(t, `
+	rate_limit {
+		cluster it-delete-objects
+		key {http.request.header.X-App-Id}
+		app alpha {
+			`+slowApp+`
+			burst 1000
+		}
+	}
+	handle /left/* {
+		respond "{http.rate_limit.remaining}"
+	}
+	handle /unread {
+		respond "unread"
+	}
+	reverse_proxy `+readingBackend(t))
+	list := func(n int) string {
+		var b strings.Builder
+		b.WriteString(`<?xml version="1.0" encoding="UTF-8"?><Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/">`)
+		for i := range n {
+			fmt.Fprintf(&b, "<Object><Key>photos/%04d.jpg</Key></Object>", i)
+		}
+		b.WriteString("<Quiet>true</Quiet></Delete>")
+		return b.String()
+	}
+	left := func() string { // a GET of an object: 1
+		_, body := s.do("GET", "/left/x", "alpha", "")
+		return body
+	}
+	// 10 objects: 10 × 2 + 1 quantum = 21.
+	body := list(10)
+	resp, got := s.do("POST", "/bucket?delete", "alpha", body)
+	if resp.StatusCode != 200 || got != fmt.Sprintf("read %d", len(body)) {
+		t.Fatalf("DeleteObjects: %d %q", resp.StatusCode, got)
+	}
+	if l := left(); l != "978" {
+		t.Errorf("after deleting 10 objects: %s left, want 978 (1000 - 21 - 1)", l)
+	}
+	// Nobody reads the list: one delete (2), no bytes.
+	if resp, got := s.do("POST", "/unread?delete", "alpha", list(300)); resp.StatusCode != 200 || got != "unread" {
+		t.Fatalf("unread DeleteObjects: %d %q", resp.StatusCode, got)
+	}
+	if l := left(); l != "975" {
+		t.Errorf("after an unread list: %s left, want 975 (978 - 2 - 1)", l)
+	}
+	// 400 objects in 17 KB can be up to 607 objects: 1215 up front (the burst, 1000, at most)
+	// is more than the 975 left: refused, nothing taken.
+	body = list(400)
+	resp, got = s.do("POST", "/bucket?delete", "alpha", body)
+	if resp.StatusCode != 429 {
+		t.Fatalf("400 objects with 975 tokens left: %d %q, want 429", resp.StatusCode, got)
+	}
+	if r := decodeRejection(t, resp, got); r.Cost != int64(2*(len(body)/29)+1) {
+		t.Errorf("rejection %+v, want the up-front cost %d", r, 2*(len(body)/29)+1)
+	}
+	if l := left(); l != "974" {
+		t.Errorf("after the refusal: %s left, want 974 (975 - 1)", l)
+	}
+}
+
 // TestIntegrationUnreadBodyRefunded: a declared body that nobody reads is refunded at
 // settlement, so a PUT answered without reading its body costs only its base.
 func TestIntegrationUnreadBodyRefunded(t *testing.T) {
@@ -296,6 +362,7 @@ func TestIntegrationS3Operations(t *testing.T) {
 		{"POST", "/bucket/key?uploads", "", "2"},                 // MULTIPART_INIT
 		{"POST", "/bucket/key?uploadId=1", "", "8"},              // MULTIPART_COMPLETE
 		{"DELETE", "/bucket/key?uploadId=1", "", "3"},            // MULTIPART_ABORT
+		{"POST", "/bucket?delete", "", "2"},                      // DELETE_OBJECTS: one object at least
 		{"PUT", "/bucket/key?partNumber=1&uploadId=1", "x", "5"}, // MULTIPART_UPLOAD 4 + 1 quantum
 	} {
 		resp, body := s.do(c.method, c.path, "alpha", c.body)

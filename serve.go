@@ -98,6 +98,7 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 		body = &touchingBody{ticket: tw.ticket, app: app, model: h.model, est: est}
 		body.charged.Store(charge)
 		body.Reset(orig)
+		body.CountObjects(est)
 		r.Body = body
 	}
 	defer func() {
@@ -110,11 +111,12 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 			app.Settle(d, charged, 0) // rejected further down: roll back
 			app.Record(store.ReasonNone, 0)
 		} else {
-			var read int64
+			var used cost.Usage
 			if body != nil {
-				read = body.N()
+				used = body.Usage()
 			}
-			actual := h.model.Settle(est, read, tw.n)
+			used.ResponseBytes = tw.n
+			actual := h.model.Settle(est, used)
 			app.Settle(d, charged, actual)
 			app.Record(store.ReasonNone, actual)
 			if out != nil {
@@ -169,7 +171,7 @@ func (b *touchingBody) Read(p []byte) (int, error) {
 // may read on another goroutine while the request settles: after settle nothing more is
 // charged, and a charge raced past it is part of what settle returned.
 func (b *touchingBody) chargeRead() {
-	c := b.model.Settle(b.est, b.N(), 0)
+	c := b.model.Settle(b.est, b.Usage())
 	for {
 		cur := b.charged.Load()
 		if cur < 0 || c <= cur {

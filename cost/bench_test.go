@@ -38,7 +38,7 @@ func TestZeroAllocs(t *testing.T) {
 	for _, r := range rs {
 		if n := testing.AllocsPerRun(100, func() {
 			e := m.Estimate(r)
-			_ = m.Settle(e, 10, 10)
+			_ = m.Settle(e, Usage{BodyBytes: 10, ResponseBytes: 10})
 		}); n != 0 {
 			t.Errorf("%s %s: %v allocs", r.Method, r.URL, n)
 		}

@@ -113,6 +113,8 @@ func fuzzS3Op(method, path, rawQuery string, copySource bool) Operation {
 			return OpMultipartInit
 		case has("uploadId"):
 			return OpMultipartComplete
+		case has("delete"):
+			return OpDeleteObjects
 		}
 		return OpPost
 	case OpDelete:
@@ -129,7 +131,7 @@ func fuzzS3Op(method, path, rawQuery string, copySource bool) Operation {
 func fuzzBaseOf(c Config, op Operation) int64 {
 	table := map[Operation]int64{OpGet: 1, OpHead: 1, OpPut: 5, OpPost: 5, OpPatch: 3, OpDelete: 2,
 		OpList: 3, OpCopy: 6, OpMultipartInit: 2, OpMultipartUpload: 4, OpMultipartComplete: 8,
-		OpMultipartAbort: 3, OpOther: *c.Default}
+		OpMultipartAbort: 3, OpDeleteObjects: 2, OpOther: *c.Default}
 	b := table[op]
 	for name, v := range c.Base {
 		if o, _ := ParseOperation(name); o == op {
@@ -245,6 +247,9 @@ func FuzzEstimate(f *testing.F) {
 		{method: "GET", path: "/b", respBytes: 1 << 40, responseBytes: true, http: true, quantum: 3, bandwidth: 7, max: 100},
 		{method: "BREW", path: "/", contentLength: -5, def: 0, baseOp: uint8(OpOther), baseVal: 0},
 		{method: "DELETE", path: "/b/k", query: "uploadId", quantum: -1},
+		{method: "POST", path: "/b", query: "delete", contentLength: 2900, bodyRead: 1037},
+		{method: "POST", path: "/b", query: "delete=", contentLength: -1, body: true, bodyRead: 70000},
+		{method: "POST", path: "/b", query: "delete", contentLength: 1 << 20, baseOp: uint8(OpDeleteObjects), baseVal: maxInt},
 		{method: "PUT", path: "/b/k", copySource: true, contentLength: 10, bandwidth: -1, max: -1, def: -1},
 		{method: "PUT", path: "/b/k", contentLength: 1, baseOp: uint8(OpPut), baseVal: maxInt, max: 5},
 		{method: "PATCH", path: "/b/k", contentLength: -1, body: true, streamEstimate: maxInt, quantum: maxInt},
@@ -333,16 +338,34 @@ func FuzzEstimate(f *testing.F) {
 			if m.Base(e.Op) != base {
 				t.Fatalf("config %s: base(%v) = %d, want %d", fuzzConfig(c), e.Op, m.Base(e.Op), base)
 			}
-			if want := fuzzCost(c, base, bytes); e.Cost != want {
+			// DELETE_OBJECTS: the base per object the body can name, up front as many as its
+			// bytes can hold (shortest entry 29 bytes), at least 1, at most 1000.
+			perRequest := func(objects, bytes int64) int64 {
+				if e.Op != OpDeleteObjects {
+					return fuzzCost(c, base, bytes)
+				}
+				objects = min(max(objects, 1), 1000)
+				if new(big.Int).Mul(big.NewInt(base), big.NewInt(objects)).Cmp(big.NewInt(c.Max)) > 0 {
+					return c.Max
+				}
+				return fuzzCost(c, base*objects, bytes)
+			}
+			if want := perRequest(bytes/29, bytes); e.Cost != want {
 				t.Fatalf("config %s: cost of %v with %d bytes = %d, want %d", fuzzConfig(c), e.Op, bytes, e.Cost, want)
 			}
 			if e.Cost < 0 || e.Cost > c.Max || (base >= 1 && e.Cost < 1) {
 				t.Fatalf("config %s: cost %d of %v out of range (base %d, max %d)", fuzzConfig(c), e.Cost, e.Op, base, c.Max)
 			}
 
-			got := m.Settle(e, bodyRead, respBytes)
+			objects := bodyRead % 1200 // objects a DeleteObjects body named (any count, for the others)
+			got := m.Settle(e, Usage{BodyBytes: bodyRead, Objects: objects, ResponseBytes: respBytes})
 			want := e.Cost
-			if e.Streaming || bodyRead < e.Declared {
+			switch {
+			case e.Op == OpDeleteObjects && e.Streaming:
+				want = perRequest(objects, charged(bodyRead))
+			case e.Op == OpDeleteObjects:
+				want = perRequest(objects, charged(min(bodyRead, e.Declared)))
+			case e.Streaming || bodyRead < e.Declared:
 				want = fuzzCost(c, base, charged(bodyRead))
 			}
 			if c.ResponseBytes {

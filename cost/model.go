@@ -47,9 +47,24 @@ func (m *Model) Base(op Operation) int64 {
 }
 
 // Cost returns min(base(op) + ceil(bytes/quantum) × bandwidth, max). Negative bytes count as 0.
-// It cannot overflow, whatever bytes is.
+// It cannot overflow, whatever bytes is. (DELETE_OBJECTS is charged per object: Estimate and
+// Settle.)
 func (m *Model) Cost(op Operation, bytes int64) int64 {
 	return m.addBytes(m.Base(op), bytes)
+}
+
+// opCost is Cost with DELETE_OBJECTS' base charged once per object (objects clamped to
+// [1, MaxDeleteObjects]); objects is ignored for every other operation.
+func (m *Model) opCost(op Operation, objects, bytes int64) int64 {
+	if op != OpDeleteObjects {
+		return m.Cost(op, bytes)
+	}
+	objects = min(max(objects, 1), MaxDeleteObjects)
+	base := m.Base(op)
+	if base > m.cfg.Max/objects {
+		return m.cfg.Max
+	}
+	return m.addBytes(base*objects, bytes)
 }
 
 // addBytes returns min(c + ceil(bytes/quantum) × bandwidth, max) for 0 <= c, without overflow.
@@ -102,6 +117,9 @@ func (m *Model) Classify(r *http.Request) Operation {
 		if q&qUploadID != 0 {
 			return OpMultipartComplete
 		}
+		if q&qDelete != 0 {
+			return OpDeleteObjects
+		}
 	case OpDelete:
 		if scanQuery(r.URL.RawQuery)&qUploadID != 0 {
 			return OpMultipartAbort
@@ -128,6 +146,7 @@ const (
 	qUploads
 	qUploadID
 	qPartNumber
+	qDelete
 )
 
 // scanQuery returns the S3 query keys present in a raw query, without allocating (url.Values
@@ -151,6 +170,8 @@ func scanQuery(raw string) uint8 {
 			bits |= qUploadID
 		case "partNumber":
 			bits |= qPartNumber
+		case "delete":
+			bits |= qDelete
 		}
 	}
 	return bits
@@ -169,30 +190,36 @@ type Estimate struct {
 // Estimate returns the up-front cost of r: its operation plus its declared body length, or
 // stream_estimate bytes for a body of unknown length (chunked) unless the method carries no
 // body (bodiless), or nothing for no body. With `operations s3`, an aws-chunked upload is
-// charged its payload (x-amz-decoded-content-length) rather than its wire bytes (bodyBytes).
+// charged its payload (x-amz-decoded-content-length) rather than its wire bytes (bodyBytes),
+// and a DeleteObjects request as many objects as those bytes can name (objectsIn).
 func (m *Model) Estimate(r *http.Request) Estimate {
 	e := Estimate{Op: m.Classify(r)}
 	if m.s3 {
 		e.Decoded, e.Chunked = decodedLength(r)
 	}
+	var bytes int64
 	switch {
 	case r.ContentLength >= 0:
 		e.Declared = r.ContentLength
-		e.Cost = m.Cost(e.Op, e.bodyBytes(e.Declared))
+		bytes = e.bodyBytes(e.Declared)
 	case r.Body != nil && r.Body != http.NoBody:
 		e.Declared, e.Streaming = -1, true
 		switch {
 		case e.Chunked:
-			e.Cost = m.Cost(e.Op, e.Decoded)
+			bytes = e.Decoded
 		case bodiless(r.Method):
-			e.Cost = m.Cost(e.Op, 0)
 		default:
-			e.Cost = m.Cost(e.Op, m.cfg.StreamEstimate)
+			bytes = m.cfg.StreamEstimate
 		}
-	default:
-		e.Cost = m.Cost(e.Op, 0)
 	}
+	e.Cost = m.opCost(e.Op, objectsIn(bytes), bytes)
 	return e
+}
+
+// objectsIn is the most objects a DeleteObjects body of n bytes can name (at least one: the
+// request itself is charged as one delete).
+func objectsIn(n int64) int64 {
+	return min(max(n/int64(minObjectXML), 1), MaxDeleteObjects)
 }
 
 // bodiless reports whether requests of method carry no body by convention (RFC 9110 gives one
@@ -244,17 +271,37 @@ func (e Estimate) bodyBytes(wire int64) int64 {
 	return e.Decoded
 }
 
+// Usage is what a request used, as far as Settle is concerned.
+type Usage struct {
+	BodyBytes     int64 // request body bytes read (CountingBody)
+	Objects       int64 // objects a DeleteObjects body named, as far as it was read (CountingBody)
+	ResponseBytes int64 // response body bytes written
+}
+
 // Settle returns the actual cost of a finished request: the cost of the bytes read for a
-// streaming body or a body read short of its Content-Length (the unread part is refunded),
-// the estimate otherwise, plus the response bytes in bandwidth units when response_bytes is on;
-// never above max. The caller settles the difference with e.Cost.
-func (m *Model) Settle(e Estimate, bodyRead, responseBytes int64) int64 {
+// streaming body or a body read short of its Content-Length (the unread part is refunded), for
+// a DeleteObjects request its base per object the body named, the estimate otherwise; plus the
+// response bytes in bandwidth units when response_bytes is on; never above max. The caller
+// settles the difference with e.Cost.
+func (m *Model) Settle(e Estimate, u Usage) int64 {
 	c := e.Cost
-	if e.Streaming || bodyRead < e.Declared {
-		c = m.Cost(e.Op, e.bodyBytes(bodyRead))
+	switch {
+	case e.Op == OpDeleteObjects:
+		c = m.opCost(e.Op, u.Objects, e.bodyBytes(e.readBytes(u.BodyBytes)))
+	case e.Streaming || u.BodyBytes < e.Declared:
+		c = m.Cost(e.Op, e.bodyBytes(u.BodyBytes))
 	}
 	if m.cfg.ResponseBytes {
-		c = m.addBytes(max(c, 0), responseBytes)
+		c = m.addBytes(max(c, 0), u.ResponseBytes)
 	}
 	return min(c, m.cfg.Max)
+}
+
+// readBytes returns the body bytes a request is charged for when read bytes were read: all of
+// them for a streaming body, at most its Content-Length otherwise.
+func (e Estimate) readBytes(read int64) int64 {
+	if e.Streaming {
+		return read
+	}
+	return min(read, e.Declared)
 }

@@ -85,7 +85,7 @@ func TestPropertySettle(t *testing.T) {
 		}
 		resp := genBytes(t, "resp")
 
-		got := m.Settle(e, read, resp)
+		got := m.Settle(e, Usage{BodyBytes: read, ResponseBytes: resp})
 		if got < 0 || got > c.Max {
 			t.Fatalf("settle %d outside [0, %d]", got, c.Max)
 		}
@@ -147,7 +147,7 @@ func TestEstimate(t *testing.T) {
 		if e.Cost != m.Base(e.Op) || !e.Streaming {
 			t.Errorf("%s without a length: %+v, want the base cost %d, streaming", method, e, m.Base(e.Op))
 		}
-		if got := m.Settle(e, 2500, 0); got != m.Base(e.Op)+3 {
+		if got := m.Settle(e, Usage{BodyBytes: 2500}); got != m.Base(e.Op)+3 {
 			t.Errorf("%s with a 2500-byte body: settled %d", method, got)
 		}
 	}
@@ -172,7 +172,7 @@ func TestAbsurdContentLength(t *testing.T) {
 			}
 		}
 		e := m.Estimate(r)
-		if got := m.Settle(e, math.MaxInt64, math.MaxInt64); got != DefaultMax {
+		if got := m.Settle(e, Usage{BodyBytes: math.MaxInt64, ResponseBytes: math.MaxInt64}); got != DefaultMax {
 			t.Errorf("settle of absurd sizes: %d", got)
 		}
 	}
@@ -198,12 +198,12 @@ func TestSettleExamples(t *testing.T) {
 		{"negative response", Estimate{Op: OpGet, Cost: 1}, 0, -7, 1},
 	}
 	for _, tt := range tests {
-		if got := m.Settle(tt.e, tt.read, tt.resp); got != tt.want {
+		if got := m.Settle(tt.e, Usage{BodyBytes: tt.read, ResponseBytes: tt.resp}); got != tt.want {
 			t.Errorf("%s: settle = %d, want %d", tt.name, got, tt.want)
 		}
 	}
 	off := mustNew(t, Config{Quantum: 100})
-	if got := off.Settle(Estimate{Op: OpGet, Cost: 1}, 0, 1<<20); got != 1 || off.ResponseBytes() {
+	if got := off.Settle(Estimate{Op: OpGet, Cost: 1}, Usage{BodyBytes: 0, ResponseBytes: 1 << 20}); got != 1 || off.ResponseBytes() {
 		t.Errorf("response_bytes off: settle %d, flag %v", got, off.ResponseBytes())
 	}
 }
@@ -270,7 +270,7 @@ func TestAwsChunked(t *testing.T) {
 		if tt.e.Cost != tt.estimate {
 			t.Errorf("%s: estimate %d, want %d (%+v)", tt.name, tt.e.Cost, tt.estimate, tt.e)
 		}
-		if got := m.Settle(tt.e, tt.read, 0); got != tt.settled {
+		if got := m.Settle(tt.e, Usage{BodyBytes: tt.read}); got != tt.settled {
 			t.Errorf("%s: settled %d, want %d", tt.name, got, tt.settled)
 		}
 		if got := m.Cost(OpPut, tt.read); got != tt.plainWire {
@@ -282,7 +282,7 @@ func TestAwsChunked(t *testing.T) {
 	e := put(-1, "1048576", ce, "aws-chunked")
 	prev := int64(0)
 	for read := int64(0); read <= 1<<21; read += 997 {
-		c := m.Settle(e, read, 0)
+		c := m.Settle(e, Usage{BodyBytes: read})
 		if c < prev {
 			t.Fatalf("charge went down from %d to %d at %d bytes read", prev, c, read)
 		}
@@ -295,7 +295,7 @@ func TestAwsChunked(t *testing.T) {
 	r.ContentLength = -1
 	r.Header.Set(ce, "aws-chunked")
 	r.Header.Set("X-Amz-Decoded-Content-Length", "65536")
-	if e := h.Estimate(r); e.Chunked || h.Settle(e, 65581, 0) != 7 {
-		t.Errorf("operations http: %+v settled %d, want the wire's 7", e, h.Settle(e, 65581, 0))
+	if e := h.Estimate(r); e.Chunked || h.Settle(e, Usage{BodyBytes: 65581}) != 7 {
+		t.Errorf("operations http: %+v settled %d, want the wire's 7", e, h.Settle(e, Usage{BodyBytes: 65581}))
 	}
 }

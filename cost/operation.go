@@ -20,6 +20,7 @@ const (
 	OpMultipartUpload
 	OpMultipartComplete
 	OpMultipartAbort
+	OpDeleteObjects // S3 DeleteObjects (POST ?delete): its base is charged per object named
 	OpOther
 
 	// NumOperations is the number of operations, for arrays indexed by Operation.
@@ -39,6 +40,7 @@ var opNames = [NumOperations]string{
 	OpMultipartUpload:   "MULTIPART_UPLOAD",
 	OpMultipartComplete: "MULTIPART_COMPLETE",
 	OpMultipartAbort:    "MULTIPART_ABORT",
+	OpDeleteObjects:     "DELETE_OBJECTS",
 	OpOther:             "OTHER",
 }
 
@@ -56,6 +58,7 @@ var defaultBase = [NumOperations]int64{
 	OpMultipartUpload:   4,
 	OpMultipartComplete: 8,
 	OpMultipartAbort:    3,
+	OpDeleteObjects:     2, // per object, as DELETE
 }
 
 // String returns the operation's name: "GET", "MULTIPART_INIT", … (used as a metric label).

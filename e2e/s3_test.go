@@ -23,12 +23,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 )
 
-// s3Server is a small in-memory S3 (path-style): create bucket, put, get, head, delete and
-// list objects. It is the backend the gateway under test protects; real S3 clients talk to it
-// through the gateway.
+// s3Server is a small in-memory S3 (path-style): create bucket, put, get, head, delete (one
+// object, or a list: DeleteObjects) and list objects. It is the backend the gateway under test
+// protects; real S3 clients talk to it through the gateway.
 type s3Server struct {
 	mu      sync.Mutex
 	buckets map[string]map[string][]byte
@@ -99,6 +100,29 @@ func (s *s3Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodDelete:
 		delete(objs, key)
 		w.WriteHeader(http.StatusNoContent)
+	case key == "" && r.Method == http.MethodPost && r.URL.Query().Has("delete"):
+		var list struct {
+			Objects []struct {
+				Key string `xml:"Key"`
+			} `xml:"Object"`
+		}
+		if err := xml.NewDecoder(r.Body).Decode(&list); err != nil || len(list.Objects) > 1000 {
+			s3Fail(w, http.StatusBadRequest, "MalformedXML")
+			return
+		}
+		type deleted struct {
+			Key string `xml:"Key"`
+		}
+		out := struct {
+			XMLName xml.Name  `xml:"DeleteResult"`
+			Deleted []deleted `xml:"Deleted"`
+		}{}
+		for _, o := range list.Objects {
+			delete(objs, o.Key)
+			out.Deleted = append(out.Deleted, deleted{Key: o.Key})
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		xml.NewEncoder(w).Encode(out)
 	default:
 		s3Fail(w, http.StatusNotImplemented, "NotImplemented")
 	}
@@ -267,6 +291,35 @@ func TestS3SDKBoto3(t *testing.T) {
 		t.Fatalf("boto3 output:\n%s\nwant a SlowDown/503 without retries and success with standard retries", out)
 	}
 	t.Logf("boto3: %s", strings.TrimSpace(string(out)))
+}
+
+// A bulk delete through a real SDK is charged per object: aws-sdk-go-v2's DeleteObjects of 10
+// keys costs 10 × DELETE (2) + its list's one quantum, not a POST's 5.
+func TestS3DeleteObjectsCost(t *testing.T) {
+	requireCaddy(t)
+	g := s3Gateway(t)
+	ctx := context.Background()
+	c := newS3Client(g.base, 1)
+	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("photos")}); err != nil {
+		t.Fatalf("CreateBucket: %v", err)
+	}
+	var ids []types.ObjectIdentifier
+	for i := range 10 {
+		key := fmt.Sprintf("album/%02d.jpg", i)
+		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("photos"), Key: aws.String(key),
+			Body: strings.NewReader("jpeg")}); err != nil {
+			t.Fatalf("PutObject: %v", err)
+		}
+		ids = append(ids, types.ObjectIdentifier{Key: aws.String(key)})
+	}
+	want := 5.0 + 10*6 // the bucket, then ten PUTs of 5 + 1 quantum
+	g.waitMetric(5*time.Second, func(v float64) bool { return v == want }, "caddy_rate_limit_cost_total", `app="photos"`)
+	out, err := c.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("photos"), Delete: &types.Delete{Objects: ids}})
+	if err != nil || len(out.Deleted) != 10 {
+		t.Fatalf("DeleteObjects: %v, %d deleted", err, len(out.Deleted))
+	}
+	want += 10*2 + 1
+	g.waitMetric(5*time.Second, func(v float64) bool { return v == want }, "caddy_rate_limit_cost_total", `app="photos"`)
 }
 
 // awsChunkedBody is an upload as boto3 1.43 frames it over HTTPS (flexible checksums on, the
