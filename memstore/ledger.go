@@ -9,9 +9,9 @@ import (
 // memLedger is one cluster's L1 ledger plus its per-instance records (the Store semantics' "L1
 // cluster ledger"; Redis: the :l1, :nodes and :conn keys). Times are µs since the Unix epoch.
 type memLedger struct {
-	winSec    int64   // the second win_cur counts
-	winCur    float64 // cost reported during win_sec
-	winPrev   float64 // cost reported during win_sec - 1
+	win       [usageSlots]float64 // cost reported per 100 ms slot, ring indexed by ring(slot)
+	winSlot   int64               // the latest slot win counts (valid when winSet)
+	winSet    bool
 	emergency bool
 	reason    string
 	calmSince int64 // 0: not calm
@@ -149,23 +149,47 @@ func (l *memLedger) pruneInFlight(now int64) {
 	}
 }
 
-// addUsage is Report step 3: it adds cost to the one-second sliding window and returns
-// u = (win_prev × (1 - f) + win_cur) / capacity, f being the fraction of the current second gone.
+// usageSlots is the number of 100 ms slots the usage window keeps: ten complete ones and the
+// current one.
+const usageSlots = 11
+
+// usageSlot is the length of one slot of the usage window, in µs.
+const usageSlot = 100_000
+
+// addUsage is Report step 3: it adds cost to the usage window and returns u, the cost of the
+// last second over capacity. The window is kept in 100 ms slots (Redis: fields w_slot and
+// w0…w10), and the last second is the larger of two exact one-second spans: the last ten
+// complete slots, and the last nine with the current one. A one-second count of either span is
+// never more than what arrived in some one second, unlike the two-bucket estimate it replaces,
+// win_prev × (1 − f) + win_cur, which counted cost bunched at the start of each second up to
+// twice (an automatic emergency at 66 % of capacity); and the current slot's share makes a
+// report count at once.
 func (l *memLedger) addUsage(cost int64, capacity float64, now int64) float64 {
-	s := now / 1e6 // floor: times are after the epoch
-	c := float64(cost)
-	switch s {
-	case l.winSec:
-		l.winCur += c
-	case l.winSec + 1:
-		l.winPrev, l.winCur, l.winSec = l.winCur, c, s
-	default:
-		l.winPrev, l.winCur, l.winSec = 0, c, s
+	slot := now / usageSlot // floor: times are after the epoch
+	switch {
+	case !l.winSet || slot-l.winSlot >= usageSlots:
+		l.win = [usageSlots]float64{}
+		l.winSlot, l.winSet = slot, true
+	case slot > l.winSlot:
+		for s := l.winSlot + 1; s <= slot; s++ {
+			l.win[ring(s)] = 0
+		}
+		l.winSlot = slot
 	}
-	f := float64(now%1e6) / 1e6
-	rate := l.winPrev*(1-f) + l.winCur
-	return rate / capacity
+	slot = l.winSlot // a clock that went back counts in the latest slot
+	l.win[ring(slot)] += float64(cost)
+	var complete, shifted float64
+	for s := slot - 10; s <= slot-1; s++ {
+		complete += l.win[ring(s)]
+	}
+	for s := slot - 9; s <= slot; s++ {
+		shifted += l.win[ring(s)]
+	}
+	return max(complete, shifted) / capacity
 }
+
+// ring is slot's index in the window's ring (Lua's %, which is never negative).
+func ring(slot int64) int64 { return (slot%usageSlots + usageSlots) % usageSlots }
 
 // updateEmergency is Report step 5: u >= thr enters (or stays in) the automatic emergency; an
 // automatic emergency is left at the first report at least 10 s after u fell below thr - 0.1

@@ -46,31 +46,58 @@ local factors = { 1, 1, 1, 1 }
 local emergency = 0
 local reason = ''
 if capacity > 0 then
-  local v = redis.call('HMGET', KEYS[1], 'win_sec', 'win_cur', 'win_prev', 'emergency', 'emergency_reason', 'calm_since')
-  local win_sec = tonumber(v[1]) or 0
-  local win_cur = tonumber(v[2]) or 0
-  local win_prev = tonumber(v[3]) or 0
-  emergency = tonumber(v[4]) or 0
-  reason = v[5] or ''
-  local calm_since = tonumber(v[6]) or 0
+  local v = redis.call('HMGET', KEYS[1], 'emergency', 'emergency_reason', 'calm_since', 'w_slot',
+    'w0', 'w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7', 'w8', 'w9', 'w10')
+  emergency = tonumber(v[1]) or 0
+  reason = v[2] or ''
+  local calm_since = tonumber(v[3]) or 0
 
-  -- 3. usage: a two-second sliding window of admitted cost.
-  local frac = math.fmod(now, 1e6)
-  local sec = (now - frac) / 1e6
-  if sec == win_sec then
-    win_cur = win_cur + cost
-  elseif sec == win_sec + 1 then
-    win_prev = win_cur
-    win_cur = cost
-    win_sec = sec
-  else
-    win_prev = 0
-    win_cur = cost
-    win_sec = sec
+  -- 3. usage: the cost of the last second, kept in eleven 100 ms slots (a ring, w<slot % 11>):
+  -- the larger of the last ten complete slots and the last nine with the current one
+  -- (docs/design.md, "L1 usage").
+  local slot = math.floor(now / 100000)
+  local last = tonumber(v[4])
+  local w = {}
+  for i = 0, 10 do
+    w[i] = tonumber(v[5 + i]) or 0
   end
-  local f = frac / 1e6
-  local rate = win_prev * (1 - f) + win_cur
-  u = rate / capacity
+  local changed = {}
+  if last == nil then
+    -- the first report, or the first since the two-bucket window: drop its fields
+    redis.call('HDEL', KEYS[1], 'win_sec', 'win_cur', 'win_prev')
+  end
+  if last == nil or slot - last >= 11 then
+    for i = 0, 10 do
+      w[i] = 0
+      changed[i] = true
+    end
+    last = slot
+  elseif slot > last then
+    for s = last + 1, slot do
+      w[s % 11] = 0
+      changed[s % 11] = true
+    end
+    last = slot
+  end
+  slot = last -- a clock that went back counts in the latest slot
+  w[slot % 11] = w[slot % 11] + cost
+  changed[slot % 11] = true
+  local complete, shifted = 0, 0
+  for s = slot - 10, slot - 1 do
+    complete = complete + w[s % 11]
+  end
+  for s = slot - 9, slot do
+    shifted = shifted + w[s % 11]
+  end
+  u = math.max(complete, shifted) / capacity
+  local fields = { 'w_slot', fmt(slot) }
+  for i = 0, 10 do
+    if changed[i] then
+      fields[#fields + 1] = 'w' .. i
+      fields[#fields + 1] = fmt(w[i])
+    end
+  end
+  redis.call('HSET', KEYS[1], unpack(fields))
 
   -- 5. emergency: entered at the threshold, left after 10 s below threshold − 0.1.
   if u >= thr then
@@ -102,8 +129,7 @@ if capacity > 0 then
     end
   end
 
-  redis.call('HSET', KEYS[1], 'win_sec', fmt(win_sec), 'win_cur', fmt(win_cur), 'win_prev', fmt(win_prev),
-    'emergency', emergency, 'emergency_reason', reason, 'calm_since', fmt(calm_since))
+  redis.call('HSET', KEYS[1], 'emergency', emergency, 'emergency_reason', reason, 'calm_since', fmt(calm_since))
 end
 
 if emergency ~= 1 then

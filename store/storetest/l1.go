@@ -17,6 +17,8 @@ func l1Cases() []testCase {
 		{"RemoteInFlightExcludesReporter", remoteInFlightExcludesReporter},
 		{"AppInFlightNeedsReports", appInFlightNeedsReports},
 		{"UsageSlidingWindow", usageSlidingWindow},
+		{"UsageBunchedEachSecond", usageBunchedEachSecond},
+		{"UsageSteady", usageSteady},
 		{"FactorsOneBelowOverload", factorsOneBelowOverload},
 		{"OverloadFormula", overloadFormula},
 		{"EmergencyAtThreshold", emergencyAtThreshold},
@@ -134,17 +136,53 @@ func appInFlightNeedsReports(e *env) {
 	e.wantRemote(st, 1, nil)
 }
 
+// usageSlidingWindow: u is the cost of the last second (capacity 1000), counted in 100 ms slots
+// as the larger of the last ten complete slots and the last nine with the current one.
 func usageSlidingWindow(e *env) {
 	e.withL1()
 	st := e.report("a", 0, store.AppReport{App: "x", Cost: 300}, store.AppReport{App: "y", Cost: 200})
-	e.wantL1(st, 0.5, false, allOne)
+	e.wantL1(st, 0.5, false, allOne) // a report counts at once
 	e.advance(500 * time.Millisecond)
-	e.wantL1(e.report("b", 0, store.AppReport{App: "x", Cost: 300}), 0.8, false, allOne) // same second: 800
+	e.wantL1(e.report("b", 0, store.AppReport{App: "x", Cost: 300}), 0.8, false, allOne) // 500 + 300
 	e.advance(750 * time.Millisecond)
-	// Next second, a quarter gone: 800 × 0.75 + 100.
-	e.wantL1(e.report("a", 0, store.AppReport{App: "x", Cost: 100}), 0.7, false, allOne)
+	// 1.25 s: the 500 of 0 s is out, the 300 of 0.5 s in.
+	e.wantL1(e.report("a", 0, store.AppReport{App: "x", Cost: 100}), 0.4, false, allOne)
+	e.advance(300 * time.Millisecond)
+	// 1.55 s: the 300 of 0.5 s is still within the last ten complete slots (0.5–1.5 s).
+	e.wantL1(e.report("a", 0), 0.4, false, allOne)
+	e.advance(100 * time.Millisecond)
+	e.wantL1(e.report("a", 0), 0.1, false, allOne) // 1.65 s: only the 100 of 1.25 s
 	e.advance(2 * time.Second) // a gap of two seconds empties the window
 	e.wantL1(e.report("a", 0), 0, false, allOne)
+}
+
+// usageBunchedEachSecond: cost that arrives at the start of every second is counted once. The
+// two-bucket estimate win_prev × (1 − f) + win_cur read 650 per second bunched so as 1.27 of
+// the capacity just after each second began, an automatic emergency at 65 % of capacity.
+func usageBunchedEachSecond(e *env) {
+	e.withL1()
+	e.advance(2 * time.Second)
+	for range 5 {
+		e.wantL1(e.reportCost(650), 0.65, false, allOne)
+		for range 9 {
+			e.advance(100 * time.Millisecond)
+			e.wantL1(e.reportCost(0), 0.65, false, allOne)
+		}
+		e.advance(100 * time.Millisecond)
+	}
+}
+
+// usageSteady: a steady rate reported every 100 ms reads as that rate at every report.
+func usageSteady(e *env) {
+	e.withL1()
+	for range 10 { // the first second fills the window
+		e.reportCost(80)
+		e.advance(100 * time.Millisecond)
+	}
+	for range 25 {
+		e.wantL1(e.reportCost(80), 0.8, false, allOne)
+		e.advance(100 * time.Millisecond)
+	}
 }
 
 func factorsOneBelowOverload(e *env) {
