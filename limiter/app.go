@@ -359,25 +359,31 @@ func (a *App) reject(p *appPolicy, st *store.ClusterState, r store.Reason, retry
 	}
 }
 
-// mapReason turns a Store refusal into the reason the client sees, given L1's last known state.
+// mapReason turns a Store refusal into the reason the client sees, given L1's last known state
+// (docs/configuration.md, "Responses"): a refusal of the app's own bucket names what L1 did to
+// its refill, if anything (emergency_blocked, emergency_quota_exceeded, cluster_exhausted for an
+// overload), and is app_exhausted when L1 left the refill whole, as for P0 in an emergency; a
+// refused borrow keeps the Store's reason (borrow_limit_exceeded, or cluster_exhausted for an
+// empty pool), except in an emergency, which stops borrowing.
 func mapReason(st *store.ClusterState, priority int, r store.Reason) store.Reason {
 	switch r {
 	case store.ReasonRedisUnavailable, store.ReasonEmergencyBlocked:
 		return r
 	}
-	if st.Emergency {
-		if st.Factors[priority] <= 0 {
-			return store.ReasonEmergencyBlocked
-		}
+	f := st.Factors[priority]
+	switch {
+	case st.Emergency && f <= 0:
+		return store.ReasonEmergencyBlocked
+	case st.Emergency && f < 1:
 		return store.ReasonEmergencyQuotaExceeded
-	}
-	if st.Factors[priority] < 1 {
+	case st.Emergency:
+		return store.ReasonAppExhausted
+	case r == store.ReasonBorrowLimitExceeded || r == store.ReasonClusterExhausted:
+		return r
+	case f < 1:
 		return store.ReasonClusterExhausted
 	}
-	if r == store.ReasonNone {
-		return store.ReasonAppExhausted
-	}
-	return r
+	return store.ReasonAppExhausted
 }
 
 // oneToken is how long L2 needs to refill one token at the app's current rate.

@@ -261,9 +261,15 @@ func TestReasonMapping(t *testing.T) {
 	}{
 		{emerg, 3, store.ReasonAppExhausted, store.ReasonEmergencyBlocked},
 		{emerg, 1, store.ReasonAppExhausted, store.ReasonEmergencyQuotaExceeded},
-		{emerg, 0, store.ReasonBorrowLimitExceeded, store.ReasonEmergencyQuotaExceeded},
+		// P0's ratio is 1: the emergency left its quota whole, so the quota is what ran out
+		// (and an emergency stops borrowing: a borrow refusal raced it).
+		{emerg, 0, store.ReasonAppExhausted, store.ReasonAppExhausted},
+		{emerg, 0, store.ReasonBorrowLimitExceeded, store.ReasonAppExhausted},
 		{over, 2, store.ReasonAppExhausted, store.ReasonClusterExhausted},
 		{over, 0, store.ReasonAppExhausted, store.ReasonAppExhausted},
+		// A refused borrow says why, overload or not.
+		{over, 2, store.ReasonBorrowLimitExceeded, store.ReasonBorrowLimitExceeded},
+		{over, 2, store.ReasonClusterExhausted, store.ReasonClusterExhausted},
 		{calm, 1, store.ReasonBorrowLimitExceeded, store.ReasonBorrowLimitExceeded},
 		{calm, 1, store.ReasonNone, store.ReasonAppExhausted},
 		{calm, 1, store.ReasonRedisUnavailable, store.ReasonRedisUnavailable},
