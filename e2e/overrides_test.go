@@ -187,7 +187,7 @@ func TestOverridesFleet(t *testing.T) {
 
 // TestBorrowingE2E: an app with max_borrow gets beyond its burst from the cluster's spare
 // capacity, is refused with borrow_limit_exceeded once it borrowed max_borrow, and repays its
-// debt from later refills.
+// debt from the refill it leaves unused.
 func TestBorrowingE2E(t *testing.T) {
 	requireCaddy(t)
 	addr, _ := redistest.Standalone(t)
@@ -228,8 +228,10 @@ func TestBorrowingE2E(t *testing.T) {
 	if err != nil || debt <= 0 {
 		t.Fatalf("debt after borrowing: %v %v", debt, err)
 	}
-	// Repayment: 1.2 × 200 = 240 tokens of debt at 50/s is about 5 s; a lease refills (and repays)
-	// the elapsed time, so keep asking until the stored debt is 0.
+	// Repayment: with a request every 200 ms (15 tokens/s of the 50/s refill), L2's bucket of 50
+	// is full after about 1.5 s, and the 35/s beyond it pay the 1.2 × 200 = 240 of debt in about
+	// 7 s; a lease refills (and repays) the elapsed time, so keep asking until the stored debt
+	// is 0.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		g.send("GET", "/", "borrower", "")

@@ -37,30 +37,36 @@ const (
 	memMaxRetryUS = 1 << 53 // ≈ 285 years: any longer retry-after is capped (fits a time.Duration)
 )
 
-// refill adds the tokens earned since ts at guaranteed × factor; debt is paid first. The burst
-// may have shrunk since the last call (reload), so the result is clamped even when nothing is added.
+// refill adds the tokens earned since ts at guaranteed × factor and clamps to the burst; what
+// does not fit pays debt. Borrowing is repaid from the refill the app leaves unused, never from
+// its guarantee: repaid first from every refill, an app with steady demand borrowed again as
+// fast as it repaid and kept 1/1.2 of its guaranteed rate (1/2 with one-token borrows, which
+// owe 2), worse off than without max_borrow. The burst may have shrunk since the last call
+// (reload), so the result is clamped even when nothing is added.
 //
 //	elapsed = max(0, now - ts) / 1e6
-//	add = elapsed * guaranteed * factor
-//	if debt > 0: pay = min(debt, add); newdebt = debt - pay
-//	             borrowed = newdebt == 0 ? 0 : borrowed * (newdebt / debt)
-//	             debt = newdebt; add = add - pay
-//	tokens = min(burst, tokens + add); ts = max(ts, now)
+//	tokens = tokens + elapsed * guaranteed * factor
+//	if tokens > burst: over = tokens - burst; tokens = burst
+//	    if debt > 0: newdebt = debt - min(debt, over)
+//	                 borrowed = newdebt == 0 ? 0 : borrowed * (newdebt / debt); debt = newdebt
+//	ts = max(ts, now)
 func (b *memBucket) refill(p store.AppPolicy, factor float64, now int64) {
 	elapsed := float64(max(0, now-b.ts)) / 1e6
-	add := elapsed * p.Guaranteed * factor
-	if b.debt > 0 {
-		pay := math.Min(b.debt, add)
-		newDebt := b.debt - pay
-		if newDebt == 0 {
-			b.borrowed = 0
-		} else {
-			b.borrowed = b.borrowed * (newDebt / b.debt)
+	tokens := b.tokens + elapsed*p.Guaranteed*factor
+	if tokens > p.Burst {
+		over := tokens - p.Burst
+		tokens = p.Burst
+		if b.debt > 0 {
+			newDebt := b.debt - math.Min(b.debt, over)
+			if newDebt == 0 {
+				b.borrowed = 0
+			} else {
+				b.borrowed = b.borrowed * (newDebt / b.debt)
+			}
+			b.debt = newDebt
 		}
-		b.debt = newDebt
-		add = add - pay
 	}
-	b.tokens = math.Min(p.Burst, b.tokens+add)
+	b.tokens = tokens
 	b.ts = max(b.ts, now)
 }
 

@@ -13,8 +13,8 @@ import (
 )
 
 // TestMemoryStoreRefillProperty checks the refill: after elapsed seconds at factor f,
-// the bucket holds min(burst, tokens + elapsed × guaranteed × f − paid debt), where the refill
-// pays debt first; borrowed shrinks in proportion to the debt repaid and is 0 with the debt.
+// the bucket holds min(burst, tokens + elapsed × guaranteed × f), and what did not fit pays
+// debt; borrowed shrinks in proportion to the debt repaid and is 0 with the debt.
 // Debt only arises from borrowing, so the test plants it in the record directly.
 func TestMemoryStoreRefillProperty(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -48,10 +48,9 @@ func TestMemoryStoreRefillProperty(t *testing.T) {
 		if l.Granted != 0 {
 			t.Fatalf("lease(0, 0) granted %d", l.Granted)
 		}
-		add := float64(elapsedUS) / 1e6 * p.Guaranteed * factor
-		paid := math.Min(debt, add)
-		wantTokens := math.Min(p.Burst, tokens+(add-paid))
-		wantDebt := debt - paid
+		total := tokens + float64(elapsedUS)/1e6*p.Guaranteed*factor
+		wantTokens := math.Min(p.Burst, total)
+		wantDebt := debt - math.Min(debt, math.Max(0, total-p.Burst)) // only what does not fit pays
 		st, _ := m.AppState("c", "a")
 		if st.Tokens != wantTokens || st.Debt != wantDebt {
 			t.Fatalf("tokens %v, debt %v; want %v, %v", st.Tokens, st.Debt, wantTokens, wantDebt)

@@ -26,22 +26,25 @@ local function load_l2(key, burst, now)
     last_grant = tonumber(v[5]), warm_start = tonumber(v[6]), warm_granted = tonumber(v[7]) }
 end
 
--- refill adds elapsed × guaranteed × factor, paying debt first, and clamps to burst.
+-- refill adds elapsed × guaranteed × factor and clamps to burst; what does not fit pays debt
+-- (memBucket.refill: borrowing is repaid from the refill the app leaves unused).
 local function refill(s, guaranteed, burst, factor, now)
   local elapsed = math.max(0, now - s.ts) / 1e6
-  local add = elapsed * guaranteed * factor
-  if s.debt > 0 then
-    local pay = math.min(s.debt, add)
-    local newdebt = s.debt - pay
-    if newdebt == 0 then
-      s.borrowed = 0
-    else
-      s.borrowed = s.borrowed * (newdebt / s.debt)
+  local tokens = s.tokens + elapsed * guaranteed * factor
+  if tokens > burst then
+    local over = tokens - burst
+    tokens = burst
+    if s.debt > 0 then
+      local newdebt = s.debt - math.min(s.debt, over)
+      if newdebt == 0 then
+        s.borrowed = 0
+      else
+        s.borrowed = s.borrowed * (newdebt / s.debt)
+      end
+      s.debt = newdebt
     end
-    s.debt = newdebt
-    add = add - pay
   end
-  s.tokens = math.min(burst, s.tokens + add)
+  s.tokens = tokens
   s.ts = math.max(s.ts, now)
 end
 

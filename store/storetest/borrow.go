@@ -7,8 +7,9 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// Borrowing (store.LeaseRequest.Unallocated): policy guaranteed 10/s, burst 100; each case
-// sets the cluster's capacity, the pool's rate and max_borrow. Amounts are exact in binary.
+// Borrowing (store.LeaseRequest.Unallocated): policy guaranteed 10/s and, set by borrowSetup,
+// burst 10, so that a second of refill fills the bucket and what comes after it pays debt; each
+// case sets the cluster's capacity, the pool's rate and max_borrow. Amounts are exact in binary.
 
 func borrowCases() []testCase {
 	return []testCase{
@@ -16,7 +17,8 @@ func borrowCases() []testCase {
 		{"BorrowLimitExceeded", borrowLimitExceeded},
 		{"BorrowPoolEmpty", borrowPoolEmpty},
 		{"BorrowNeedsCapacity", borrowNeedsCapacity},
-		{"BorrowRepaidFromRefill", borrowRepaidFromRefill},
+		{"BorrowRepaidFromUnusedRefill", borrowRepaidFromUnusedRefill},
+		{"BorrowKeepsGuarantee", borrowKeepsGuarantee},
 		{"BorrowRecordFollowsApp", borrowRecordFollowsApp},
 		{"BorrowNotInEmergency", borrowNotInEmergency},
 		{"BorrowFiguresInLease", borrowFiguresInLease},
@@ -45,6 +47,7 @@ func (e *env) wantBorrow(want store.BorrowState) {
 
 func (e *env) borrowSetup(maxBorrow, unallocated float64) {
 	e.cluster.Capacity = 1000
+	e.policy.Burst = 10
 	e.policy.MaxBorrow = maxBorrow
 	e.unallocated = unallocated
 }
@@ -55,17 +58,17 @@ func borrowWithinMaxBorrow(e *env) {
 	// Empty: the shortfall 5 is borrowed and granted; debt ceil(5 × 1.2) = 6.
 	e.wantLease(e.lease(50, 5), store.Lease{Granted: 5, Debt: 6, Borrowed: 5})
 	e.wantBorrow(store.BorrowState{Debt: 6, Borrowed: 5, Recorded: 5})
-	// Only the shortfall: 2.5 tokens after 250 ms would pay debt first, so use a fresh app.
+	// Only the shortfall is borrowed: 2.5 tokens after 250 ms, 3 borrowed; ceil(3.6) = 4.
 	e.app = "app-b"
 	e.drain(1)
-	e.advance(250 * time.Millisecond) // app-b: 2.5 tokens; app-a: 2.5 pays debt 6 → 3.5
+	e.advance(250 * time.Millisecond)
 	e.wantLease(e.lease(50, 5), store.Lease{Granted: 5, Debt: 4, Borrowed: 3})
-	e.wantBorrow(store.BorrowState{Debt: 4, Borrowed: 3, Recorded: 3}) // shortfall 5 - 2; ceil(3.6)
-	e.wantContent(1, 0)                                                // 0.5 left
+	e.wantBorrow(store.BorrowState{Debt: 4, Borrowed: 3, Recorded: 3})
+	e.wantContent(1, 0) // 0.5 left
+	// app-a's 2.5 tokens of refill fit its bucket: its debt stays, and it borrows 1 more (owing 2).
 	e.app = "app-a"
-	e.wantBorrow(store.BorrowState{Debt: 6, Borrowed: 5, Recorded: 5})                                  // as stored: no refill yet
-	e.wantLease(e.lease(3, 3), store.Lease{Granted: 3, Debt: 3.5 + 4, Borrowed: shrink(5, 3.5, 6) + 3}) // refill pays 2.5: debt 3.5, borrowed 5 × 3.5/6
-	e.wantBorrow(store.BorrowState{Debt: 3.5 + 4, Borrowed: shrink(5, 3.5, 6) + 3, Recorded: shrink(5, 3.5, 6) + 3})
+	e.wantLease(e.lease(3, 3), store.Lease{Granted: 3, Debt: 8, Borrowed: 6})
+	e.wantBorrow(store.BorrowState{Debt: 8, Borrowed: 6, Recorded: 6})
 }
 
 func borrowLimitExceeded(e *env) {
@@ -80,8 +83,9 @@ func borrowLimitExceeded(e *env) {
 	e.wantLease(e.lease(1, 1), store.Lease{Reason: store.ReasonBorrowLimitExceeded, RetryAfter: 100 * time.Millisecond, Debt: 13, Borrowed: 10})
 	// A shortfall above max_borrow is refused even with a full pool.
 	e.app = "app-b"
+	e.policy.MaxBorrow = 5
 	e.drain(1)
-	e.wantLease(e.lease(11, 11), store.Lease{Reason: store.ReasonBorrowLimitExceeded, RetryAfter: 1100 * time.Millisecond})
+	e.wantLease(e.lease(6, 6), store.Lease{Reason: store.ReasonBorrowLimitExceeded, RetryAfter: 600 * time.Millisecond})
 	e.wantBorrow(store.BorrowState{})
 }
 
@@ -91,15 +95,14 @@ func borrowPoolEmpty(e *env) {
 	e.wantLease(e.lease(8, 8), store.Lease{Granted: 8, Debt: 10, Borrowed: 8}) // pool 2
 	e.wantLease(e.lease(5, 5), store.Lease{Reason: store.ReasonClusterExhausted, RetryAfter: 500 * time.Millisecond, Debt: 10, Borrowed: 8})
 	e.wantBorrow(store.BorrowState{Debt: 10, Borrowed: 8, Recorded: 8})
-	// 500 ms: the app's 5 tokens pay debt (10 → 5, borrowed 8 → 4); the pool refills 2 → 7.
+	// 500 ms: the app's own 5 tokens cover the lease (its debt stays); the pool refills 2 → 7.
 	e.advance(500 * time.Millisecond)
-	e.wantLease(e.lease(5, 5), store.Lease{Granted: 5, Debt: 11, Borrowed: 9})
-	e.wantBorrow(store.BorrowState{Debt: 11, Borrowed: 9, Recorded: 9})
-	// Pool 2 again; another app finds it short too.
+	e.wantLease(e.lease(5, 5), store.Lease{Granted: 5, Debt: 10, Borrowed: 8})
+	// Another app borrows 3 of the 7, then finds the 4 left short of 5.
 	e.app = "app-b"
 	e.drain(1)
-	e.wantLease(e.lease(3, 3), store.Lease{Reason: store.ReasonClusterExhausted, RetryAfter: 300 * time.Millisecond})
-	e.wantLease(e.lease(2, 2), store.Lease{Granted: 2, Debt: 3, Borrowed: 2})
+	e.wantLease(e.lease(3, 3), store.Lease{Granted: 3, Debt: 4, Borrowed: 3})
+	e.wantLease(e.lease(5, 5), store.Lease{Reason: store.ReasonClusterExhausted, RetryAfter: 500 * time.Millisecond, Debt: 4, Borrowed: 3})
 }
 
 func borrowNeedsCapacity(e *env) {
@@ -115,23 +118,43 @@ func borrowNeedsCapacity(e *env) {
 	e.wantBorrow(store.BorrowState{})
 }
 
-func borrowRepaidFromRefill(e *env) {
+// borrowRepaidFromUnusedRefill: debt is paid by the refill that does not fit the full bucket,
+// not by the refill the app spends.
+func borrowRepaidFromUnusedRefill(e *env) {
 	e.borrowSetup(50, 50)
 	e.drain(1)
 	e.wantLease(e.lease(10, 10), store.Lease{Granted: 10, Debt: 12, Borrowed: 10})
 	e.wantBorrow(store.BorrowState{Debt: 12, Borrowed: 10, Recorded: 10})
-	// 1 s: the refill of 10 goes to the debt; nothing reaches the bucket.
+	// 1 s: the refill of 10 fills the bucket; the debt is untouched.
 	e.advance(time.Second)
-	e.wantContent(1, 0)
+	e.wantContent(1, 10)
+	e.wantBorrow(store.BorrowState{Debt: 12, Borrowed: 10, Recorded: 10})
+	// 1 s more: the 10 that do not fit pay debt 12 → 2.
+	e.advance(time.Second)
+	e.wantContent(1, 10)
 	e.wantBorrow(store.BorrowState{Debt: 2, Borrowed: shrink(10, 2, 12), Recorded: 10})
-	// 500 ms: 5 pays the last 2 of debt, borrowed drops to 0, 3 reach the bucket.
+	// 500 ms: 5 more; 2 pay the rest, borrowed drops to 0.
 	e.advance(500 * time.Millisecond)
-	e.wantContent(1, 3)
+	e.wantContent(1, 10)
 	e.wantBorrow(store.BorrowState{Recorded: 10})
 	// L1's record follows at the next borrow.
 	e.drain(1)
 	e.wantLease(e.lease(4, 4), store.Lease{Granted: 4, Debt: 5, Borrowed: 4})
 	e.wantBorrow(store.BorrowState{Debt: 5, Borrowed: 4, Recorded: 4})
+}
+
+// borrowKeepsGuarantee: an app whose demand stays above its guaranteed rate keeps that rate
+// after borrowing up to max_borrow. Repaid from every refill, its refill went to the debt, its
+// borrowed shrank, and it borrowed again: each token borrowed cost it 1.2 (here 2) of its own.
+func borrowKeepsGuarantee(e *env) {
+	e.borrowSetup(10, 50)
+	e.drain(1)
+	e.wantLease(e.lease(1, 1), store.Lease{Granted: 1, Debt: 2, Borrowed: 1})
+	for range 20 { // a token of refill every 100 ms, spent at once
+		e.advance(100 * time.Millisecond)
+		e.wantLease(e.lease(1, 1), store.Lease{Granted: 1, Debt: 2, Borrowed: 1})
+	}
+	e.wantBorrow(store.BorrowState{Debt: 2, Borrowed: 1, Recorded: 1})
 }
 
 func borrowRecordFollowsApp(e *env) {
@@ -145,9 +168,12 @@ func borrowRecordFollowsApp(e *env) {
 	e.app = "app-b"
 	e.wantLease(e.lease(4, 4), store.Lease{Granted: 4, Debt: 5, Borrowed: 4})
 	e.wantBorrow(store.BorrowState{Debt: 5, Borrowed: 4, Recorded: 4})
-	e.advance(500 * time.Millisecond) // app-b pays 5: debt 0
+	// 1.5 s: app-a's bucket fills with 10, the 5 beyond pay 5 of its 9; it spends the 10 and
+	// borrows 3 more.
+	e.advance(1500 * time.Millisecond)
 	e.app = "app-a"
-	e.wantLease(e.lease(3, 3), store.Lease{Granted: 3, Debt: 4 + 4, Borrowed: shrink(7, 4, 9) + 3}) // pays 5 of 9, borrows 3 more
+	e.drain(1)
+	e.wantLease(e.lease(3, 3), store.Lease{Granted: 3, Debt: 4 + 4, Borrowed: shrink(7, 4, 9) + 3})
 	e.wantBorrow(store.BorrowState{Debt: 4 + 4, Borrowed: shrink(7, 4, 9) + 3, Recorded: shrink(7, 4, 9) + 3})
 	e.app = "app-b"
 	e.wantBorrow(store.BorrowState{Debt: 5, Borrowed: 4, Recorded: 4}) // as stored
@@ -170,12 +196,15 @@ func borrowFiguresInLease(e *env) {
 	e.borrowSetup(50, 50)
 	e.drain(1)
 	e.wantLease(e.lease(10, 10), store.Lease{Granted: 10, Debt: 12, Borrowed: 10})
-	// 1 s: the refill of 10 pays debt 12 → 2; nothing reaches the bucket.
+	// 2 s: the bucket fills and the 10 beyond pay debt 12 → 2.
+	e.advance(2 * time.Second)
+	e.wantLease(e.lease(huge, 0), store.Lease{Granted: 10, Debt: 2, Borrowed: shrink(10, 2, 12)})
+	// 1 s: the 10 of refill refill the spent bucket: the debt stays.
 	e.advance(time.Second)
-	e.wantLease(e.lease(huge, 0), store.Lease{Debt: 2, Borrowed: shrink(10, 2, 12)})
-	// 500 ms: 5 pays the last 2, 3 reach the bucket; the figures are back to 0.
-	e.advance(500 * time.Millisecond)
-	e.wantLease(e.lease(huge, 0), store.Lease{Granted: 3})
+	e.wantLease(e.lease(huge, 0), store.Lease{Granted: 10, Debt: 2, Borrowed: shrink(10, 2, 12)})
+	// 1.5 s: 5 beyond the full bucket pay the last 2; the figures are back to 0.
+	e.advance(1500 * time.Millisecond)
+	e.wantLease(e.lease(huge, 0), store.Lease{Granted: 10})
 	// A refused borrow (6 > max_borrow 4) leaves them at 0; one within it sets them.
 	e.policy.MaxBorrow = 4
 	e.wantLease(e.lease(6, 6), store.Lease{Reason: store.ReasonBorrowLimitExceeded, RetryAfter: 600 * time.Millisecond})

@@ -152,7 +152,7 @@ func usageSlidingWindow(e *env) {
 	e.wantL1(e.report("a", 0), 0.4, false, allOne)
 	e.advance(100 * time.Millisecond)
 	e.wantL1(e.report("a", 0), 0.1, false, allOne) // 1.65 s: only the 100 of 1.25 s
-	e.advance(2 * time.Second) // a gap of two seconds empties the window
+	e.advance(2 * time.Second)                     // a gap of two seconds empties the window
 	e.wantL1(e.report("a", 0), 0, false, allOne)
 }
 
