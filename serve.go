@@ -3,6 +3,7 @@ package tierbucket
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
@@ -212,6 +213,15 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 	if out == nil {
 		out = &outcome{result: *o}
 	}
+	if waitsForContinue(r) {
+		// The client sends its body only after "100 Continue", which a rejection never asks
+		// for. Go's server, finding the body unread once the answer is written, reads it to
+		// reuse the connection, bypassing the reader that would send the "100 Continue" (Caddy
+		// has replaced the request's body): both sides wait, and every throttled upload of
+		// boto3 or aws-cli over HTTPS stalled for their 60 s read timeout. Closing the
+		// connection after the answer skips that read; the client retries on a new one.
+		w.Header().Set("Connection", "close")
+	}
 	if h.Errors {
 		if h.Format == formatS3 {
 			setS3Headers(w.Header(), out) // an S3 client reads the throttle from them
@@ -222,6 +232,20 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 		return writeS3Rejection(w, r, status, out)
 	}
 	return writeRejection(w, r, status, out)
+}
+
+// waitsForContinue reports whether r is an HTTP/1.1 request with a body that its client sends
+// only after a "100 Continue" (Expect: 100-continue).
+func waitsForContinue(r *http.Request) bool {
+	if r.ProtoMajor != 1 || r.ContentLength == 0 {
+		return false
+	}
+	for _, v := range r.Header["Expect"] {
+		if strings.EqualFold(strings.TrimSpace(v), "100-continue") {
+			return true
+		}
+	}
+	return false
 }
 
 // emit sends the rate_limit_exceeded event; building it is skipped when nothing listens.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/xml"
@@ -320,6 +321,44 @@ func TestS3DeleteObjectsCost(t *testing.T) {
 	}
 	want += 10*2 + 1
 	g.waitMetric(5*time.Second, func(v float64) bool { return v == want }, "caddy_rate_limit_cost_total", `app="photos"`)
+}
+
+// A throttled upload whose client waits for "100 Continue" before sending its body (boto3 and
+// aws-cli do for every PutObject and UploadPart) gets its rejection at once. Before, Caddy's own
+// body readers hid the request's expect-continue reader from Go's server, which then read the
+// unsent body to reuse the connection: over HTTPS boto3 and aws-cli stalled for their 60 s read
+// timeout on every throttled upload, and over HTTP until the client gave up waiting.
+func TestThrottledUploadDoesNotWaitForBody(t *testing.T) {
+	requireCaddy(t)
+	backend := startS3Server(t)
+	g := startGateway(t, "continue", fmt.Sprintf(`	rate_limit {
+		key {http.request.uri.path.0}
+		format s3
+		app photos {
+			guaranteed 0.01
+			burst 1
+		}
+	}
+	reverse_proxy %s`, backend))
+	if r := g.send("HEAD", "/photos/x", "", ""); r.status != http.StatusNotFound { // the one token
+		t.Fatalf("first request: %d %q, want the backend's 404", r.status, r.body)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(g.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "PUT /photos/big HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5242880\r\n"+
+		"Expect: 100-continue\r\n\r\n") // and no body: the client waits for "100 Continue"
+	conn.SetReadDeadline(time.Now().Add(15 * time.Second)) // a hang guard, not a measurement
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a throttled upload whose body waits for 100 Continue: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+		t.Fatalf("throttled upload: %s, Connection %q; want 503 SlowDown, closing", resp.Status, resp.Header.Get("Connection"))
+	}
 }
 
 // awsChunkedBody is an upload as boto3 1.43 frames it over HTTPS (flexible checksums on, the
