@@ -179,12 +179,27 @@ func TestPropQuietAppsMissNothing(t *testing.T) {
 // request's statistics reach the Store once, and tokens are conserved. Bursts start in the
 // busy phases and run alongside the ticks that follow; the end of each idle phase waits for
 // them, then checks that an app off the list has no work left.
+//
+// The clock does not move while a lease is in flight: a real Store call ends within its
+// timeout, while a lease goroutine left waiting here saw a minute pass between the Store's
+// answer and its own, so that the app's Store record (60 s) expired before the next call and
+// the lease's batch looked lost. The checks wait for the leases still in flight after Close:
+// such a lease gives its grant back, and a grant on its way back is neither held nor returned.
 func TestConcurrentQuietAndBack(t *testing.T) {
 	c := clock.NewManual()
 	sl := &statsLedger{Store: newProbe(c), seqs: map[string]map[uint64]int64{}}
 	cfg := baseConfig()
 	cfg.StoreTimeout = time.Minute // no waiter gives up: the outcome must not depend on timing
 	l := testLimiter(t, cfg, sl, c, true)
+	var leases sync.WaitGroup
+	var inFlight sync.RWMutex // leases hold it for reading, the clock moves under the write lock
+	l.spawn = func(f func()) {
+		leases.Go(func() {
+			inFlight.RLock()
+			defer inFlight.RUnlock()
+			f()
+		})
+	}
 	ids := []string{"a", "p3"}
 	var admitted [2]atomic.Int64
 	var bursts sync.WaitGroup
@@ -204,7 +219,9 @@ func TestConcurrentQuietAndBack(t *testing.T) {
 				})
 			}
 		}
+		inFlight.Lock()
 		c.Advance(3 * time.Second)
+		inFlight.Unlock()
 		l.tick(c.Now())
 		if i%50 == 49 { // the end of an idle phase: an app off the list has no work left
 			bursts.Wait()
@@ -224,6 +241,7 @@ func TestConcurrentQuietAndBack(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+	leases.Wait()
 	for i, id := range ids {
 		a := mustApp(t, l, id)
 		if lhs, rhs := conserved(a); lhs != rhs {

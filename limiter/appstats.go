@@ -65,7 +65,10 @@ func (a *App) takeStats() statsBatch {
 // whose Seq is above prev was lost by the Store (a failover to a replica that had not received
 // it): its requests go into the next batch again. A batch acknowledged after the call was sent
 // says nothing: the call may have run first (a report held up by another app's slow shard,
-// answering after the app's next leases), and counting it lost would count it twice.
+// answering after the app's next leases), and counting it lost would count it twice. Nor does
+// one acknowledged at the very time the call was sent: a clock that did not move between the
+// two readings cannot order them (Windows' advances with the timer interrupt, every 0.5 to
+// 15.6 ms, and a lease of the in-process Store takes microseconds), and a later call judges it.
 func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 	a.statsMu.Lock()
 	defer a.statsMu.Unlock()
@@ -79,7 +82,7 @@ func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 	}
 	kept := a.st.acked[:0]
 	for _, old := range a.st.acked[n:] {
-		if old.seq > prev && old.seq != b.seq && !old.at.After(sent) {
+		if old.seq > prev && old.seq != b.seq && old.at.Before(sent) {
 			a.sentReqs.Add(-old.requests) // the next batch carries them again
 			a.l.lost.Add(old.requests)
 			continue

@@ -416,6 +416,39 @@ func TestLateAnswerDoesNotResendNewerBatch(t *testing.T) {
 	}
 }
 
+// A batch acknowledged at the very time a call was sent is not judged by that call's answer:
+// the clock did not move between the two readings, so they cannot be ordered. A report flushing
+// the app ran in the Store before the app's next two leases, which were answered at the same
+// clock reading (a coarse clock, the manual one of TestConcurrentQuietAndBack); its older
+// PrevSeq made the second lease's batch look lost, and its requests were counted twice (1 to
+// 2 % of runs of that test). A call sent later still finds a real loss.
+func TestAnswerDoesNotJudgeBatchAckedAtItsSendTime(t *testing.T) {
+	c := clock.NewManual()
+	l := testLimiter(t, baseConfig(), newProbe(c), c, false)
+	a := mustApp(t, l, "a")
+	now := c.Now() // the clock does not move until the report's answer
+
+	a.requests.Add(5)
+	first := a.takeStats() // the report carries it; its part runs in the Store first
+	lease := a.takeStats() // the next lease carries the same batch again
+	a.statsDelivered(lease, first.seq, now, now)
+	a.requests.Add(3)
+	second := a.takeStats() // the lease after it delivers a newer batch
+	a.statsDelivered(second, first.seq, now, now)
+	a.statsDelivered(first, first.seq-1, now, now) // the report's answer
+	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.lost.Load() != 0 {
+		t.Fatalf("after the report's answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.lost.Load())
+	}
+	// Once the clock has moved, a call whose PrevSeq is below the second batch finds it lost.
+	c.Advance(time.Millisecond)
+	a.requests.Add(1)
+	third := a.takeStats()
+	a.statsDelivered(third, first.seq, c.Now(), c.Now())
+	if l.lost.Load() != second.requests {
+		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.lost.Load(), second.requests)
+	}
+}
+
 // The cost batch whose report failed as an outage began is not delivered after it: it would
 // land in L1's interval after the outage, on top of the burst every app leases then, and tip
 // the cluster into its automatic emergency (e2e TestRedisFailure, 2 runs in 4 before).
