@@ -527,3 +527,28 @@ func TestLevelHysteresis(t *testing.T) {
 		}
 	}
 }
+
+// Every cost batch says how long its cost took to be admitted (Report.CostSpan): the time since
+// the last batch was taken (a batch sent again keeps it), so that L1 spreads the cost over the
+// span it really covers.
+func TestReportCostSpan(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	l := testLimiter(t, baseConfig(), ps, c, false)
+	a := mustApp(t, l, "a")
+	c.Advance(100 * time.Millisecond)
+	l.tick(c.Now())
+	admit(a, 2)
+	c.Advance(130 * time.Millisecond)
+	l.tick(c.Now())
+	prev := ps.lastReport.Load()
+	if prev == nil || prev.Cost != 2 || prev.CostSpan != 130*time.Millisecond {
+		t.Fatalf("report %+v, want cost 2 over 130ms", prev)
+	}
+	admit(a, 2)
+	c.Advance(70 * time.Millisecond)
+	l.tick(c.Now())
+	if rep := ps.lastReport.Load(); rep.Seq != prev.Seq+1 || rep.Cost != 2 || rep.CostSpan != 70*time.Millisecond {
+		t.Fatalf("next report %+v, want Seq %d, cost 2 over 70ms", rep, prev.Seq+1)
+	}
+}

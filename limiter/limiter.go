@@ -48,6 +48,7 @@ type Limiter struct {
 	prevIn          map[string]bool  // apps with in-flight requests in the last report
 	seq             uint64           // the last report Seq used
 	pending         *clusterBatch    // the cost whose report has not succeeded yet
+	costSince       time.Time        // when the last cost batch was taken (tickMu)
 	lostEmergency   *store.Emergency // the operator emergency the Store lost with its data (restoreEmergency)
 	statsSeq        atomic.Uint64    // the last statistics Seq used (nextSeq)
 	lost            atomic.Int64     // requests whose statistics the Store lost, not yet logged

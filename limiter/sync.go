@@ -94,6 +94,7 @@ func (l *Limiter) tick(now time.Time) {
 type clusterBatch struct {
 	seq  uint64
 	cost int64
+	span time.Duration // since the previous batch was taken: how long the cost took (Report.CostSpan)
 }
 
 // report sends one cluster report (tickMu held): the heartbeat, the pending cost batch (again if
@@ -128,6 +129,10 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	if l.pending == nil {
 		l.seq++
 		b := &clusterBatch{seq: l.seq}
+		if !l.costSince.IsZero() {
+			b.span = now.Sub(l.costSince)
+		}
+		l.costSince = now
 		for _, a := range apps {
 			c := a.settledCost.Load() - a.costSent
 			a.costSent += c
@@ -135,7 +140,7 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 		}
 		l.pending = b
 	}
-	rep.Seq, rep.Cost = l.pending.seq, l.pending.cost
+	rep.Seq, rep.Cost, rep.CostSpan = l.pending.seq, l.pending.cost, l.pending.span
 
 	type flush struct {
 		a *App

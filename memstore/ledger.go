@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"math"
+	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -156,15 +157,15 @@ const usageSlots = 11
 // usageSlot is the length of one slot of the usage window, in µs.
 const usageSlot = 100_000
 
-// addUsage is Report step 3: it adds cost to the usage window and returns u, the cost of the
-// last second over capacity. The window is kept in 100 ms slots (Redis: fields w_slot and
-// w0…w10), and the last second is the larger of two exact one-second spans: the last ten
-// complete slots, and the last nine with the current one. A one-second count of either span is
-// never more than what arrived in some one second, unlike the two-bucket estimate it replaces,
-// win_prev × (1 − f) + win_cur, which counted cost bunched at the start of each second up to
-// twice (an automatic emergency at 66 % of capacity); and the current slot's share makes a
-// report count at once.
-func (l *memLedger) addUsage(cost int64, capacity float64, now int64) float64 {
+// addUsage is Report step 3: it adds cost, admitted over the span before now, to the usage
+// window and returns u, the cost of the last second over capacity. The window is kept in 100 ms
+// slots (Redis: fields w_slot and w0…w10); a report's cost is spread evenly over its span (all
+// at now without one), and u is the last nine slots and the current one, plus the share of the
+// slot before them that is still within the second. See docs/design.md, "L1 usage", for why:
+// the two-bucket estimate it replaces, win_prev × (1 − f) + win_cur, counted cost bunched at the
+// start of each second up to twice (an automatic emergency at 79 % of capacity), and a window of
+// whole slots without spans read reports arriving unevenly as up to a slot's worth too much.
+func (l *memLedger) addUsage(cost int64, span time.Duration, capacity float64, now int64) float64 {
 	slot := now / usageSlot // floor: times are after the epoch
 	switch {
 	case !l.winSet || slot-l.winSlot >= usageSlots:
@@ -176,16 +177,35 @@ func (l *memLedger) addUsage(cost int64, capacity float64, now int64) float64 {
 		}
 		l.winSlot = slot
 	}
-	slot = l.winSlot // a clock that went back counts in the latest slot
-	l.win[ring(slot)] += float64(cost)
-	var complete, shifted float64
-	for s := slot - 10; s <= slot-1; s++ {
-		complete += l.win[ring(s)]
+	slot = l.winSlot
+	at := max(now, slot*usageSlot) // a clock that went back counts in the latest slot
+	c := float64(cost)
+	if sp := min(max(span, 0), store.MaxCostSpan).Microseconds(); sp <= 0 {
+		l.win[ring(slot)] += c
+	} else {
+		from := at - sp
+		for s := max(floorDiv(from, usageSlot), slot-10); s <= slot; s++ {
+			lo, hi := max(from, s*usageSlot), min(at, (s+1)*usageSlot)
+			if hi > lo {
+				l.win[ring(s)] += c * float64(hi-lo) / float64(sp)
+			}
+		}
 	}
+	var rate float64
 	for s := slot - 9; s <= slot; s++ {
-		shifted += l.win[ring(s)]
+		rate += l.win[ring(s)]
 	}
-	return max(complete, shifted) / capacity
+	rate += l.win[ring(slot-10)] * (1 - float64(at-slot*usageSlot)/usageSlot)
+	return rate / capacity
+}
+
+// floorDiv is a / b rounded down (Lua's math.floor(a / b)) for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
 
 // ring is slot's index in the window's ring (Lua's %, which is never negative).

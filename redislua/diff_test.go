@@ -94,7 +94,9 @@ func TestDifferential(t *testing.T) {
 			case 3: // report
 				inst := rapid.SampledFrom(instances).Draw(rt, "instance")
 				rep := store.Report{Cluster: cluster, Instance: inst, InFlight: rapid.Int64Range(0, 20).Draw(rt, "inflight"),
-					Cost: rapid.Int64Range(0, 300).Draw(rt, "report-cost")}
+					Cost: rapid.Int64Range(0, 300).Draw(rt, "report-cost"),
+					// at once, a sync interval or so, or beyond store.MaxCostSpan
+					CostSpan: time.Duration(rapid.SampledFrom([]int64{0, 1, 100_000, 137_511, 2_500_000}).Draw(rt, "span-us")) * time.Microsecond}
 				// Unnumbered, a resend, the next Seq, or any Seq up to the next.
 				switch rapid.IntRange(0, 3).Draw(rt, "seqkind") {
 				case 1:

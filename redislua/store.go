@@ -242,7 +242,8 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 		keys:   []string{s.keys.l1(c.ID), s.keys.nodes(c.ID), s.keys.clusterConn(c.ID), s.keys.cfg(c.ID)},
 		args: []any{now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
 			fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
-			fmtFloat(c.EmergencyRatios[3]), cost, rep.Seq, seqTTL},
+			fmtFloat(c.EmergencyRatios[3]), cost, rep.Seq, seqTTL,
+			min(max(rep.CostSpan, 0), store.MaxCostSpan).Microseconds()},
 	})
 	for _, a := range rep.Apps {
 		calls = append(calls, scriptCall{

@@ -245,6 +245,10 @@ type Report struct {
 	Apps     []AppReport
 	InFlight int64 // cluster-wide requests in flight on this instance now
 	Cost     int64 // admitted cost for L1's usage window, besides the apps' Cost
+	// CostSpan is how long the cost (Cost and the apps' Cost) took to be admitted, ending at
+	// the report: L1 spreads it evenly over that span (0: all at the report's time), so that
+	// reports arriving unevenly do not make the usage jump. At most MaxCostSpan counts.
+	CostSpan time.Duration
 
 	// Seq numbers the instance's reports to the cluster, strictly increasing (at most 2^53);
 	// 0 is an unnumbered report, always applied. It makes reports idempotent: a Store applies
@@ -259,6 +263,10 @@ type Report struct {
 	// the app's record lives, at least 60 s after the report).
 	Seq uint64
 }
+
+// MaxCostSpan bounds Report.CostSpan: cost spread further back than L1's one-second window would
+// not count anyway.
+const MaxCostSpan = 2 * time.Second
 
 // ReportSeqTTL is how long a Store remembers an instance's last report Seq (see Report.Seq):
 // a report sent again after this long may be counted twice.

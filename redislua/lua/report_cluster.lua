@@ -1,6 +1,7 @@
 -- Report, cluster part: heartbeat, cluster in-flight counts, L1 usage window, emergency, factors.
 -- KEYS[1] l1 hash, KEYS[2] nodes zset, KEYS[3] cluster conn hash, KEYS[4] cfg hash (overrides)
 -- ARGV: now_us|'' instance inflight ttl_us capacity threshold ratio0 ratio1 ratio2 ratio3 cost seq seq_ttl_us
+-- span_us
 -- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight, source, until_us,
 -- config_version},
 -- floats as strings; source is 'operator', 'auto' or ''; until_us the operator emergency's end
@@ -15,6 +16,7 @@ local ratios = { tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumb
 local cost = tonumber(ARGV[11])
 local seq = tonumber(ARGV[12])
 local seq_ttl = tonumber(ARGV[13])
+local span = tonumber(ARGV[14]) or 0
 
 -- 1. heartbeat; instances silent for longer than the TTL are dead and removed.
 redis.call('ZADD', KEYS[2], fmt(now), instance)
@@ -52,9 +54,10 @@ if capacity > 0 then
   reason = v[2] or ''
   local calm_since = tonumber(v[3]) or 0
 
-  -- 3. usage: the cost of the last second, kept in eleven 100 ms slots (a ring, w<slot % 11>):
-  -- the larger of the last ten complete slots and the last nine with the current one
-  -- (docs/design.md, "L1 usage").
+  -- 3. usage: the cost of the last second, kept in eleven 100 ms slots (a ring, w<slot % 11>).
+  -- A report's cost is spread evenly over the span it took to admit, ending now, and u is the
+  -- last nine slots and the current one, plus the share of the slot before them that is still
+  -- within the second (docs/design.md, "L1 usage").
   local slot = math.floor(now / 100000)
   local last = tonumber(v[4])
   local w = {}
@@ -79,17 +82,28 @@ if capacity > 0 then
     end
     last = slot
   end
-  slot = last -- a clock that went back counts in the latest slot
-  w[slot % 11] = w[slot % 11] + cost
-  changed[slot % 11] = true
-  local complete, shifted = 0, 0
-  for s = slot - 10, slot - 1 do
-    complete = complete + w[s % 11]
+  local at = math.max(now, last * 100000) -- a clock that went back counts in the latest slot
+  slot = last
+  if span <= 0 then
+    w[slot % 11] = w[slot % 11] + cost
+    changed[slot % 11] = true
+  else
+    local from = at - span
+    for s = math.max(math.floor(from / 100000), slot - 10), slot do
+      local lo = math.max(from, s * 100000)
+      local hi = math.min(at, (s + 1) * 100000)
+      if hi > lo then
+        w[s % 11] = w[s % 11] + cost * (hi - lo) / span
+        changed[s % 11] = true
+      end
+    end
   end
+  local rate = 0
   for s = slot - 9, slot do
-    shifted = shifted + w[s % 11]
+    rate = rate + w[s % 11]
   end
-  u = math.max(complete, shifted) / capacity
+  rate = rate + w[(slot - 10) % 11] * (1 - (at - slot * 100000) / 100000)
+  u = rate / capacity
   local fields = { 'w_slot', fmt(slot) }
   for i = 0, 10 do
     if changed[i] then

@@ -17,7 +17,9 @@ func l1Cases() []testCase {
 		{"RemoteInFlightExcludesReporter", remoteInFlightExcludesReporter},
 		{"AppInFlightNeedsReports", appInFlightNeedsReports},
 		{"UsageSlidingWindow", usageSlidingWindow},
+		{"UsageSpread", usageSpread},
 		{"UsageBunchedEachSecond", usageBunchedEachSecond},
+		{"UsageUnevenReports", usageUnevenReports},
 		{"UsageSteady", usageSteady},
 		{"FactorsOneBelowOverload", factorsOneBelowOverload},
 		{"OverloadFormula", overloadFormula},
@@ -136,8 +138,8 @@ func appInFlightNeedsReports(e *env) {
 	e.wantRemote(st, 1, nil)
 }
 
-// usageSlidingWindow: u is the cost of the last second (capacity 1000), counted in 100 ms slots
-// as the larger of the last ten complete slots and the last nine with the current one.
+// usageSlidingWindow: u is the cost of the last second (capacity 1000), kept in 100 ms slots.
+// Reports without a span count at their time.
 func usageSlidingWindow(e *env) {
 	e.withL1()
 	st := e.report("a", 0, store.AppReport{App: "x", Cost: 300}, store.AppReport{App: "y", Cost: 200})
@@ -147,28 +149,59 @@ func usageSlidingWindow(e *env) {
 	e.advance(750 * time.Millisecond)
 	// 1.25 s: the 500 of 0 s is out, the 300 of 0.5 s in.
 	e.wantL1(e.report("a", 0, store.AppReport{App: "x", Cost: 100}), 0.4, false, allOne)
-	e.advance(300 * time.Millisecond)
-	// 1.55 s: the 300 of 0.5 s is still within the last ten complete slots (0.5–1.5 s).
-	e.wantL1(e.report("a", 0), 0.4, false, allOne)
-	e.advance(100 * time.Millisecond)
+	e.advance(400 * time.Millisecond)
 	e.wantL1(e.report("a", 0), 0.1, false, allOne) // 1.65 s: only the 100 of 1.25 s
 	e.advance(2 * time.Second)                     // a gap of two seconds empties the window
 	e.wantL1(e.report("a", 0), 0, false, allOne)
 }
 
+// usageSpread: a report's cost is spread over its span, so only the part of the span within the
+// last second counts.
+func usageSpread(e *env) {
+	e.withL1()
+	e.advance(2 * time.Second)
+	// 800 admitted over the last 2 s: 400 of them in the last second.
+	e.wantL1(e.reportOver("a", 2*time.Second, store.Report{Cost: 800}), 0.4, false, allOne)
+	e.advance(500 * time.Millisecond)
+	e.wantL1(e.reportOver("a", 0, store.Report{}), 0.2, false, allOne) // 200 of them left
+	// A span beyond store.MaxCostSpan counts as MaxCostSpan: 1200 over 2 s, not over 4 s.
+	e.advance(2 * time.Second)
+	e.wantL1(e.reportOver("a", 4*time.Second, store.Report{Cost: 1200}), 0.6, false, allOne)
+}
+
 // usageBunchedEachSecond: cost that arrives at the start of every second is counted once. The
-// two-bucket estimate win_prev × (1 − f) + win_cur read 650 per second bunched so as 1.27 of
-// the capacity just after each second began, an automatic emergency at 65 % of capacity.
+// two-bucket estimate win_prev × (1 − f) + win_cur read 650 per second bunched so as 1.3 of the
+// capacity just after each second began, an automatic emergency at 65 % of capacity. The
+// instance reports every 100 ms, each report's cost admitted over the 100 ms before it.
 func usageBunchedEachSecond(e *env) {
 	e.withL1()
 	e.advance(2 * time.Second)
 	for range 5 {
-		e.wantL1(e.reportCost(650), 0.65, false, allOne)
+		e.wantL1(e.reportOver("i1", 100*time.Millisecond, store.Report{Cost: 650}), 0.65, false, allOne)
 		for range 9 {
 			e.advance(100 * time.Millisecond)
-			e.wantL1(e.reportCost(0), 0.65, false, allOne)
+			e.wantL1(e.reportOver("i1", 100*time.Millisecond, store.Report{}), 0.65, false, allOne)
 		}
 		e.advance(100 * time.Millisecond)
+	}
+}
+
+// usageUnevenReports: a steady 800/s reported at uneven intervals (60 and 140 ms, each report
+// carrying what was admitted since the last) reads 0.8 at every report. Counted in whole slots
+// instead, a slot with two reports and one with none made it jump by a report's worth.
+func usageUnevenReports(e *env) {
+	e.withL1()
+	e.advance(2 * time.Second)
+	for i := range 40 {
+		step := 60 * time.Millisecond
+		if i%2 == 1 {
+			step = 140 * time.Millisecond
+		}
+		e.advance(step)
+		st := e.reportOver("i1", step, store.Report{Cost: int64(800 * step.Seconds())})
+		if i >= 12 && math.Abs(st.Usage-0.8) > 1e-9 { // after the first second
+			e.t.Fatalf("report %d: usage %v; want 0.8", i, st.Usage)
+		}
 	}
 }
 
@@ -176,11 +209,11 @@ func usageBunchedEachSecond(e *env) {
 func usageSteady(e *env) {
 	e.withL1()
 	for range 10 { // the first second fills the window
-		e.reportCost(80)
+		e.reportOver("i1", 100*time.Millisecond, store.Report{Cost: 80})
 		e.advance(100 * time.Millisecond)
 	}
 	for range 25 {
-		e.wantL1(e.reportCost(80), 0.8, false, allOne)
+		e.wantL1(e.reportOver("i1", 100*time.Millisecond, store.Report{Cost: 80}), 0.8, false, allOne)
 		e.advance(100 * time.Millisecond)
 	}
 }

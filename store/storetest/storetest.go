@@ -128,9 +128,14 @@ func (e *env) drain(factor float64) int64 {
 
 func (e *env) report(instance string, inFlight int64, apps ...store.AppReport) store.ClusterState {
 	e.t.Helper()
-	st, err := e.s.Report(context.Background(), store.Report{
-		Cluster: e.cluster, Instance: instance, Apps: apps, InFlight: inFlight,
-	})
+	return e.reportOver(instance, 0, store.Report{InFlight: inFlight, Apps: apps})
+}
+
+// reportOver sends rep from instance with its cost admitted over span (Report.CostSpan).
+func (e *env) reportOver(instance string, span time.Duration, rep store.Report) store.ClusterState {
+	e.t.Helper()
+	rep.Cluster, rep.Instance, rep.CostSpan = e.cluster, instance, span
+	st, err := e.s.Report(context.Background(), rep)
 	if err != nil {
 		e.t.Fatalf("Report(%s): %v", instance, err)
 	}
