@@ -160,11 +160,12 @@ const usageSlot = 100_000
 // addUsage is Report step 3: it adds cost, admitted over the span before now, to the usage
 // window and returns u, the cost of the last second over capacity. The window is kept in 100 ms
 // slots (Redis: fields w_slot and w0…w10); a report's cost is spread evenly over its span (all
-// at now without one), and u is the last nine slots and the current one, plus the share of the
-// slot before them that is still within the second. See docs/design.md, "L1 usage", for why:
-// the two-bucket estimate it replaces, win_prev × (1 − f) + win_cur, counted cost bunched at the
-// start of each second up to twice (an automatic emergency at 79 % of capacity), and a window of
-// whole slots without spans read reports arriving unevenly as up to a slot's worth too much.
+// at now without one), and u is the larger of two one-second spans: the last ten complete
+// slots, exact for cost spread over real time, and the last nine with the current one, which
+// counts a report at once. See docs/design.md, "L1 usage", for why: the two-bucket estimate it
+// replaces, win_prev × (1 − f) + win_cur, counted cost bunched at the start of each second up
+// to twice (an automatic emergency at 79 % of capacity), and cost placed whole at its report's
+// time still read bunched or unevenly reported cost up to 1.2 times.
 func (l *memLedger) addUsage(cost int64, span time.Duration, capacity float64, now int64) float64 {
 	slot := now / usageSlot // floor: times are after the epoch
 	switch {
@@ -191,12 +192,14 @@ func (l *memLedger) addUsage(cost int64, span time.Duration, capacity float64, n
 			}
 		}
 	}
-	var rate float64
-	for s := slot - 9; s <= slot; s++ {
-		rate += l.win[ring(s)]
+	var complete, current float64
+	for s := slot - 10; s <= slot-1; s++ {
+		complete += l.win[ring(s)]
 	}
-	rate += l.win[ring(slot-10)] * (1 - float64(at-slot*usageSlot)/usageSlot)
-	return rate / capacity
+	for s := slot - 9; s <= slot; s++ {
+		current += l.win[ring(s)]
+	}
+	return max(complete, current) / capacity
 }
 
 // floorDiv is a / b rounded down (Lua's math.floor(a / b)) for b > 0.

@@ -56,8 +56,8 @@ if capacity > 0 then
 
   -- 3. usage: the cost of the last second, kept in eleven 100 ms slots (a ring, w<slot % 11>).
   -- A report's cost is spread evenly over the span it took to admit, ending now, and u is the
-  -- last nine slots and the current one, plus the share of the slot before them that is still
-  -- within the second (docs/design.md, "L1 usage").
+  -- larger of the last ten complete slots and the last nine with the current one
+  -- (docs/design.md, "L1 usage").
   local slot = math.floor(now / 100000)
   local last = tonumber(v[4])
   local w = {}
@@ -98,12 +98,14 @@ if capacity > 0 then
       end
     end
   end
-  local rate = 0
-  for s = slot - 9, slot do
-    rate = rate + w[s % 11]
+  local complete, current = 0, 0
+  for s = slot - 10, slot - 1 do
+    complete = complete + w[s % 11]
   end
-  rate = rate + w[(slot - 10) % 11] * (1 - (at - slot * 100000) / 100000)
-  u = rate / capacity
+  for s = slot - 9, slot do
+    current = current + w[s % 11]
+  end
+  u = math.max(complete, current) / capacity
   local fields = { 'w_slot', fmt(slot) }
   for i = 0, 10 do
     if changed[i] then

@@ -19,6 +19,7 @@ func l1Cases() []testCase {
 		{"UsageSlidingWindow", usageSlidingWindow},
 		{"UsageSpread", usageSpread},
 		{"UsageBunchedEachSecond", usageBunchedEachSecond},
+		{"UsageBunchedByTicks", usageBunchedByTicks},
 		{"UsageUnevenReports", usageUnevenReports},
 		{"UsageSteady", usageSteady},
 		{"FactorsOneBelowOverload", factorsOneBelowOverload},
@@ -183,6 +184,39 @@ func usageBunchedEachSecond(e *env) {
 			e.wantL1(e.reportOver("i1", 100*time.Millisecond, store.Report{}), 0.65, false, allOne)
 		}
 		e.advance(100 * time.Millisecond)
+	}
+}
+
+// usageBunchedByTicks: 790 cost settled in the first 75 ms of every second, reported by the tick
+// after it, every 100 ms with a few ms of jitter, reads about 0.79 at every report. Placed
+// whole at its report's time, a bunch reported 2 ms after a slot's start and the next one 2 ms
+// before a slot's start fell into one span of ten slots, and read 1.58 (pass L: automatic
+// emergencies at 79 % of capacity).
+func usageBunchedByTicks(e *env) {
+	e.withL1()
+	start := 2 * time.Second
+	e.advance(start)
+	at := start // the suite clock's time since Start
+	for sec := 2; sec < 8; sec++ {
+		jitter := 2 * time.Millisecond
+		if sec%2 == 1 {
+			jitter = -jitter
+		}
+		for k := 1; k <= 10; k++ { // ticks at sec + k × 100 ms + jitter
+			tick := time.Duration(sec)*time.Second + time.Duration(k)*100*time.Millisecond + jitter
+			var cost int64
+			if k == 1 {
+				cost = 790
+			}
+			e.advance(tick - at)
+			st := e.reportOver("i1", tick-at, store.Report{Cost: cost})
+			at = tick
+			// At most 0.79 arrived in any second; a report's cost is taken as even over its span,
+			// so its few ms of jitter may add their share: 4 ms of a 100 ms span is 4 %.
+			if st.Usage > 0.79*1.04+1e-9 || st.Emergency {
+				e.t.Fatalf("%v: usage %v (emergency %v); at most 0.79 arrived in any second", at, st.Usage, st.Emergency)
+			}
+		}
 	}
 }
 
