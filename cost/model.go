@@ -297,8 +297,8 @@ func (m *Model) Settle(e Estimate, u Usage) int64 {
 	return min(c, m.cfg.Max)
 }
 
-// readBytes returns the body bytes a request is charged for when read bytes were read: all of
-// them for a streaming body, at most its Content-Length otherwise.
+// readBytes returns the body bytes charged of the read bytes read so far: all of them for a
+// streaming body, at most the Content-Length otherwise.
 func (e Estimate) readBytes(read int64) int64 {
 	if e.Streaming {
 		return read
