@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"math"
-	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -157,7 +156,7 @@ const usageSlots = 11
 // usageSlot is the length of one slot of the usage window, in µs.
 const usageSlot = 100_000
 
-// addUsage is Report step 3: it adds cost, admitted over the span before now, to the usage
+// addUsage is Report step 3: it adds cost, admitted over the span (µs) before now, to the usage
 // window and returns u, the cost of the last second over capacity. The window is kept in 100 ms
 // slots (Redis: fields w_slot and w0…w10); a report's cost is spread evenly over its span (all
 // at now without one), and u is the larger of two one-second spans: the last ten complete
@@ -166,7 +165,7 @@ const usageSlot = 100_000
 // replaces, win_prev × (1 − f) + win_cur, counted cost bunched at the start of each second up
 // to twice (an automatic emergency at 79 % of capacity), and cost placed whole at its report's
 // time still read bunched or unevenly reported cost up to 1.2 times.
-func (l *memLedger) addUsage(cost int64, span time.Duration, capacity float64, now int64) float64 {
+func (l *memLedger) addUsage(cost, span int64, capacity float64, now int64) float64 {
 	slot := now / usageSlot // floor: times are after the epoch
 	switch {
 	case !l.winSet || slot-l.winSlot >= usageSlots:
@@ -181,14 +180,14 @@ func (l *memLedger) addUsage(cost int64, span time.Duration, capacity float64, n
 	slot = l.winSlot
 	at := max(now, slot*usageSlot) // a clock that went back counts in the latest slot
 	c := float64(cost)
-	if sp := min(max(span, 0), store.MaxCostSpan).Microseconds(); sp <= 0 {
+	if span <= 0 {
 		l.win[ring(slot)] += c
 	} else {
-		from := at - sp
-		for s := max(floorDiv(from, usageSlot), slot-10); s <= slot; s++ {
+		from := at - span
+		for s := max(from/usageSlot, slot-10); s <= slot; s++ {
 			lo, hi := max(from, s*usageSlot), min(at, (s+1)*usageSlot)
 			if hi > lo {
-				l.win[ring(s)] += c * float64(hi-lo) / float64(sp)
+				l.win[ring(s)] += c * float64(hi-lo) / float64(span)
 			}
 		}
 	}
@@ -202,17 +201,8 @@ func (l *memLedger) addUsage(cost int64, span time.Duration, capacity float64, n
 	return max(complete, current) / capacity
 }
 
-// floorDiv is a / b rounded down (Lua's math.floor(a / b)) for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
-}
-
-// ring is slot's index in the window's ring (Lua's %, which is never negative).
-func ring(slot int64) int64 { return (slot%usageSlots + usageSlots) % usageSlots }
+// ring is slot's index in the window's ring (times, and so slots, are after the epoch).
+func ring(slot int64) int64 { return slot % usageSlots }
 
 // updateEmergency is Report step 5: u >= thr enters (or stays in) the automatic emergency; an
 // automatic emergency is left at the first report at least 10 s after u fell below thr - 0.1

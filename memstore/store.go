@@ -213,7 +213,7 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 				cost += a.Cost
 			}
 		}
-		st.Usage = l.addUsage(cost, rep.CostSpan, rep.Cluster.Capacity, now)
+		st.Usage = l.addUsage(cost, rep.CostSpanMicros(), rep.Cluster.Capacity, now)
 	}
 	// 4. app statistics only: no token changes. Each app record keeps its own Seqs (Redis: one
 	// slot per script), so a report half applied before a failure is completed by its resend.

@@ -243,7 +243,7 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 		args: []any{now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
 			fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
 			fmtFloat(c.EmergencyRatios[3]), cost, rep.Seq, seqTTL,
-			min(max(rep.CostSpan, 0), store.MaxCostSpan).Microseconds()},
+			rep.CostSpanMicros()},
 	})
 	for _, a := range rep.Apps {
 		calls = append(calls, scriptCall{

@@ -268,6 +268,11 @@ type Report struct {
 // not count anyway.
 const MaxCostSpan = 2 * time.Second
 
+// CostSpanMicros is CostSpan as the Stores apply it: in µs, within [0, MaxCostSpan].
+func (r Report) CostSpanMicros() int64 {
+	return min(max(r.CostSpan, 0), MaxCostSpan).Microseconds()
+}
+
 // ReportSeqTTL is how long a Store remembers an instance's last report Seq (see Report.Seq):
 // a report sent again after this long may be counted twice.
 const ReportSeqTTL = 10 * time.Minute
