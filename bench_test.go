@@ -157,3 +157,21 @@ func BenchmarkServeHTTPCore(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkServeHTTPCoreParallel is BenchmarkServeHTTPCore from all CPUs on one app: what the
+// shared counters cost when requests of one app run on several cores at once.
+func BenchmarkServeHTTPCoreParallel(b *testing.B) {
+	h := benchHandler(b, "bench-core-par", "off")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r := httptest.NewRequest("GET", "http://gw.example/bucket/object", nil)
+		r.Header.Set("X-App-Id", "hot")
+		w := &nopWriter{hdr: http.Header{}}
+		for pb.Next() {
+			if err := h.ServeHTTP(w, r, nopNext); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -86,6 +86,7 @@ func TestConcurrent(t *testing.T) {
 	close(done)
 	side.Wait()
 
+	c.Sweep() // stamps what no sweep has seen yet
 	clk.Advance(2 * time.Second)
 	c.Sweep()
 	for _, tk := range longHeld {

@@ -33,7 +33,8 @@ type held struct {
 	t     *Ticket
 	h     Handle
 	app   string
-	last  time.Duration // last activity, model time
+	fresh bool          // activity since the last sweep
+	seen  time.Duration // when a sweep last found it fresh, model time
 	swept bool          // force-released by the sweep, holder not yet told
 	done  bool          // ended by the holder's Release (or the holder's Release after a sweep)
 }
@@ -87,7 +88,7 @@ func (m *connMachine) Acquire(t *rapid.T) {
 		m.cluster.acquired++
 		a.peak = max(a.peak, a.current())
 		m.cluster.peak = max(m.cluster.peak, m.cluster.current())
-		m.held = append(m.held, &held{t: tk, h: tk.Handle(), app: app, last: m.now()})
+		m.held = append(m.held, &held{t: tk, h: tk.Handle(), app: app, fresh: true})
 	}
 }
 
@@ -120,7 +121,7 @@ func (m *connMachine) Touch(t *rapid.T) {
 	h := m.pick(t, "touch", func(h *held) bool { return !h.done })
 	h.t.Touch()
 	if !h.swept {
-		h.last = m.now()
+		h.fresh = true
 	}
 }
 
@@ -132,7 +133,12 @@ func (m *connMachine) Advance(t *rapid.T) {
 func (m *connMachine) Sweep(t *rapid.T) {
 	m.c.Sweep()
 	for _, h := range m.held {
-		if !h.done && !h.swept && m.now()-h.last > propIdle {
+		if h.done || h.swept {
+			continue
+		}
+		if h.fresh {
+			h.fresh, h.seen = false, m.now()
+		} else if m.now()-h.seen > propIdle {
 			h.swept = true
 			m.apps[h.app].leaked++
 			m.cluster.leaked++

@@ -3,6 +3,11 @@ package connlimit
 // Sweep force-releases the tickets idle (no Acquire or Touch) for longer than IdleTimeout and
 // counts them as leaked, per app and for the cluster. Their holders' later Release is a no-op.
 // The background loop calls it every SweepInterval; tests call it directly with their clock.
+//
+// Activity is timed by the sweeps, not by the request path: a ticket active since the last
+// sweep is stamped with this sweep's time, and released by the first sweep more than
+// IdleTimeout after its stamp. So a ticket is never released before IdleTimeout without
+// activity, and at most one SweepInterval later than if every activity were timed.
 func (c *Counter) Sweep() {
 	now := c.clock()
 	idle := int64(c.cfg.Load().IdleTimeout)
@@ -11,7 +16,11 @@ func (c *Counter) Sweep() {
 		sh.mu.Lock() // held for a walk over one shard's list: no I/O, no allocation
 		for t := sh.head; t != nil; {
 			next := t.next
-			if s := t.state.Load(); s&stateMask == stateActive && now-t.last.Load() > idle &&
+			s := t.state.Load()
+			seen := t.seen.Load()
+			if seen == unseen {
+				t.seen.CompareAndSwap(unseen, now)
+			} else if s&stateMask == stateActive && now-seen > idle &&
 				t.state.CompareAndSwap(s, s&^stateMask|stateSwept) {
 				// t.app is stable: recycling t needs this lock to link it again.
 				a := t.app

@@ -11,6 +11,7 @@ import (
 func TestSweepLeaked(t *testing.T) {
 	c, clk := newTest(t, Config{IdleTimeout: 300 * time.Second})
 	leak := mustAcquire(t, c, "a", 0)
+	c.Sweep() // sees it active: its idle time starts now
 	clk.Advance(300 * time.Second)
 	c.Sweep() // idle exactly IdleTimeout: not yet
 	if s := stats(t, c, "a"); s.Current != 1 || s.Leaked != 0 {
@@ -18,7 +19,7 @@ func TestSweepLeaked(t *testing.T) {
 	}
 	fresh := mustAcquire(t, c, "a", 0)
 	clk.Advance(time.Second)
-	c.Sweep()
+	c.Sweep() // leak goes; fresh, seen for the first time, stays
 	if s := stats(t, c, "a"); s.Current != 1 || s.Leaked != 1 {
 		t.Fatalf("after the sweep %+v, want current 1, leaked 1", s)
 	}
@@ -79,7 +80,8 @@ func TestSweepLoop(t *testing.T) {
 			t.Fatalf("stats %+v before any sweep, want current 1, leaked 0", s)
 		}
 		c.Update(Config{IdleTimeout: time.Second, SweepInterval: time.Millisecond}) // the loop picks up the new interval
-		time.Sleep(time.Millisecond)
+		// The first sweep sees it active; the first more than IdleTimeout later releases it.
+		time.Sleep(time.Second + 2*time.Millisecond)
 		synctest.Wait()
 		if s := stats(t, c, "a"); s.Current != 0 || s.Leaked != 1 {
 			t.Fatalf("stats %+v after the loop swept, want current 0, leaked 1", s)

@@ -25,18 +25,24 @@ type Ticket struct {
 	shard *shard // fixed for the Ticket's life
 
 	state atomic.Uint64 // generation<<2 | state
-	last  atomic.Int64  // last activity (Acquire or Touch), ns since the Counter's epoch
+	// seen is when the sweep last found the ticket active (ns since the Counter's epoch), or
+	// unseen when there was activity (Acquire or Touch) since. The request path so never reads
+	// the clock; the sweep stamps what it finds active (sweep.go).
+	seen atomic.Int64
 
 	// Guarded by shard.mu while the ticket is in the shard's list.
 	app        *appCounts
 	prev, next *Ticket
 }
 
-// activate starts a new generation of t for app at now and makes it findable by the sweep.
+// unseen is Ticket.seen after activity the sweep has not seen yet.
+const unseen = -1
+
+// activate starts a new generation of t for app and makes it findable by the sweep.
 // It is linked before it turns active: the sweep and stale Releases ignore non-active tickets.
-func (t *Ticket) activate(a *appCounts, now int64) {
+func (t *Ticket) activate(a *appCounts) {
 	gen := t.state.Load()>>2 + 1
-	t.last.Store(now)
+	t.seen.Store(unseen)
 	sh := t.shard
 	sh.mu.Lock()
 	t.app = a
@@ -70,10 +76,12 @@ func (t *Ticket) Release() {
 	t.release(t.state.Load() >> 2)
 }
 
-// Touch records activity on a long request (a stream), so the leak sweep leaves it alone:
-// one clock read and one atomic store.
+// Touch records activity on a long request (a stream), so the leak sweep leaves it alone: an
+// atomic load, and a store at most once per sweep.
 func (t *Ticket) Touch() {
-	t.last.Store(t.c.clock())
+	if t.seen.Load() != unseen {
+		t.seen.Store(unseen)
+	}
 }
 
 // Handle returns a handle on this acquisition of t (see Handle).

@@ -194,7 +194,7 @@ type Estimate struct {
 // and a DeleteObjects request as many objects as those bytes can name (objectsIn).
 func (m *Model) Estimate(r *http.Request) Estimate {
 	e := Estimate{Op: m.Classify(r)}
-	if m.s3 {
+	if m.s3 && r.ContentLength != 0 { // no body, nothing to decode (and three header misses saved)
 		e.Decoded, e.Chunked = decodedLength(r)
 	}
 	var bytes int64

@@ -47,14 +47,21 @@ type App struct {
 	pol      atomic.Pointer[appPolicy]
 	stats    *appStats // shared by all unknown apps
 
-	balance    atomic.Int64 // local tokens; negative = debt
+	// Written by every admitted request, so kept on one cache line (with what a take reads):
+	// requests of one app on several cores then move one line between them, not four.
+	balance  atomic.Int64 // local tokens; negative = debt
+	consumed atomic.Int64 // see Conservation below
+	requests atomic.Int64 // admitted requests (reported as statistics)
+	// settledCost is the actual cost of the settled requests (Settle): L1's usage window.
+	settledCost atomic.Int64
+	refillAt    atomic.Int64 // background refill when the balance falls below this
+	l2Left      atomic.Int64 // L2's remaining tokens at the last lease
+
 	retryUntil atomic.Int64 // unix ns: until then, shortfalls are rejected without a Store call
 	refusal    atomic.Uint32
-	refillAt   atomic.Int64  // background refill when the balance falls below this
 	lastUse    atomic.Int64  // unix ns of the last take (isolated apps only)
 	lastLease  atomic.Int64  // unix ns of the last grant (lease TTL)
 	answered   atomic.Bool   // the app's last lease call succeeded (storeAway)
-	l2Left     atomic.Int64  // L2's remaining tokens at the last lease
 	l2Debt     atomic.Uint64 // L2's debt at the last lease (float64 bits)
 	l2Borrowed atomic.Uint64 // L2's borrowed at the last lease (float64 bits)
 
@@ -62,16 +69,12 @@ type App struct {
 	// leased + minted = consumed + returned + dropped + balance.
 	// minted counts tokens admitted without a lease (rescue / fail-open modes); dropped counts
 	// tokens given up by a Return that failed (see returnTokens).
-	leased, minted, consumed, returned, dropped atomic.Int64
-	requests                                    atomic.Int64 // admitted requests (reported as statistics)
+	leased, minted, returned, dropped atomic.Int64
 
 	// Statistics delivery (appstats.go): requests in a batch so far, and the batches.
 	sentReqs atomic.Int64
 	statsMu  sync.Mutex
 	st       appStatsState
-
-	// settledCost is the actual cost of the settled requests (Settle): L1's usage window.
-	settledCost atomic.Int64
 
 	// Owned by the sync loop (tickMu): the settled cost in a report so far, the consumption rate.
 	costSent  int64

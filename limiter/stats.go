@@ -9,8 +9,9 @@ import (
 
 // appStats are one metric label's counters, read at scrape time.
 type appStats struct {
-	requests                             [store.NumReasons]atomic.Int64
-	cost, localHits, leases, leaseTokens atomic.Int64
+	cost, localHits     atomic.Int64 // with requests[ReasonNone]: written by every admitted request, one line
+	requests            [store.NumReasons]atomic.Int64
+	leases, leaseTokens atomic.Int64
 }
 
 // AppStats is a snapshot of one metric label's counters.
