@@ -2,6 +2,7 @@ package tierbucket
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -37,10 +38,13 @@ func (w *nopWriter) WriteHeader(s int)           { w.status = s }
 
 var nopNext = caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
 
-// benchRequest is a GET of an object (cost 1) without a replacer.
+// benchRequest is a GET of an object (cost 1) without a replacer. Its body is empty but not
+// http.NoBody: Caddy's server wraps every request's body (its read idle timeout, on by
+// default), so a handler in Caddy never sees NoBody.
 func benchRequest(app string) *http.Request {
 	r := httptest.NewRequest("GET", "http://gw.example/bucket/object", nil)
 	r.Header.Set("X-App-Id", app)
+	r.Body = io.NopCloser(http.NoBody)
 	return r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
 }
 
@@ -143,8 +147,7 @@ func BenchmarkServeHTTPLocalHitParallel(b *testing.B) {
 // context (so no placeholders): app id, cost, connection slot, take, settle, release.
 func BenchmarkServeHTTPCore(b *testing.B) {
 	h := benchHandler(b, "bench-core", "off")
-	r := httptest.NewRequest("GET", "http://gw.example/bucket/object", nil)
-	r.Header.Set("X-App-Id", "hot")
+	r := benchRequest("hot")
 	w := &nopWriter{hdr: http.Header{}}
 	for range 100 {
 		_ = h.ServeHTTP(w, r, nopNext)
@@ -164,8 +167,7 @@ func BenchmarkServeHTTPCoreParallel(b *testing.B) {
 	h := benchHandler(b, "bench-core-par", "off")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		r := httptest.NewRequest("GET", "http://gw.example/bucket/object", nil)
-		r.Header.Set("X-App-Id", "hot")
+		r := benchRequest("hot")
 		w := &nopWriter{hdr: http.Header{}}
 		for pb.Next() {
 			if err := h.ServeHTTP(w, r, nopNext); err != nil {
@@ -174,4 +176,42 @@ func BenchmarkServeHTTPCoreParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestServeHTTPAllocations pins the request path's allocations for an admitted GET as Caddy
+// hands it over (its body wrapped, a fresh replacer): none on the core path, and with the
+// default header and the placeholders the two docs/performance.md explains.
+func TestServeHTTPAllocations(t *testing.T) {
+	core := newTestHandler(t, &Handler{
+		Cluster: "allocs-core", Key: "{http.request.header.X-App-Id}", Headers: "off",
+		Apps:  map[string]*AppConfig{"hot": {Guaranteed: 1e12, Burst: 1e12}},
+		Local: &LocalConfig{Reserve: 1 << 40},
+	})
+	w := &nopWriter{hdr: http.Header{}}
+	r := benchRequest("hot")
+	if n := testing.AllocsPerRun(1000, func() { _ = core.ServeHTTP(w, r, nopNext) }); n != 0 {
+		t.Errorf("core path: %v allocations per request, want 0", n)
+	}
+
+	full := newTestHandler(t, &Handler{
+		Cluster: "allocs-full", Key: "{http.request.header.X-App-Id}",
+		Apps:  map[string]*AppConfig{"hot": {Guaranteed: 1e12, Burst: 1e12}},
+		Local: &LocalConfig{Reserve: 1 << 40},
+	})
+	const runs = 1000
+	reqs := make([]*http.Request, runs+1) // AllocsPerRun calls once more to warm up
+	for i := range reqs {
+		reqs[i] = new(http.Request)
+		*reqs[i] = *r
+		caddyhttp.NewTestReplacer(reqs[i])
+	}
+	i := 0
+	n := testing.AllocsPerRun(runs, func() {
+		clear(w.hdr)
+		_ = full.ServeHTTP(w, reqs[i], nopNext)
+		i++
+	})
+	if n != 2 {
+		t.Errorf("with the header and the placeholders: %v allocations per request, want 2 (the record and the provider function)", n)
+	}
 }

@@ -94,7 +94,9 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 	tw := getTrackedWriter(w, ticket, out)
 	var body *touchingBody
 	orig := r.Body
-	if orig != nil && orig != http.NoBody {
+	// Content-Length 0 (a GET over HTTP/1.1 or 2) has nothing to count; Caddy wraps every
+	// request's body, so NoBody alone would not tell it, and this saves an allocation per GET.
+	if orig != nil && orig != http.NoBody && r.ContentLength != 0 {
 		// Not pooled: a proxy transport may still close the body after the chain returns.
 		body = &touchingBody{ticket: tw.ticket, app: app, model: h.model, est: est}
 		body.charged.Store(charge)
