@@ -16,9 +16,10 @@ import (
 
 // SlotSource leases connection slots from the fleet's Store (the limiter).
 type SlotSource interface {
-	// LeaseSlots sets this instance's holding of app's scope ("" = the cluster) to at most want,
-	// giving up at ctx's deadline (and at the Store timeout in any case).
-	LeaseSlots(ctx context.Context, app string, want, limit int64) (store.SlotLease, error)
+	// LeaseSlots sets this instance's holding of app's scope ("" = the cluster) to at most want
+	// and at least inUse (the slots its requests use, which cannot be recalled), giving up at
+	// ctx's deadline (and at the Store timeout in any case).
+	LeaseSlots(ctx context.Context, app string, want, inUse, limit int64) (store.SlotLease, error)
 	// LiveInstances is the fleet's live-instance count as last known.
 	LiveInstances() int
 	// StoreTimeout bounds how long a request waits on a slot lease.
@@ -102,8 +103,14 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, dead
 	}
 	cur := s.current.Load()
 	want := min(cur+1+headroom(cur, limit, src.LiveInstances()), limit)
+	if want <= cur {
+		// At the limit, or above it (a limit lowered below what is in flight): nothing to ask
+		// for. Asking would shrink the holding below the slots in use, and the Store would
+		// hand them to the other instances while they are still taken.
+		return cur, false
+	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	res, err := src.LeaseSlots(ctx, name, want, limit)
+	res, err := src.LeaseSlots(ctx, name, want, cur, limit)
 	cancel()
 	if err != nil {
 		return s.tryRescue(limit, src.LiveInstances())
@@ -196,10 +203,13 @@ func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live
 	if room := headroom(cur, limit, live); held > cur+2*room+2 {
 		want = min(want, cur+room+1)
 	}
+	// Never below what is in use (more than the holding, after requests admitted while the
+	// Store could not be asked): the holding says what this instance really takes.
+	want = max(want, cur)
 	if want == held {
 		return
 	}
-	if res, err := src.LeaseSlots(context.Background(), name, want, limit); err == nil {
+	if res, err := src.LeaseSlots(context.Background(), name, want, cur, limit); err == nil {
 		s.held.Store(res.Held)
 		s.remote.Store(res.Others)
 	}
@@ -216,7 +226,7 @@ func (c *Counter) GiveBackSlots() {
 		s.slotSem <- struct{}{}
 		defer func() { <-s.slotSem }()
 		if s.held.Load() > 0 {
-			if _, err := (*src).LeaseSlots(context.Background(), name, 0, limit); err == nil {
+			if _, err := (*src).LeaseSlots(context.Background(), name, 0, 0, limit); err == nil {
 				s.held.Store(0)
 			}
 		}

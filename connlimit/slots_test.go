@@ -21,12 +21,12 @@ type instanceSlots struct {
 	down  atomic.Bool // every lease fails, as in an outage
 }
 
-func (s *instanceSlots) LeaseSlots(ctx context.Context, app string, want, limit int64) (store.SlotLease, error) {
+func (s *instanceSlots) LeaseSlots(ctx context.Context, app string, want, inUse, limit int64) (store.SlotLease, error) {
 	s.calls.Add(1)
 	if s.down.Load() {
 		return store.SlotLease{}, errors.New("the Store is unavailable")
 	}
-	return s.st.LeaseSlots(ctx, store.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit})
+	return s.st.LeaseSlots(ctx, store.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit, InUse: inUse})
 }
 
 func (s *instanceSlots) LiveInstances() int { return 2 }
@@ -174,7 +174,7 @@ type slowSlots struct {
 	deadlines chan time.Time
 }
 
-func (s *slowSlots) LeaseSlots(ctx context.Context, app string, want, limit int64) (store.SlotLease, error) {
+func (s *slowSlots) LeaseSlots(ctx context.Context, app string, want, inUse, limit int64) (store.SlotLease, error) {
 	d, _ := ctx.Deadline()
 	s.deadlines <- d
 	<-ctx.Done()
@@ -248,5 +248,38 @@ func TestSlotsOutageKeepsShare(t *testing.T) {
 	}
 	for _, tk := range held {
 		tk.Release()
+	}
+}
+
+// TestSlotsLimitLoweredBelowInFlight: a limit lowered below what an instance has in flight, then
+// raised again, never lets the fleet go above it. (The gateway whose limit went down used to
+// shrink its holding to the new limit while its requests still ran, and the other gateway took
+// those slots once the limit went back up: 8 in flight for a limit of 6.)
+func TestSlotsLimitLoweredBelowInFlight(t *testing.T) {
+	clk, _, _, ca, cb := twoInstances(t, 100)
+	for range 4 {
+		if tk, r := ca.Acquire("x", 4); tk == nil {
+			t.Fatalf("a refused within the limit: %v", r)
+		}
+	}
+	if tk, r := ca.Acquire("x", 2); tk != nil || r != store.ReasonAppLimitExceeded {
+		t.Fatalf("a admitted above a lowered limit (%v, %v)", tk, r)
+	}
+	if s := stats(t, ca, "x"); s.Held < 4 {
+		t.Fatalf("after the refusal a holds %d slots with 4 in flight", s.Held)
+	}
+	ca.Trim() // nor may the trim shrink it
+	clk.Advance(refusalBackoff)
+	if s := stats(t, ca, "x"); s.Held < 4 {
+		t.Fatalf("after a trim a holds %d slots with 4 in flight", s.Held)
+	}
+	n := 0
+	for range 5 {
+		if tk, _ := cb.Acquire("x", 6); tk != nil {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("with 4 in flight on a, b admitted %d for a limit of 6, want 2", n)
 	}
 }

@@ -14,9 +14,10 @@ import (
 // run out or it holds far more than it uses. The Store grants a holding only while the
 // holdings of all live instances stay within the limit (docs/design.md, "Connection slots").
 
-// LeaseSlots asks the Store for a holding of want slots of app's scope ("" for the cluster),
-// bounded by the Store timeout and by ctx. It is connlimit's SlotSource.
-func (l *Limiter) LeaseSlots(ctx context.Context, app string, want, limit int64) (store.SlotLease, error) {
+// LeaseSlots asks the Store for a holding of want slots of app's scope ("" for the cluster), of
+// which inUse are in use (the holding stays at least that), bounded by the Store timeout and by
+// ctx. It is connlimit's SlotSource.
+func (l *Limiter) LeaseSlots(ctx context.Context, app string, want, inUse, limit int64) (store.SlotLease, error) {
 	if l.closed.Load() {
 		return store.SlotLease{}, ErrClosed
 	}
@@ -32,7 +33,7 @@ func (l *Limiter) LeaseSlots(ctx context.Context, app string, want, limit int64)
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		defer cancel()
 		res, err = l.store.LeaseSlots(ctx, store.SlotRequest{Cluster: s.cfg.Cluster.ID, App: app,
-			Instance: s.cfg.Instance, Want: want, Limit: limit})
+			Instance: s.cfg.Instance, Want: want, Limit: limit, InUse: inUse})
 		return err
 	})
 	return res, err

@@ -40,7 +40,7 @@ func (m *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.Slot
 		}
 		others += n
 	}
-	grant := min(r.Want, max(r.Limit-others, 0))
+	grant := max(min(r.Want, max(r.Limit-others, 0)), r.InUse)
 	if grant > 0 {
 		held[r.Instance] = grant
 	} else {

@@ -148,6 +148,7 @@ func TestDifferential(t *testing.T) {
 				r := store.SlotRequest{Cluster: cluster.ID, App: rapid.SampledFrom([]string{"", app}).Draw(rt, "scope"),
 					Instance: rapid.SampledFrom(instances).Draw(rt, "instance"),
 					Want:     rapid.Int64Range(0, 12).Draw(rt, "want"), Limit: rapid.Int64Range(0, 10).Draw(rt, "limit")}
+				r.InUse = rapid.Int64Range(0, r.Want).Draw(rt, "in use")
 				sm, em := mem.LeaseSlots(ctx, r)
 				sr, er := red.LeaseSlots(ctx, r)
 				if (em == nil) != (er == nil) || sm != sr {

@@ -16,7 +16,7 @@ func (s *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.Slot
 		return store.SlotLease{}, fmt.Errorf("redislua: %w", err)
 	}
 	vals, err := leaseSlotsScript.Run(ctx, s.client, []string{s.keys.slots(r.Cluster, r.App), s.keys.nodes(r.Cluster)},
-		s.nowArg(), r.Instance, r.Want, r.Limit, store.InstanceTTL.Microseconds()).Slice()
+		s.nowArg(), r.Instance, r.Want, r.Limit, store.InstanceTTL.Microseconds(), r.InUse).Slice()
 	if err != nil {
 		s.failed()
 		return store.SlotLease{}, fmt.Errorf("redislua: lease slots: %w", s.classify(err))

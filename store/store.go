@@ -60,7 +60,7 @@ type Store interface {
 	Watch(cluster string, notify func()) (stop func())
 
 	// LeaseSlots sets the instance's holding of one scope's connection slots (slots.go) to
-	// min(Want, max(Limit - others, 0)), where others is Σ the holdings of the other instances
+	// max(min(Want, max(Limit - others, 0)), InUse), where others is Σ the holdings of the other instances
 	// that are live (heartbeat no older than InstanceTTL; the caller counts as live); holdings
 	// of instances that are not are dropped. A holding of 0 is removed.
 	LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease, error)

@@ -1,14 +1,16 @@
 -- Connection slots: sets one instance's holding of a scope (an app, or the cluster).
 -- KEYS[1] slots hash (instance -> holding), KEYS[2] nodes zset (instance -> heartbeat µs); both
 -- in the cluster's slot, so that liveness is known here.
--- ARGV: now_us|'' instance want limit ttl_us
+-- ARGV: now_us|'' instance want limit ttl_us in_use
 -- Holdings of instances whose heartbeat is older than ttl_us (or absent) are dropped; the caller
--- counts as live. Returns {held, others}: held = min(want, max(limit - others, 0)).
+-- counts as live. Returns {held, others}: held = max(min(want, max(limit - others, 0)), in_use):
+-- the slots the caller's requests use cannot be recalled, even above a lowered limit.
 local now = now_us(ARGV[1])
 local instance = ARGV[2]
 local want = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
+local in_use = tonumber(ARGV[6]) or 0
 
 local all = redis.call('HGETALL', KEYS[1])
 local others = 0
@@ -23,7 +25,7 @@ for i = 1, #all, 2 do
     end
   end
 end
-local held = math.min(want, math.max(limit - others, 0))
+local held = math.max(math.min(want, math.max(limit - others, 0)), in_use)
 if held > 0 then
   redis.call('HSET', KEYS[1], instance, held)
   redis.call('PEXPIRE', KEYS[1], 3600000)

@@ -15,11 +15,18 @@ func slotCases() []testCase {
 		{"SlotsWithinLimit", slotsWithinLimit},
 		{"SlotsDeadInstanceReturns", slotsDeadInstanceReturns},
 		{"SlotsScopesIndependent", slotsScopesIndependent},
+		{"SlotsInUseKept", slotsInUseKept},
 		{"SlotsInvalid", slotsInvalid},
 	}
 }
 
 func (e *env) slots(instance, app string, want, limit int64) store.SlotLease {
+	e.t.Helper()
+	return e.slotsInUse(instance, app, want, 0, limit)
+}
+
+// slotsInUse is slots for an instance whose requests use inUse of its holding.
+func (e *env) slotsInUse(instance, app string, want, inUse, limit int64) store.SlotLease {
 	e.t.Helper()
 	ss, ok := e.s.(interface {
 		LeaseSlots(context.Context, store.SlotRequest) (store.SlotLease, error)
@@ -28,9 +35,9 @@ func (e *env) slots(instance, app string, want, limit int64) store.SlotLease {
 		e.t.Fatal("the Store does not lease connection slots")
 	}
 	l, err := ss.LeaseSlots(context.Background(), store.SlotRequest{Cluster: e.cluster.ID, App: app,
-		Instance: instance, Want: want, Limit: limit})
+		Instance: instance, Want: want, Limit: limit, InUse: inUse})
 	if err != nil {
-		e.t.Fatalf("LeaseSlots(%s, %q, want %d, limit %d): %v", instance, app, want, limit, err)
+		e.t.Fatalf("LeaseSlots(%s, %q, want %d, in use %d, limit %d): %v", instance, app, want, inUse, limit, err)
 	}
 	return l
 }
@@ -75,6 +82,24 @@ func slotsDeadInstanceReturns(e *env) {
 	e.wantSlots(e.slots("i2", e.app, 8, 10), 8, 0)
 }
 
+// slotsInUseKept: slots in use cannot be recalled, so a holding never drops below them, even
+// when a lower limit leaves them nothing; the others get nothing until they are given back.
+// (Without it, a gateway whose limit was lowered below its requests in flight shrank its
+// holding, and once the limit went up again the others took those slots too: 8 in flight for
+// a limit of 6.)
+func slotsInUseKept(e *env) {
+	e.report("i1", 0)
+	e.report("i2", 0)
+	e.wantSlots(e.slots("i1", e.app, 4, 10), 4, 0)
+	e.wantSlots(e.slots("i2", e.app, 6, 10), 6, 4)
+	e.wantSlots(e.slotsInUse("i1", e.app, 5, 4, 6), 4, 6) // limit lowered to 6: keeps its 4
+	e.wantSlots(e.slots("i2", e.app, 6, 6), 2, 4)         // i2 shrinks to what is left
+	e.wantSlots(e.slotsInUse("i1", e.app, 5, 5, 6), 5, 2) // over the limit while in use
+	e.wantSlots(e.slots("i2", e.app, 6, 6), 1, 5)
+	e.wantSlots(e.slotsInUse("i1", e.app, 1, 0, 6), 1, 1) // its requests ended: back within it
+	e.wantSlots(e.slots("i2", e.app, 6, 6), 5, 1)
+}
+
 func slotsScopesIndependent(e *env) {
 	e.report("i1", 0)
 	e.report("i2", 0)
@@ -92,6 +117,8 @@ func slotsInvalid(e *env) {
 		{Cluster: e.cluster.ID, App: e.app, Want: 1, Limit: 1},
 		{Cluster: e.cluster.ID, App: e.app, Instance: "i1", Want: -1, Limit: 1},
 		{Cluster: e.cluster.ID, App: e.app, Instance: "i1", Want: 1, Limit: -1},
+		{Cluster: e.cluster.ID, App: e.app, Instance: "i1", Want: 1, Limit: 1, InUse: -1},
+		{Cluster: e.cluster.ID, App: e.app, Instance: "i1", Want: 1, Limit: 1, InUse: 2},
 	} {
 		if _, err := ss.LeaseSlots(context.Background(), r); err == nil {
 			e.t.Errorf("LeaseSlots(%+v) = nil error", r)
