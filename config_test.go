@@ -26,6 +26,7 @@ func TestProvisionRejectsInvalidConfig(t *testing.T) {
 		{"priority negative", `{"apps":{"a":{"guaranteed":1,"priority":-1}}}`, `apps["a"].priority`},
 		{"max_borrow negative", `{"apps":{"a":{"guaranteed":1,"max_borrow":-3}}}`, `apps["a"].max_borrow`},
 		{"max_connections negative", `{"apps":{"a":{"guaranteed":1,"max_connections":-3}}}`, `apps["a"].max_connections`},
+		{"max_connections above 2^53", `{"apps":{"a":{"guaranteed":1,"max_connections":9007199254740993}}}`, `apps["a"].max_connections`},
 		{"warmup negative", `{"apps":{"a":{"guaranteed":1,"warmup":"-1s"}}}`, `apps["a"].warmup must be >= 0`},
 		{"warmup negative ns", `{"apps":{"a":{"guaranteed":1,"warmup":-5}}}`, `apps["a"].warmup must be >= 0`},
 		{"warmup not a duration", `{"apps":{"a":{"guaranteed":1,"warmup":"soon"}}}`, `warmup: time: invalid duration "soon"`},

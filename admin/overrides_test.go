@@ -162,6 +162,8 @@ func TestOverrideBadInputChangesNothing(t *testing.T) {
 		{"cluster ratio", "PUT", "/rate_limit/clusters/c1", "application/json", `{"reserved_ratio":1}`, 400, []string{"reserved_ratio"}},
 		{"max_connections zero", "PUT", "/rate_limit/apps/alpha", "application/json", `{"max_connections":0}`, 400, []string{"max_connections"}},
 		{"max_connections negative", "PUT", "/rate_limit/apps/alpha", "application/json", `{"max_connections":-1}`, 400, []string{"max_connections"}},
+		// Above 2^53 the Store's doubles cannot count it: every request of the app was refused.
+		{"max_connections above 2^53", "PUT", "/rate_limit/apps/alpha", "application/json", `{"max_connections":9223372036854775807}`, 400, []string{"max_connections"}},
 		{"cluster capacity below guarantees", "PUT", "/rate_limit/clusters/c1", "application/json", `{"capacity":100}`, 400, []string{"capacity"}},
 		{"cluster ratios count", "PUT", "/rate_limit/clusters/c1", "application/json", `{"emergency_ratios":[1,1]}`, 400, []string{"emergency_ratios"}},
 		{"unknown cluster", "PUT", "/rate_limit/clusters/nope", "application/json", `{"capacity":100}`, 404, nil},

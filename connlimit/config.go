@@ -3,6 +3,8 @@ package connlimit
 import (
 	"fmt"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Defaults of the connections block.
@@ -48,10 +50,10 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
-	case c.App <= 0:
-		return fmt.Errorf("connections.app must be > 0, got %d", c.App)
-	case c.Cluster <= 0:
-		return fmt.Errorf("connections.cluster must be > 0, got %d", c.Cluster)
+	case c.App <= 0 || c.App > store.MaxAmount:
+		return fmt.Errorf("connections.app must be > 0 (and <= 2^53), got %d", c.App)
+	case c.Cluster <= 0 || c.Cluster > store.MaxAmount:
+		return fmt.Errorf("connections.cluster must be > 0 (and <= 2^53), got %d", c.Cluster)
 	case c.IdleTimeout < MinIdleTimeout:
 		return fmt.Errorf("connections.idle_timeout must be >= %s, got %s", MinIdleTimeout, c.IdleTimeout)
 	case c.SweepInterval < MinSweepInterval:

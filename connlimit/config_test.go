@@ -16,6 +16,7 @@ func TestConfigValidate(t *testing.T) {
 		{"explicit", Config{App: 1, Cluster: 1, IdleTimeout: time.Second, SweepInterval: 100 * time.Millisecond}, ""},
 		{"app", Config{App: -1}, "connections.app must be > 0"},
 		{"cluster", Config{Cluster: -5}, "connections.cluster must be > 0"},
+		{"app above 2^53", Config{App: 1<<53 + 1}, "connections.app must be > 0 (and <= 2^53)"},
 		{"idle_timeout", Config{IdleTimeout: -time.Second}, "connections.idle_timeout must be >= 1s, got -1s"},
 		{"idle_timeout too short", Config{IdleTimeout: time.Millisecond}, "connections.idle_timeout must be >= 1s, got 1ms"},
 		{"sweep_interval", Config{SweepInterval: -time.Second}, "connections.sweep_interval must be >= 100ms, got -1s"},

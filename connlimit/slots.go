@@ -41,11 +41,14 @@ func (c *Counter) UseSlots(src SlotSource) {
 	c.trimOnce.Do(func() { go c.trimLoop() })
 }
 
-// tryHeld takes one slot of the holding if current stays below it.
-func (s *counts) tryHeld() (int64, bool) {
+// tryHeld takes one slot of the holding if current stays below it, and below what limit leaves
+// beside the others' holdings. The second bound only bites after the limit was lowered: until
+// trims shrink the holdings to fit, a holding granted under the old limit must not keep
+// admitting up to its size while its requests come and go.
+func (s *counts) tryHeld(limit int64) (int64, bool) {
 	for {
 		cur := s.current.Load()
-		if cur >= s.held.Load() {
+		if cur >= s.held.Load() || cur+s.remote.Load() >= limit {
 			return cur, false
 		}
 		if s.current.CompareAndSwap(cur, cur+1) {
@@ -62,7 +65,7 @@ func (c *Counter) take(s *counts, name string, limit int64, dl *time.Time) (int6
 	if src == nil {
 		return s.tryAcquire(limit)
 	}
-	if n, ok := s.tryHeld(); ok {
+	if n, ok := s.tryHeld(limit); ok {
 		return n, true
 	}
 	if dl.IsZero() {
@@ -87,14 +90,14 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, dead
 		case s.slotSem <- struct{}{}:
 			t.Stop()
 		case <-t.C:
-			if n, ok := s.tryHeld(); ok {
+			if n, ok := s.tryHeld(limit); ok {
 				return n, true
 			}
 			return s.tryAcquire(limit)
 		}
 	}
 	defer func() { <-s.slotSem }()
-	if n, ok := s.tryHeld(); ok { // a concurrent grow brought slots
+	if n, ok := s.tryHeld(limit); ok { // a concurrent grow brought slots
 		return n, true
 	}
 	now := c.clock()
@@ -117,7 +120,7 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, dead
 	}
 	s.held.Store(res.Held)
 	s.remote.Store(res.Others)
-	if n, ok := s.tryHeld(); ok {
+	if n, ok := s.tryHeld(limit); ok {
 		return n, true
 	}
 	if res.Held < want {
@@ -202,6 +205,11 @@ func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live
 	// More than twice the headroom (plus two) beyond use: keep the headroom only.
 	if room := headroom(cur, limit, live); held > cur+2*room+2 {
 		want = min(want, cur+room+1)
+	}
+	// More than the limit leaves beside the others (it was lowered): give back what is not in
+	// use, so that the fleet's holdings fit it again as requests end.
+	if fits := limit - s.remote.Load(); held > fits {
+		want = min(want, fits)
 	}
 	// Never below what is in use (more than the holding, after requests admitted while the
 	// Store could not be asked): the holding says what this instance really takes.

@@ -283,3 +283,49 @@ func TestSlotsLimitLoweredBelowInFlight(t *testing.T) {
 		t.Fatalf("with 4 in flight on a, b admitted %d for a limit of 6, want 2", n)
 	}
 }
+
+// TestSlotsLimitLoweredUnderLoad: a lower limit applies on a fleet whose holdings are always in
+// use: requests that end are not replaced beyond the new limit, however the holdings were
+// granted under the old one. (Before, a gateway kept admitting up to its old holding while
+// its clients reconnected at once: 6 in flight for a limit of 4, for as long as the load ran.)
+func TestSlotsLimitLoweredUnderLoad(t *testing.T) {
+	clk, _, _, ca, cb := twoInstances(t, 100)
+	var held []*Ticket
+	for range 6 {
+		for _, c := range []*Counter{ca, cb} {
+			tk, r := c.Acquire("x", 12)
+			if tk == nil {
+				t.Fatalf("refused within the limit: %v", r)
+			}
+			held = append(held, tk)
+		}
+	}
+	const lowered = 4
+	reached := false
+	for step := 0; len(held) > 0 && step < 100; step++ {
+		held[0].Release() // one request ends; its client comes back at once, on either gateway
+		held = held[1:]
+		for _, c := range []*Counter{ca, cb} {
+			if tk, _ := c.Acquire("x", lowered); tk != nil {
+				held = append(held, tk)
+			}
+		}
+		if len(held) <= lowered {
+			reached = true
+		} else if reached {
+			t.Fatalf("%d in flight for a limit of %d after it was reached", len(held), lowered)
+		}
+		ca.Trim()
+		cb.Trim()
+		clk.Advance(refusalBackoff)
+		if len(held) == lowered && reached {
+			break
+		}
+	}
+	if !reached {
+		t.Fatalf("the fleet never came down to the lowered limit of %d", lowered)
+	}
+	if len(held) != lowered {
+		t.Fatalf("%d in flight at the end, want the lowered limit %d", len(held), lowered)
+	}
+}

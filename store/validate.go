@@ -67,8 +67,9 @@ func (p AppPolicy) Validate() FieldErrors {
 	if !finite(p.MaxBorrow) || p.MaxBorrow < 0 || p.MaxBorrow > MaxAmount {
 		es.add("max_borrow", "must be >= 0 (and <= 2^53), got %v", p.MaxBorrow)
 	}
-	if p.MaxConnections < 0 {
-		es.add("max_connections", "must be >= 0, got %d", p.MaxConnections)
+	if p.MaxConnections < 0 || p.MaxConnections > MaxAmount {
+		// 2^53: a fleet-wide limit is counted in the Store's doubles (Redis Lua)
+		es.add("max_connections", "must be >= 0 (and <= 2^53), got %d", p.MaxConnections)
 	}
 	if p.Warmup < 0 {
 		es.add("warmup", "must be >= 0, got %v", p.Warmup)
