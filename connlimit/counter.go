@@ -103,6 +103,8 @@ type Counter struct {
 
 	slots    atomic.Pointer[SlotSource] // fleet-wide slots (UseSlots); nil: local + reported counts
 	trimOnce sync.Once
+	restates atomic.Int32  // Rejoined: how many more trims lease every holding again
+	restate  chan struct{} // wakes the trim loop for it
 
 	reset     chan struct{} // Update → loop: the sweep interval may have changed
 	stop      chan struct{}
@@ -116,12 +118,13 @@ type Counter struct {
 func New(cfg Config, clk clock.Clock) *Counter {
 	_, real := clock.Or(clk).(clock.System)
 	c := &Counter{
-		now:   clock.Or(clk),
-		real:  real,
-		epoch: clock.Or(clk).Now(),
-		reset: make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		now:     clock.Or(clk),
+		real:    real,
+		epoch:   clock.Or(clk).Now(),
+		reset:   make(chan struct{}, 1),
+		restate: make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	c.pool.New = func() any {
 		return &Ticket{c: c, shard: &c.shards[c.nextShard.Add(1)%numShards]}

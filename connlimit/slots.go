@@ -166,8 +166,47 @@ func (c *Counter) trimLoop() {
 		case <-c.stop:
 			return
 		case <-t.C:
-			c.Trim()
+		case <-c.restate:
 		}
+		c.Trim()
+	}
+}
+
+// Rejoined tells the Counter that the Store lost what it held for this instance (limiter's
+// ClusterState.Rejoined: Redis restarted without its data, flushed, or this instance was taken
+// for dead): the next trim, at once, leases every holding again. Until then the Store lets the
+// other instances take slots this one holds and uses: a fleet stayed at twice its limit after
+// a one-second Redis restart. It never blocks.
+func (c *Counter) Rejoined() {
+	// Twice: at once, and at the next trim, after the other instances (whose reports found the
+	// loss too) have stated theirs, whatever order the calls came in.
+	c.restates.Store(2)
+	select {
+	case c.restate <- struct{}{}:
+	default:
+	}
+}
+
+// restateSlots leases every holding again, at least the slots in use (after Rejoined).
+func (c *Counter) restateSlots(src SlotSource) {
+	again := func(s *counts, name string, limit int64) {
+		s.slotSem <- struct{}{}
+		defer func() { <-s.slotSem }()
+		held, cur := s.held.Load(), s.current.Load()
+		if held == 0 && cur == 0 {
+			return
+		}
+		res, err := src.LeaseSlots(context.Background(), name, max(held, cur), cur, limit)
+		if err != nil {
+			c.restates.CompareAndSwap(0, 1) // the next trim tries again
+			return
+		}
+		s.held.Store(res.Held)
+		s.remote.Store(res.Others)
+	}
+	again(&c.cluster, "", c.cfg.Load().Cluster)
+	for name, a := range *c.apps.Load() {
+		again(&a.counts, name, a.limit.Load())
 	}
 }
 
@@ -178,6 +217,9 @@ func (c *Counter) Trim() {
 	src := c.slots.Load()
 	if src == nil {
 		return
+	}
+	if n := c.restates.Load(); n > 0 && c.restates.CompareAndSwap(n, n-1) {
+		c.restateSlots(*src)
 	}
 	cfg := c.cfg.Load()
 	live := (*src).LiveInstances()

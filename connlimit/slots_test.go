@@ -15,7 +15,7 @@ import (
 // instanceSlots is a SlotSource of one instance on a shared MemoryStore; heartbeat is its
 // report (the live-instance set).
 type instanceSlots struct {
-	st    *memstore.Store
+	st    *sharedStore
 	id    string
 	calls atomic.Int64
 	down  atomic.Bool // every lease fails, as in an outage
@@ -26,26 +26,34 @@ func (s *instanceSlots) LeaseSlots(ctx context.Context, app string, want, inUse,
 	if s.down.Load() {
 		return store.SlotLease{}, errors.New("the Store is unavailable")
 	}
-	return s.st.LeaseSlots(ctx, store.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit, InUse: inUse})
+	return s.st.Load().LeaseSlots(ctx, store.SlotRequest{Cluster: "c", App: app, Instance: s.id, Want: want, Limit: limit, InUse: inUse})
 }
 
 func (s *instanceSlots) LiveInstances() int { return 2 }
 
 func (s *instanceSlots) StoreTimeout() time.Duration { return time.Second }
 
-func (s *instanceSlots) heartbeat(t *testing.T) {
+// heartbeat reports, and returns whether the Store said the instance rejoined.
+func (s *instanceSlots) heartbeat(t *testing.T) bool {
 	t.Helper()
-	if _, err := s.st.Report(context.Background(), store.Report{Cluster: store.ClusterPolicy{ID: "c"}, Instance: s.id}); err != nil {
+	st, err := s.st.Load().Report(context.Background(), store.Report{Cluster: store.ClusterPolicy{ID: "c"}, Instance: s.id})
+	if err != nil {
 		t.Fatal(err)
 	}
+	return st.Rejoined
 }
+
+// sharedStore is the instances' Store, which a test can replace by an empty one (a Redis that
+// restarted without its data) while the trim loops run.
+type sharedStore struct{ atomic.Pointer[memstore.Store] }
 
 // twoInstances is two live instances on one MemoryStore, each with a Counter using its slots,
 // app limit appLimit and cluster limit 100.
 func twoInstances(t *testing.T, appLimit int64) (clk *clock.Manual, a, b *instanceSlots, ca, cb *Counter) {
 	t.Helper()
 	clk = clock.NewManual()
-	st := memstore.New(clk)
+	st := new(sharedStore)
+	st.Store(memstore.New(clk))
 	a, b = &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
 	a.heartbeat(t)
 	b.heartbeat(t)
@@ -327,5 +335,54 @@ func TestSlotsLimitLoweredUnderLoad(t *testing.T) {
 	}
 	if len(held) != lowered {
 		t.Fatalf("%d in flight at the end, want the lowered limit %d", len(held), lowered)
+	}
+}
+
+// TestSlotsRestatedAfterStoreLoss: after the Store lost its data (Redis restarted without it, or
+// flushed), each instance's next report says it rejoined and it leases its holdings again, so
+// the others cannot take the slots it still uses. (Before, a fleet at its limit of 12 went to
+// 20 after a FLUSHALL, and to 24 after a one-second restart, for as long as the load ran.)
+func TestSlotsRestatedAfterStoreLoss(t *testing.T) {
+	clk, a, b, ca, cb := twoInstances(t, 100)
+	const limit = 12
+	inFlight := 0
+	acquire := func(c *Counter) bool {
+		if tk, _ := c.Acquire("x", limit); tk != nil {
+			inFlight++
+			return true
+		}
+		return false
+	}
+	for range 8 {
+		acquire(ca)
+	}
+	for range 4 {
+		acquire(cb)
+	}
+	if inFlight != limit {
+		t.Fatalf("%d in flight before the loss, want %d", inFlight, limit)
+	}
+
+	a.st.Store(memstore.New(clk)) // the Store restarts empty
+	clk.Advance(time.Millisecond)
+	for _, x := range []struct {
+		s *instanceSlots
+		c *Counter
+	}{{b, cb}, {a, ca}} { // b reports (and restates) first: the order the second round repairs
+		if !x.s.heartbeat(t) {
+			t.Fatalf("%s: the first report after the loss did not say rejoined", x.s.id)
+		}
+		x.c.Rejoined()
+		x.c.Trim()
+	}
+	cb.Trim() // the next trims: the second restatement
+	ca.Trim()
+	clk.Advance(refusalBackoff)
+	for range 10 {
+		acquire(cb)
+		acquire(ca)
+	}
+	if inFlight != limit {
+		t.Fatalf("%d in flight after the Store lost the holdings, want at most the limit %d", inFlight, limit)
 	}
 }

@@ -135,6 +135,9 @@ type InFlightSource interface {
 	InFlight() (apps map[string]int64, cluster int64)
 	// SetRemote receives the other live instances' last reported counts.
 	SetRemote(apps map[string]int64, cluster int64)
+	// Rejoined says that the Store no longer held this instance's state at the last report
+	// (ClusterState.Rejoined): the connection slots it holds must be leased again.
+	Rejoined()
 }
 
 // ValidAppID reports whether id is a valid app id: 1–128 characters of [A-Za-z0-9._:-].

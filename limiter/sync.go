@@ -228,6 +228,9 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	}
 	if src := s.cfg.Connections; src != nil {
 		src.SetRemote(st.RemoteInFlight, st.RemoteClusterInFlight)
+		if st.Rejoined {
+			src.Rejoined()
+		}
 	}
 	return nil
 }

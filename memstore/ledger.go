@@ -61,16 +61,19 @@ func (m *Store) ledger(cluster string) *memLedger {
 
 // heartbeat is Report step 1: nodes[instance] = now; instances whose last heartbeat is more than
 // InstanceTTL old (now - nodes[i] > InstanceTTL) are removed with all their in-flight counts.
-// It returns the number of live instances, this one included.
-func (l *memLedger) heartbeat(instance string, now int64) int {
-	l.nodes[instance] = now
+// It returns the number of live instances, this one included, and whether this instance was not
+// live before (ClusterState.Rejoined).
+func (l *memLedger) heartbeat(instance string, now int64) (int, bool) {
 	ttl := store.InstanceTTL.Microseconds()
+	prev, ok := l.nodes[instance]
+	rejoined := !ok || now-prev > ttl
+	l.nodes[instance] = now
 	for i, t := range l.nodes {
 		if now-t > ttl {
 			l.removeInstance(i)
 		}
 	}
-	return len(l.nodes)
+	return len(l.nodes), rejoined
 }
 
 func (l *memLedger) removeInstance(instance string) {

@@ -201,7 +201,7 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	l1 := rep.Cluster.Capacity > 0
 	var st store.ClusterState
 	// 1. heartbeat; 2. in-flight counts.
-	st.LiveInstances = l.heartbeat(rep.Instance, now)
+	st.LiveInstances, st.Rejoined = l.heartbeat(rep.Instance, now)
 	st.RemoteClusterInFlight, st.RemoteInFlight = l.recordInFlight(rep, now)
 	// 3. usage window; the cost of a Seq already applied counts as 0.
 	fresh, _ := l.seqs.apply(rep.Instance, rep.Seq, now)

@@ -344,7 +344,7 @@ func parseClusterState(cmd *redis.Cmd) (store.ClusterState, error) {
 	if err != nil {
 		return store.ClusterState{}, err
 	}
-	if len(vals) != 12 {
+	if len(vals) != 13 {
 		return store.ClusterState{}, fmt.Errorf("unexpected reply %v", vals)
 	}
 	var st store.ClusterState
@@ -379,6 +379,8 @@ func parseClusterState(cmd *redis.Cmd) (store.ClusterState, error) {
 		return store.ClusterState{}, err
 	}
 	st.ConfigVersion = uint64(version)
+	rejoined, _ := vals[12].(int64)
+	st.Rejoined = rejoined == 1
 	return st, nil
 }
 

@@ -286,6 +286,10 @@ type ClusterState struct {
 	EmergencyReason string    // the operator's reason; "auto" for L1's own; "" outside an emergency
 	EmergencyUntil  time.Time // the operator emergency's end; zero: until deactivated / L1 leaves it
 	LiveInstances   int       // instances whose heartbeat is fresh, this one included (>= 1)
+	// Rejoined: this instance was not live in the Store before this report (its first report,
+	// a heartbeat older than InstanceTTL, or a Store that lost its data). What the Store held
+	// for it is gone: its connection slots must be leased again.
+	Rejoined bool
 
 	// In-flight counts last reported by the other live instances (not this one).
 	RemoteInFlight        map[string]int64 // per app

@@ -3,7 +3,7 @@
 -- ARGV: now_us|'' instance inflight ttl_us capacity threshold ratio0 ratio1 ratio2 ratio3 cost seq seq_ttl_us
 -- span_us
 -- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight, source, until_us,
--- config_version},
+-- config_version, rejoined 0/1},
 -- floats as strings; source is 'operator', 'auto' or ''; until_us the operator emergency's end
 -- (0: none or until deactivated).
 local now = now_us(ARGV[1])
@@ -18,7 +18,10 @@ local seq = tonumber(ARGV[12])
 local seq_ttl = tonumber(ARGV[13])
 local span = tonumber(ARGV[14]) or 0
 
--- 1. heartbeat; instances silent for longer than the TTL are dead and removed.
+-- 1. heartbeat; instances silent for longer than the TTL are dead and removed. Rejoined: this
+-- instance was not live here before (first report, expired, or the data was lost).
+local prev_hb = tonumber(redis.call('ZSCORE', KEYS[2], instance))
+local rejoined = (prev_hb == nil or now - prev_hb > ttl) and 1 or 0
 redis.call('ZADD', KEYS[2], fmt(now), instance)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(now - ttl))
 local live = redis.call('ZCARD', KEYS[2])
@@ -181,4 +184,4 @@ if seq ~= 0 or capacity > 0 or had_op then
 end
 local config_version = redis.call('HGET', KEYS[4], 'version') or '0'
 return { fmt(u), fmt(factors[1]), fmt(factors[2]), fmt(factors[3]), fmt(factors[4]), emergency, reason, live, fmt(remote),
-  source, fmt(op_until), config_version }
+  source, fmt(op_until), config_version, rejoined }

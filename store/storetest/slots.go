@@ -16,6 +16,7 @@ func slotCases() []testCase {
 		{"SlotsDeadInstanceReturns", slotsDeadInstanceReturns},
 		{"SlotsScopesIndependent", slotsScopesIndependent},
 		{"SlotsInUseKept", slotsInUseKept},
+		{"ReportRejoined", reportRejoined},
 		{"SlotsInvalid", slotsInvalid},
 	}
 }
@@ -98,6 +99,26 @@ func slotsInUseKept(e *env) {
 	e.wantSlots(e.slots("i2", e.app, 6, 6), 1, 5)
 	e.wantSlots(e.slotsInUse("i1", e.app, 1, 0, 6), 1, 1) // its requests ended: back within it
 	e.wantSlots(e.slots("i2", e.app, 6, 6), 5, 1)
+}
+
+// reportRejoined: a report tells the instance when it was not live before it (its first report,
+// a heartbeat older than InstanceTTL, or a Store that lost its data, which looks the same to
+// the Store): its holdings are gone, and it must state them again.
+func reportRejoined(e *env) {
+	if !e.report("i1", 0).Rejoined {
+		e.t.Fatal("first report: not rejoined")
+	}
+	if e.report("i1", 0).Rejoined {
+		e.t.Fatal("second report: rejoined")
+	}
+	e.advance(store.InstanceTTL)
+	if e.report("i1", 0).Rejoined {
+		e.t.Fatal("a report exactly InstanceTTL after the last: rejoined")
+	}
+	e.advance(store.InstanceTTL + time.Millisecond)
+	if !e.report("i1", 0).Rejoined {
+		e.t.Fatal("a report more than InstanceTTL after the last: not rejoined")
+	}
 }
 
 func slotsScopesIndependent(e *env) {
