@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/tierbucket/caddy-tierbucket/redislua"
@@ -68,17 +69,34 @@ func (p *probeState) stop() {
 	<-p.done
 }
 
-// validateStore checks, under `caddy validate`, that Redis accepts the configuration: the
-// connection (TLS, certificates, credentials), then the ACL permissions the Store needs on its
-// keys and its notification channel (redislua.Store.Probe), in at most probeTimeout. A refused
-// configuration fails validation with its cause and remedy; an unreachable or slow Redis says
-// nothing about the configuration and is not an error. It runs before the limiter exists, so
-// that no sync loop dials Redis meanwhile. Outside validation it does nothing (see probe).
+// reloadProbeTimeout bounds the probe of a Redis that a reload connects to: how long a reload
+// may wait for a Redis that does not answer.
+const reloadProbeTimeout = time.Second
+
+// reloading reports whether a configuration is running while this one is provisioned: a
+// reload (caddy reload, the admin API's /load), not the first start.
+func reloading() bool { return caddy.ActiveContext().Context != nil }
+
+// validateStore checks that Redis accepts the configuration: the connection (TLS, certificates,
+// credentials), then the ACL permissions the Store needs on its keys and its notification
+// channel (redislua.Store.Probe). It runs under `caddy validate` (at most probeTimeout) and on
+// a reload that connects to a Redis (at most reloadProbeTimeout). A refused configuration fails
+// with its cause and remedy: validation fails, and the reload is refused while the running
+// configuration keeps serving (accepted, it would replace a working limiter by the rescue
+// limits). An unreachable or slow Redis says nothing about the configuration and is not an
+// error. It runs before the limiter exists, so that no sync loop dials Redis meanwhile. At the
+// first start it does nothing: a gateway comes up, and the background probe reports a refused
+// configuration at ERROR and keeps to the rescue limits (see probe).
 func validateStore(st *redislua.Store, cluster string) error {
-	if !validating() {
+	timeout := probeTimeout
+	switch {
+	case validating():
+	case reloading():
+		timeout = reloadProbeTimeout
+	default:
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	p, ok := store.AsPermanent(st.Probe(ctx, cluster))
 	if !ok {

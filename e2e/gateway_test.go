@@ -75,6 +75,14 @@ http://127.0.0.1:%d {
 // reload replaces the gateway's site with `caddy reload`, as an operator would.
 func (g *gateway) reload(site string) {
 	g.t.Helper()
+	if out, err := g.tryReload(site); err != nil {
+		g.t.Fatalf("caddy reload: %v\n%s", err, out)
+	}
+}
+
+// tryReload is reload for a reload that may be refused: it returns caddy reload's output.
+func (g *gateway) tryReload(site string) (string, error) {
+	g.t.Helper()
 	g.reloads++
 	path := filepath.Join(g.dir, fmt.Sprintf("Caddyfile.reload%d", g.reloads))
 	if err := os.WriteFile(path, []byte(gatewayConfigGlobal(g.adminPort, g.sitePort, site, g.adminBlock, g.global)), 0o644); err != nil {
@@ -83,9 +91,8 @@ func (g *gateway) reload(site string) {
 	cmd := exec.Command(caddyBin, "reload", "--config", path, "--adapter", "caddyfile",
 		"--address", fmt.Sprintf("127.0.0.1:%d", g.adminPort))
 	cmd.Env = append(os.Environ(), "HOME="+g.dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		g.t.Fatalf("caddy reload: %v\n%s", err, out)
-	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // startGateway runs Caddy with one site whose body is site (routes and handlers) and waits until

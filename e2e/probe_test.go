@@ -262,6 +262,38 @@ func TestProbeStartupNoSubscribe(t *testing.T) {
 	plainLines(t, g)
 }
 
+// A reload that connects to a Redis refusing its credentials is refused, naming the cause, and
+// the running configuration keeps serving with its Store. (Accepted, it replaced a working
+// limiter by the rescue limits: fail_open, each gateway admitting its own quota.)
+func TestProbeReloadRefusesWrongPassword(t *testing.T) {
+	requireCaddy(t)
+	srv := redistest.StandaloneWith(t, nil)
+	aclUserE2E(t, srv, "gw", "right-pw-7d21")
+	g := startGateway(t, "g", probeSite("address "+srv.Addr()+"\n\t\t\tusername gw\n\t\t\tpassword right-pw-7d21"))
+	client := newClient(t, 5*time.Second, 2)
+	if resp, body, err := get(client, g.base, "/", "svc"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("svc before the reload: %v %v %q", err, resp, body)
+	}
+	const pw = "Wr0ng-pw-Refused-51aa"
+	out, err := g.tryReload(probeSite("address " + srv.Addr() + "\n\t\t\tusername gw\n\t\t\tpassword " + pw))
+	if err == nil {
+		t.Fatalf("a reload with a password Redis refuses was accepted:\n%s", out)
+	}
+	if !strings.Contains(out, "Redis refuses this configuration") || strings.Contains(out, pw) {
+		t.Fatalf("caddy reload's answer does not name the refusal, or shows the password:\n%s", out)
+	}
+	if resp, body, err := get(client, g.base, "/", "svc"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("svc after the refused reload: %v %v %q", err, resp, body)
+	}
+	if v, _, err := g.metric("caddy_rate_limit_degradation_level"); err != nil || v != 0 {
+		t.Fatalf("degradation level %v (%v) after the refused reload, want 0: the running config keeps its Store", v, err)
+	}
+	// One ERROR: Caddy's, of the refused load; none from the running limiter.
+	if errs := errorLines(t, g); len(errs) != 1 || errs[0]["logger"] != "admin.api" {
+		t.Fatalf("ERROR lines %v, want only the admin API's refusal of the load", errs)
+	}
+}
+
 // The other fix: a reload with the right password. The credentials are part of what makes the
 // cluster's state, so the reload gets a state with a client that uses them (the old state's
 // client kept the wrong password), and the limiter leaves the rescue limits.
