@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
@@ -174,6 +175,7 @@ func newClusterState(def definition) (*clusterState, error) {
 	}
 	s.lim = lim
 	s.conns.UseSlots(lim) // fleet-wide in-flight limits through leased slots
+	s.conns.KeepApps(lim.Configured)
 	if !validating() {
 		lim.SyncNow() // the fleet's overrides and emergency before the first requests, not 100 ms later
 	}
@@ -195,7 +197,22 @@ func (s *clusterState) Destruct() error {
 	errs := []error{s.lim.Close()}
 	s.conns.Close()
 	errs = append(errs, s.store.Close())
+	forgetStoreMetrics(s.key.cluster)
 	return errors.Join(errs...)
+}
+
+// forgetStoreMetrics removes the Store latency and error series of a cluster id that no live
+// state uses any more (a reload renamed or removed it), so that they do not stay for the life
+// of the process. A state of the same id on another Store (a reload that switches stores)
+// keeps them: it is created before the old one is closed.
+func forgetStoreMetrics(cluster string) {
+	for _, s := range liveClusters() {
+		if s.key.cluster == cluster {
+			return
+		}
+	}
+	storeLatency.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+	storeErrors.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
 }
 
 // join records one more handler of generation gen; the first of a new generation applies its

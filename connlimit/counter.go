@@ -101,7 +101,8 @@ type Counter struct {
 	nextShard atomic.Uint32
 	pool      sync.Pool
 
-	slots    atomic.Pointer[SlotSource] // fleet-wide slots (UseSlots); nil: local + reported counts
+	keep     atomic.Pointer[func(app string) bool] // KeepApps
+	slots    atomic.Pointer[SlotSource]            // fleet-wide slots (UseSlots); nil: local + reported counts
 	trimOnce sync.Once
 	restates atomic.Int32  // Rejoined: how many more trims lease every holding again
 	restate  chan struct{} // wakes the trim loop for it
@@ -257,6 +258,39 @@ func (c *Counter) app(name string) *appCounts {
 		return a
 	}
 	return c.addApp(name)
+}
+
+// KeepApps sets which apps' counters are kept: the others go once nothing of theirs is in flight
+// or held, at the next sweep (an app a reload removed; its requests count under "*" from then
+// on), so that neither the admin API nor the metrics list them for the life of the process.
+func (c *Counter) KeepApps(keep func(app string) bool) { c.keep.Store(&keep) }
+
+// forgetApps drops the counters of apps KeepApps no longer keeps, once idle (Sweep).
+func (c *Counter) forgetApps() {
+	keep := c.keep.Load()
+	if keep == nil {
+		return
+	}
+	c.appsMu.Lock()
+	defer c.appsMu.Unlock()
+	old := *c.apps.Load()
+	var gone []string
+	for name, a := range old {
+		if !(*keep)(name) && a.current.Load() == 0 && a.held.Load() == 0 {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	apps := make(map[string]*appCounts, len(old))
+	for k, v := range old {
+		apps[k] = v
+	}
+	for _, name := range gone {
+		delete(apps, name)
+	}
+	c.apps.Store(&apps)
 }
 
 // addApp creates name's counters by copying the map (rare: once per app).

@@ -34,4 +34,5 @@ func (c *Counter) Sweep() {
 		}
 		sh.mu.Unlock()
 	}
+	c.forgetApps()
 }

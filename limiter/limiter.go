@@ -152,6 +152,16 @@ func (l *Limiter) snap() *snapshot { return l.cur.Load() }
 // Config returns the configuration in force, defaults applied.
 func (l *Limiter) Config() Config { return l.snap().cfg }
 
+// Configured reports whether label names one of the limiter's apps now (from the config or an
+// admin override), or is "*", the label of every other id.
+func (l *Limiter) Configured(label string) bool {
+	if label == "*" {
+		return true
+	}
+	_, ok := l.snap().apps[label]
+	return ok
+}
+
 // State returns L1's state from the last successful report.
 func (l *Limiter) State() store.ClusterState { return *l.state.Load() }
 
