@@ -233,6 +233,10 @@ func (s *clusterState) join(gen any, def definition, fresh bool) error {
 			return fmt.Errorf("cluster %q: %v", def.key.cluster, err)
 		}
 		s.conns.Update(def.conns)
+		if n := len(s.gens); n > 0 {
+			prev := s.gens[n-1]
+			logPolicyChange(lc.Logger, prev.lim, lc, prev.conns, def.conns)
+		}
 	}
 	s.gens = append(s.gens, &genConfig{gen: gen, lim: lc, conns: def.conns, refs: 1})
 	return nil
