@@ -209,6 +209,11 @@ func (h *Handler) unmarshalApp(d *caddyfile.Dispenser) error {
 			a.MaxBorrow, err = floatArg(d)
 		case "max_connections":
 			a.MaxConnections, err = intArg(d)
+			if err == nil && a.MaxConnections == 0 {
+				// 0 stands for "not set" in the JSON config: an operator writing it to block
+				// the app would get connections.app (1000) instead
+				err = d.Errf("app %q: max_connections must be >= 1 (leave it out for connections.app), got 0", id)
+			}
 		case "warmup":
 			a.Warmup, err = durationArg(d)
 		default:
@@ -320,6 +325,10 @@ func unmarshalConnections(d *caddyfile.Dispenser) (*ConnectionsConfig, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		if zeroConnectionsField(c, name) {
+			// 0 stands for "not set" in the JSON config, that is the default
+			return nil, d.Errf("connections.%s must be more than 0 (leave it out for the default), got 0", name)
 		}
 		if err := c.limits().Validate(); err != nil { // here, so that the error names this line
 			return nil, d.Errf("%v", err)
@@ -522,6 +531,21 @@ func parseFloat(s string) (float64, error) {
 		return 0, fmt.Errorf("%q is not a number", s)
 	}
 	return f, nil
+}
+
+// zeroConnectionsField reports whether the connections field name was just set to 0.
+func zeroConnectionsField(c *ConnectionsConfig, name string) bool {
+	switch name {
+	case "app":
+		return c.App == 0
+	case "cluster":
+		return c.Cluster == 0
+	case "idle_timeout":
+		return c.IdleTimeout == 0
+	case "sweep_interval":
+		return c.SweepInterval == 0
+	}
+	return false
 }
 
 func intArg(d *caddyfile.Dispenser) (int64, error) {
