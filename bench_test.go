@@ -128,7 +128,11 @@ func BenchmarkServeHTTPLocalReject(b *testing.B) {
 // default headers and no replacer (a replacer per request cannot be made outside the timer
 // here).
 func BenchmarkServeHTTPLocalHitParallel(b *testing.B) {
-	h := benchHandler(b, "bench-par", "")
+	runServeParallel(b, benchHandler(b, "bench-par", ""))
+}
+
+// runServeParallel serves requests of the app "hot" with h from all CPUs at once.
+func runServeParallel(b *testing.B, h *Handler) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		r := benchRequest("hot")
@@ -164,18 +168,7 @@ func BenchmarkServeHTTPCore(b *testing.B) {
 // BenchmarkServeHTTPCoreParallel is BenchmarkServeHTTPCore from all CPUs on one app: what the
 // shared counters cost when requests of one app run on several cores at once.
 func BenchmarkServeHTTPCoreParallel(b *testing.B) {
-	h := benchHandler(b, "bench-core-par", "off")
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		r := benchRequest("hot")
-		w := &nopWriter{hdr: http.Header{}}
-		for pb.Next() {
-			if err := h.ServeHTTP(w, r, nopNext); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	runServeParallel(b, benchHandler(b, "bench-core-par", "off"))
 }
 
 // TestServeHTTPAllocations pins the request path's allocations for an admitted GET as Caddy
