@@ -311,22 +311,27 @@ func unmarshalConnections(d *caddyfile.Dispenser) (*ConnectionsConfig, error) {
 			return nil, d.Errf("connections: duplicate subdirective %q", name)
 		}
 		seen[name] = true
+		var zero bool
 		switch name {
 		case "app":
 			c.App, err = intArg(d)
+			zero = c.App == 0
 		case "cluster":
 			c.Cluster, err = intArg(d)
+			zero = c.Cluster == 0
 		case "idle_timeout":
 			c.IdleTimeout, err = durationArg(d)
+			zero = c.IdleTimeout == 0
 		case "sweep_interval":
 			c.SweepInterval, err = durationArg(d)
+			zero = c.SweepInterval == 0
 		default:
 			return nil, d.Errf("connections: unknown subdirective %q", name)
 		}
 		if err != nil {
 			return nil, err
 		}
-		if zeroConnectionsField(c, name) {
+		if zero {
 			// 0 stands for "not set" in the JSON config, that is the default
 			return nil, d.Errf("connections.%s must be more than 0 (leave it out for the default), got 0", name)
 		}
@@ -531,21 +536,6 @@ func parseFloat(s string) (float64, error) {
 		return 0, fmt.Errorf("%q is not a number", s)
 	}
 	return f, nil
-}
-
-// zeroConnectionsField reports whether the connections field name was just set to 0.
-func zeroConnectionsField(c *ConnectionsConfig, name string) bool {
-	switch name {
-	case "app":
-		return c.App == 0
-	case "cluster":
-		return c.Cluster == 0
-	case "idle_timeout":
-		return c.IdleTimeout == 0
-	case "sweep_interval":
-		return c.SweepInterval == 0
-	}
-	return false
 }
 
 func intArg(d *caddyfile.Dispenser) (int64, error) {
