@@ -42,22 +42,23 @@ type result struct {
 }
 
 // outcome is a result published to the response headers and the replacer. It is the one
-// allocation per request of the handler in Caddy besides the placeholder provider: it has to
-// outlive ServeHTTP, because the response headers are written and access logs read the
-// placeholders after the handler chain has returned, so it cannot be pooled. The header values
+// allocation per request of the handler in Caddy, placeholder provider included (provider.go).
+// It has to outlive ServeHTTP, because the response headers are written and access logs read
+// the placeholders after the handler chain has returned, so it cannot be pooled. The header values
 // are built into buf and handed out as strings that point into it (buf is never written again
 // once a value is cut from it), so the headers cost no further allocation.
 type outcome struct {
+	self providerHeader // first: the outcome is its own placeholder provider (provider.go)
 	result
 	// root is the outcome whose placeholder provider the request's replacer holds: this one,
 	// or that of an earlier rate_limit handler in the same chain. latest (on the root only) is
 	// the outcome of the last handler that published, which the placeholders show.
 	root   *outcome
 	latest atomic.Pointer[outcome]
-	vals   [12]string
-	nval   int
-	buf    [160]byte // enough for typical values; a value that does not fit is allocated
-	nbuf   int
+	vals   [8]string // every header of an admitted request, in every mode
+	nval   uint8
+	nbuf   uint8
+	buf    [128]byte // enough for typical values; a value that does not fit is allocated
 }
 
 // publish sets the headers and placeholders of res and returns the outcome that holds them
@@ -76,7 +77,7 @@ func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *resu
 			root.latest.Store(o)
 		} else {
 			o.root = o
-			repl.Map(o.placeholder)
+			repl.Map(o.provider())
 		}
 	}
 	return o
@@ -90,7 +91,7 @@ func (r *result) hasQuota() bool {
 // value appends one header value built by build to buf and returns it as a one-element slice
 // (cap 1, so that a later Header().Add copies instead of writing into vals).
 func (o *outcome) value(build func(b []byte) []byte) []string {
-	start := o.nbuf
+	start := int(o.nbuf)
 	var b []byte
 	if start < len(o.buf) {
 		b = build(o.buf[start:start:len(o.buf)])
@@ -100,11 +101,11 @@ func (o *outcome) value(build func(b []byte) []byte) []string {
 	var s string
 	if start < len(o.buf) && len(b) > 0 && unsafe.SliceData(b) == &o.buf[start] {
 		s = unsafe.String(&o.buf[start], len(b)) // built in place
-		o.nbuf += len(b)
+		o.nbuf += uint8(len(b))                  // fits: len(b) <= len(buf) - start
 	} else {
 		s = string(b) // did not fit: append moved it elsewhere
 	}
-	i := o.nval
+	i := int(o.nval)
 	if i == len(o.vals) {
 		return []string{s} // more values than planned for: allocate rather than fail
 	}
@@ -259,7 +260,7 @@ var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 160); return &b 
 
 // The placeholders for later handlers and logs, {http.rate_limit.app}, .cost, .remaining,
 // .reason and .decision. They cost nothing unless used: one provider function per request
-// (repl.Map: a method value, no map entries), whose values are built only when a placeholder
+// (repl.Map, no map entries; the outcome itself, provider.go), whose values are built only when a placeholder
 // is looked up.
 const phPrefix = "http.rate_limit."
 
