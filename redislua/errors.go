@@ -23,6 +23,7 @@ const (
 	KindPermission  ErrorKind = "permission"     // NOPERM
 	KindCertificate ErrorKind = "certificate"    // the server's certificate is not trusted or does not match
 	KindTLS         ErrorKind = "tls"            // the TLS handshake failed (client certificate refused, TLS against a plain port)
+	KindTLSRequired ErrorKind = "tls_required"   // a plain connection to a TLS port
 	KindDatabase    ErrorKind = "database"       // SELECT refused: db is beyond the server's databases
 	KindCluster     ErrorKind = "cluster"        // one address that is a Redis Cluster node (MOVED, ASK, CROSSSLOT)
 )
@@ -64,6 +65,9 @@ func (e *PermanentError) Remedy() string {
 			"which follows the slots, on db 0)"
 	case KindDatabase:
 		return "set the redis block's db below the server's number of databases (its databases setting, 16 by default)"
+	case KindTLSRequired:
+		return "add tls to the redis block (with tls_trust_pool for a private CA), or point address at Redis' " +
+			"plain port (its port setting; a Redis with port 0 has none)"
 	case KindTLS:
 		return "check that the address is Redis' TLS port, and, if Redis requires client certificates " +
 			"(tls-auth-clients), that tls_client_auth names a certificate signed by a CA Redis trusts"

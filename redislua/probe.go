@@ -109,11 +109,15 @@ func (s *Store) checkNotClusterNode(ctx context.Context) error {
 }
 
 // Ping checks the connection to every server the Store talks to (every master of a Cluster):
-// nil, a *PermanentError or a transient error, as Probe.
+// nil, a *PermanentError or a transient error, as Probe. A server that closes the connection is
+// asked whether it speaks TLS (tlsRequired): a TLS port dialled without tls.
 func (s *Store) Ping(ctx context.Context) error {
 	err := s.eachServer(ctx, func(ctx context.Context, c redis.Cmdable) error {
 		return c.Ping(ctx).Err()
 	})
+	if p := s.tlsRequired(ctx, err); p != nil {
+		return fmt.Errorf("redislua: probe: %w", p)
+	}
 	if err != nil {
 		return fmt.Errorf("redislua: probe: %w", s.classify(err))
 	}

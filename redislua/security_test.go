@@ -2,11 +2,16 @@ package redislua
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
@@ -186,6 +191,33 @@ func TestPermanentErrors(t *testing.T) {
 		cfg.DB = 16 // redis-server has 16 by default
 		wantPermanent(t, probeLease(openT(t, cfg)), KindDatabase, "DB index is out of range")
 	})
+	t.Run("plain connection to the TLS port", func(t *testing.T) {
+		cfg := good
+		cfg.RootCAs, cfg.TLSClientAuth = nil, nil
+		wantPermanent(t, probeT(openT(t, cfg)), KindTLSRequired, srv.TLSAddr()+" closes plain connections")
+	})
+	t.Run("a server closing connections is transient", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		cfg := good
+		cfg.Address, cfg.RootCAs, cfg.TLSClientAuth = []string{ln.Addr().String()}, nil, nil
+		err = probeT(openT(t, cfg))
+		if err == nil || isPermanent(err) {
+			t.Fatalf("error %v: want a transient one", err)
+		}
+	})
 	t.Run("a refused connection is transient", func(t *testing.T) {
 		cfg := good
 		cfg.Address = []string{"127.0.0.1:1"}
@@ -245,5 +277,26 @@ func TestSecurityDocQuotesACL(t *testing.T) {
 	}
 	if !strings.Contains(string(b), ACLRules("ratelimit")) {
 		t.Fatalf("docs/security.md does not quote ACLRules(\"ratelimit\"):\n%s", ACLRules("ratelimit"))
+	}
+}
+
+// The addresses the TLS-port diagnosis dials: those dialled without TLS, never a sentinel's.
+func TestPlainAddrs(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   []string
+	}{
+		{"standalone", redis.NewClient(&redis.Options{Addr: "a:1"}), []string{"a:1"}},
+		{"standalone with tls", redis.NewClient(&redis.Options{Addr: "a:1", TLSConfig: &tls.Config{}}), nil},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"a:1", "b:2"}}), []string{"a:1", "b:2"}},
+		{"cluster with tls", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"a:1"}, TLSConfig: &tls.Config{}}), nil},
+		{"sentinel", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s:1"}}), nil},
+	} {
+		s := New(c.client, "")
+		if got := s.plainAddrs(); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+		c.client.Close()
 	}
 }
