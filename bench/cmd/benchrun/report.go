@@ -270,8 +270,11 @@ func targets(rows map[[2]string]*row) string {
 		len(tb.ratio), tb.runs, ratio)
 	check(tb.valid == tb.runs, "every response 2xx in every round, cold starts included: %d/%d rounds", tb.valid, tb.runs)
 	if len(tb.p99Added) > 0 {
-		p := summarize(tb.p99Added).med
-		check(p < 0.1, "added p99 latency < 100 µs (median over rounds of p99 − plain's p99): %+.0f µs", p*1000)
+		// At wrk's saturation the p99 is queueing in front of a CPU-bound Caddy: it moves by
+		// milliseconds for every variant, so the target is judged by scenario latency.
+		fmt.Fprintf(&b, "- (not the target) added p99 at saturation, which is queueing (median over rounds of p99 − "+
+			"plain's p99): %+.0f µs; the target is judged at a fixed rate: SCENARIOS=latency\n",
+			summarize(tb.p99Added).med*1000)
 	}
 	if plain := rows[[2]string{"unlimited", "plain"}]; plain != nil {
 		cost := (summarize(tb.caddyCPU).med + summarize(tb.redisCPU).med) / summarize(plain.caddyCPU).med
