@@ -31,7 +31,7 @@ type counts struct {
 	remote   atomic.Int64 // in flight on (or, with slots, held by) the other live instances
 	limit    atomic.Int64 // last limit applied (for Snapshot)
 	held     atomic.Int64 // slots this instance holds (UseSlots)
-	_        [8]byte      // keep hot counters of neighbours off this cache line
+	recent   atomic.Int64 // about the max of current since the last trim (UseSlots)
 
 	slotSem      chan struct{} // one slot lease at a time per scope (cap 1); guards idle, refusedUntil
 	idle         int           // trims in a row with nothing in flight
@@ -60,6 +60,14 @@ func (c *counts) raisePeak(n int64) {
 		if n <= p || c.peak.CompareAndSwap(p, n) {
 			return
 		}
+	}
+}
+
+// raiseRecent makes recent at least n. Not exact under races (two admissions may store in the
+// wrong order): it only steers how much of a holding a trim keeps.
+func (c *counts) raiseRecent(n int64) {
+	if n > c.recent.Load() {
+		c.recent.Store(n)
 	}
 }
 
@@ -186,6 +194,8 @@ func (c *Counter) Acquire(app string, appLimit int64) (*Ticket, store.Reason) {
 	// Peaks only count admitted requests, so a rolled-back cluster slot never shows as a peak.
 	c.cluster.raisePeak(nc)
 	a.raisePeak(na)
+	c.cluster.raiseRecent(nc)
+	a.raiseRecent(na)
 	t := c.pool.Get().(*Ticket)
 	t.activate(a)
 	return t, store.ReasonNone

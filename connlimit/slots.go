@@ -29,9 +29,23 @@ type SlotSource interface {
 // TrimInterval is how often the holdings are checked for surplus.
 const TrimInterval = time.Second
 
-// idleTrims is how many trims in a row find a scope with nothing in flight before its whole
-// holding goes back.
-const idleTrims = 3
+// idleTrims is how many trims in a row find a scope with nothing in flight before it keeps only
+// idleHolding, and releaseTrims before its whole holding goes back.
+const (
+	idleTrims    = 3
+	releaseTrims = 60
+)
+
+// idleHolding is what an idle scope keeps until releaseTrims: one slot, so that a request that
+// comes every few seconds finds it and costs no Store call, when the limit is at least four
+// times the live instances; none otherwise. The idle holdings of the others then take at most a
+// quarter of the limit from an instance that has all the load.
+func idleHolding(limit int64, live int) int64 {
+	if limit >= 4*int64(max(live, 1)) {
+		return 1
+	}
+	return 0
+}
 
 // UseSlots makes the Counter enforce its limits fleet-wide through src, and starts trimming
 // holdings every TrimInterval. Without it, limits count this instance only plus the other
@@ -210,9 +224,12 @@ func (c *Counter) restateSlots(src SlotSource) {
 	}
 }
 
-// Trim gives back surplus slots: a scope holding more than twice its headroom (plus two) beyond
-// its use keeps the headroom and one; a scope with nothing in flight for idleTrims trims in a row
-// gives everything back. The background loop calls it every TrimInterval; tests call it directly.
+// Trim gives back surplus slots. A scope's use is the most it had in flight since the last trim
+// (not the count of the moment, which would follow every dip and make requests grow the
+// holding again). A scope holding more than twice its headroom (plus two) beyond its use keeps
+// the headroom and one; a scope with nothing in flight for idleTrims trims in a row keeps
+// idleHolding, and after releaseTrims gives everything back. The background loop calls it
+// every TrimInterval; tests call it directly.
 func (c *Counter) Trim() {
 	src := c.slots.Load()
 	if src == nil {
@@ -233,20 +250,25 @@ func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live
 	s.slotSem <- struct{}{}
 	defer func() { <-s.slotSem }()
 	held, cur := s.held.Load(), s.current.Load()
+	use := max(cur, s.recent.Swap(cur)) // the window starts again at what is in flight now
 	if held == 0 {
 		return
 	}
 	want := held
-	if cur == 0 {
-		if s.idle++; s.idle >= idleTrims {
-			want = 0
-		}
+	// More than twice the headroom (plus two) beyond use: keep the headroom only.
+	if room := headroom(use, limit, live); held > use+2*room+2 {
+		want = use + room + 1
+	}
+	if use == 0 {
+		s.idle++
 	} else {
 		s.idle = 0
 	}
-	// More than twice the headroom (plus two) beyond use: keep the headroom only.
-	if room := headroom(cur, limit, live); held > cur+2*room+2 {
-		want = min(want, cur+room+1)
+	if s.idle >= idleTrims {
+		want = min(want, idleHolding(limit, live))
+	}
+	if s.idle >= releaseTrims {
+		want = 0
 	}
 	// More than the limit leaves beside the others (it was lowered): give back what is not in
 	// use, so that the fleet's holdings fit it again as requests end.

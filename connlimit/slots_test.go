@@ -142,8 +142,8 @@ func TestSlotsFleetWide(t *testing.T) {
 	}
 }
 
-// Trim gives back a holding far beyond use, and all of it after idleTrims idle trims; the other
-// instance can then use it.
+// Trim gives back a holding far beyond use: after idleTrims idle trims all but idleHolding, and
+// after releaseTrims all of it; the other instance can then use it.
 func TestSlotsTrim(t *testing.T) {
 	clk, _, _, ca, cb := twoInstances(t, 8)
 	var mine []*Ticket
@@ -165,14 +165,61 @@ func TestSlotsTrim(t *testing.T) {
 		ca.Trim()
 	}
 	clk.Advance(refusalBackoff) // b's refusal above is over
-	var theirs int
-	for range 8 {
-		if tk, _ := cb.Acquire("x", 0); tk != nil {
-			theirs++
+	theirs := acquireAll(cb, "x", 8)
+	if len(theirs) != 7 {
+		t.Fatalf("with a idle (keeping one slot), b admitted %d of 8, want 7", len(theirs))
+	}
+	for _, tk := range theirs {
+		tk.Release()
+	}
+	for range releaseTrims - idleTrims + 1 { // + 1: the first trim above saw the 8 in flight
+		ca.Trim()
+	}
+	clk.Advance(refusalBackoff)
+	if n := len(acquireAll(cb, "x", 8)); n != 8 {
+		t.Fatalf("after a's whole holding went back, b admitted %d of 8", n)
+	}
+}
+
+// acquireAll tries n acquisitions of app on c and returns the tickets it got.
+func acquireAll(c *Counter, app string, n int) []*Ticket {
+	var got []*Ticket
+	for range n {
+		if tk, _ := c.Acquire(app, 0); tk != nil {
+			got = append(got, tk)
 		}
 	}
-	if theirs != 8 {
-		t.Fatalf("after a's holding went back, b admitted %d of 8", theirs)
+	return got
+}
+
+// TestSlotsSparseRequestsAskNothing: an app whose requests come seconds apart keeps a slot while
+// idle, so only its first request asks the Store (it cost a grow and a give-back per request,
+// two Store calls, for apps spread thin over a fleet); with fewer slots than four times the live
+// instances, an idle scope keeps none, so that one instance with all the load is not short of them.
+func TestSlotsSparseRequestsAskNothing(t *testing.T) {
+	for _, c := range []struct {
+		limit     int64
+		wantCalls int64
+	}{
+		{limit: 8, wantCalls: 2}, // the first request's grows, the app's and the cluster's
+		// idle keeps none of the app's 7 slots (2 live instances): each gap gives the slot back
+		// and each later request grows again; the cluster's 100 keep one
+		{limit: 7, wantCalls: 2 + 6 + 5},
+	} {
+		_, a, _, ca, _ := twoInstances(t, c.limit)
+		for i := range 6 {
+			tk, reason := ca.Acquire("x", 0)
+			if tk == nil {
+				t.Fatalf("limit %d: request %d refused (%v)", c.limit, i, reason)
+			}
+			tk.Release()
+			for range idleTrims + 1 { // seconds without a request
+				ca.Trim()
+			}
+		}
+		if got := a.calls.Load(); got != c.wantCalls {
+			t.Errorf("limit %d: %d Store calls for 6 sparse requests, want %d", c.limit, got, c.wantCalls)
+		}
 	}
 }
 
@@ -384,5 +431,28 @@ func TestSlotsRestatedAfterStoreLoss(t *testing.T) {
 	}
 	if inFlight != limit {
 		t.Fatalf("%d in flight after the Store lost the holdings, want at most the limit %d", inFlight, limit)
+	}
+}
+
+// TestSlotsBurstsKeepTheirHolding: an app whose requests come in bursts of 4 once a second, all
+// over by the time of the trim, keeps the slots of its bursts. A trim that looked only at what is
+// in flight at its own moment cut the holding to one, and every burst grew it again slot by slot.
+func TestSlotsBurstsKeepTheirHolding(t *testing.T) {
+	_, a, _, ca, _ := twoInstances(t, 20)
+	for i := range 10 {
+		burst := acquireAll(ca, "x", 4)
+		if len(burst) != 4 {
+			t.Fatalf("second %d: %d of the burst admitted", i, len(burst))
+		}
+		for _, tk := range burst {
+			tk.Release()
+		}
+		ca.Trim()
+		if i == 0 {
+			a.calls.Store(0) // the first burst grows the holdings
+		}
+	}
+	if got := a.calls.Load(); got != 0 {
+		t.Fatalf("%d Store calls for 9 more bursts of what the holding already had, want 0", got)
 	}
 }
