@@ -504,11 +504,31 @@ func TestLevelHysteresis(t *testing.T) {
 	if n := logs.FilterMessageSnippet("Store slow").Len() + logs.FilterMessageSnippet("latency improved").Len(); n != 1 {
 		t.Fatalf("%d level log lines, want 1", n)
 	}
-	for range 20 {
+	// Down only once the average has stayed low for levelHold.
+	fast := c.Now()
+	for l.Level() != LevelNormal {
+		if c.Now().Sub(fast) > time.Minute {
+			t.Fatalf("a 3 ms Store: level %v after %v, want normal", l.Level(), c.Now().Sub(fast))
+		}
 		l.observe(3*time.Millisecond, nil, true)
+		c.Advance(100 * time.Millisecond)
 	}
-	if l.Level() != LevelNormal {
-		t.Fatalf("a 3 ms Store: level %v, want normal", l.Level())
+	if held := c.Now().Sub(fast); held < levelHold {
+		t.Fatalf("back to normal after %v of a fast Store, want at least %v", held, levelHold)
+	}
+	// A Store whose latency swings across the thresholds several times a second (a starved
+	// machine: 53 changes in 15 s per instance, each a WARN or an INFO) goes up once and stays.
+	before := logs.Len()
+	for i := range 300 { // 30 s, 100 ms apart: 3 slow calls, 3 fast ones, ...
+		lat := time.Millisecond
+		if i%6 < 3 {
+			lat = 40 * time.Millisecond
+		}
+		l.observe(lat, nil, true)
+		c.Advance(100 * time.Millisecond)
+	}
+	if n := logs.Len() - before; n != 1 || l.Level() != LevelMild {
+		t.Fatalf("a swinging Store: %d level log lines (level now %v), want 1, to mild", n, l.Level())
 	}
 	for _, tc := range []struct {
 		avg      time.Duration

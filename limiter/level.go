@@ -32,6 +32,10 @@ const (
 	// Cluster master failing over), and every lease for that app fails again. Without the hold
 	// each such round logged a WARN and an INFO, about once a second.
 	recoveryHold = 5 * time.Second
+	// levelHold is how long the latency average must stay low enough for a lower level before
+	// the level goes down (it goes up at once). On a starved machine the average crossed the
+	// thresholds several times a second, and each change logged a WARN or an INFO.
+	levelHold    = 5 * time.Second
 	latencyAlpha = 0.2 // weight of one observation in the latency moving average
 	// latencyAlphaDown is the weight of an observation below the average: the level follows a
 	// Store that got faster within a few calls (at the significant level a report is made
@@ -66,8 +70,9 @@ func levelFor(avg time.Duration) Level {
 }
 
 // nextLevel is the level after cur for a latency moving average, with hysteresis: a level is
-// left downwards only once the average is below 70 % of its threshold. An average hovering at a
-// threshold flapped the level, and each flap logged a WARN and an INFO microseconds apart.
+// left downwards only once the average is below 70 % of its threshold (and, in observe, has
+// stayed there for levelHold). An average hovering at a threshold flapped the level, and each
+// flap logged a WARN and an INFO microseconds apart.
 func nextLevel(avg time.Duration, cur Level) Level {
 	if next := levelFor(avg); next >= cur {
 		return next
@@ -151,8 +156,19 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	}
 	l.latency = time.Duration(alpha*float64(latency) + (1-alpha)*float64(l.latency))
 	next := nextLevel(l.latency, cur)
-	l.level.Store(uint32(next))
+	switch {
+	case next >= cur:
+		l.fasterSince = time.Time{} // not faster: a hold starts again when it is
+	case l.fasterSince.IsZero():
+		l.fasterSince = l.clock.Now()
+		next = cur
+	case l.clock.Now().Sub(l.fasterSince) < levelHold:
+		next = cur
+	default:
+		l.fasterSince = time.Time{} // held: down, and a lower level takes its own hold
+	}
 	if next != cur {
+		l.level.Store(uint32(next))
 		l.logLevel(cur, next)
 	}
 }

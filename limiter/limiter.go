@@ -27,8 +27,11 @@ type Limiter struct {
 	level   atomic.Uint32
 	levelMu sync.Mutex
 	latency time.Duration // moving average of Store call latency (levelMu)
-	episode failEpisode   // the current or last fail_open episode (levelMu)
-	reached atomic.Bool   // a report has succeeded since New
+	// fasterSince is when the average last went below what the level needs (zero while it is
+	// not): the level goes down only levelHold after (levelMu).
+	fasterSince time.Time
+	episode     failEpisode // the current or last fail_open episode (levelMu)
+	reached     atomic.Bool // a report has succeeded since New
 
 	// Requests admitted (and their cost) and rejected without the Store: rescue and fail-open.
 	rescuedReqs, rescuedCost, rescueRejects atomic.Int64
