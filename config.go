@@ -79,7 +79,7 @@ func (a *AppConfig) UnmarshalJSON(b []byte) error {
 }
 
 // LocalConfig is the `local` block: the L3 tuning knobs. Zero fields take the limiter's
-// defaults (reserve 1000, refill_threshold 0.2, sync_interval 100ms, sync_batch 1000,
+// defaults (reserve 1000, refill_threshold 0.2, sync_interval 100ms, sync_batch 100000,
 // lease_ttl 10s).
 type LocalConfig struct {
 	Reserve         int64          `json:"reserve,omitempty"`

@@ -74,7 +74,7 @@ const (
 	DefaultReserve         = 1000
 	DefaultRefillThreshold = 0.2
 	DefaultSyncInterval    = 100 * time.Millisecond
-	DefaultSyncBatch       = 1000
+	DefaultSyncBatch       = 100_000
 	DefaultLeaseTTL        = 10 * time.Second
 	DefaultStoreTimeout    = 50 * time.Millisecond
 	DefaultRescueRatio     = 1.0
@@ -108,7 +108,7 @@ type Config struct {
 	Reserve         int64         // lease target before the app's rate is measured (default 1000)
 	RefillThreshold float64       // refill in the background below this share of the lease target (0.2)
 	SyncInterval    time.Duration // report interval (default 100 ms)
-	SyncBatch       int64         // flush an app's statistics at the next report once this many wait (1000)
+	SyncBatch       int64         // flush an app's statistics at the next report once this many wait (100 000)
 	LeaseTTL        time.Duration // unspent leased tokens older than this go back to L2 (10 s)
 	StoreTimeout    time.Duration // a request never waits longer on the Store (50 ms)
 	OnStoreFailure  FailureMode

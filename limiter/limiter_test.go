@@ -55,7 +55,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 	got := l.Config()
 	if got.Reserve != 1000 || got.SyncInterval != 100*time.Millisecond || got.StoreTimeout != 50*time.Millisecond ||
-		got.LeaseTTL != 10*time.Second || got.SyncBatch != 1000 || got.RefillThreshold != 0.2 || got.Instance == "" {
+		got.LeaseTTL != 10*time.Second || got.SyncBatch != 100_000 || got.RefillThreshold != 0.2 || got.Instance == "" {
 		t.Fatalf("defaults not applied: %+v", got)
 	}
 }
