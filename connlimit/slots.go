@@ -228,8 +228,9 @@ func (c *Counter) restateSlots(src SlotSource) {
 // (not the count of the moment, which would follow every dip and make requests grow the
 // holding again). A scope holding more than twice its headroom (plus two) beyond its use keeps
 // the headroom and one; a scope with nothing in flight for idleTrims trims in a row keeps
-// idleHolding, and after releaseTrims gives everything back. The background loop calls it
-// every TrimInterval; tests call it directly.
+// idleHolding, and after releaseTrims gives everything back (an app KeepApps no longer keeps:
+// at once, so that the sweep can forget it). The background loop calls it every TrimInterval;
+// tests call it directly.
 func (c *Counter) Trim() {
 	src := c.slots.Load()
 	if src == nil {
@@ -240,13 +241,15 @@ func (c *Counter) Trim() {
 	}
 	cfg := c.cfg.Load()
 	live := (*src).LiveInstances()
-	c.trim(*src, &c.cluster, "", cfg.Cluster, live)
+	keep := c.keep.Load()
+	c.trim(*src, &c.cluster, "", cfg.Cluster, live, false)
 	for name, a := range *c.apps.Load() {
-		c.trim(*src, &a.counts, name, a.limit.Load(), live)
+		removed := keep != nil && !(*keep)(name) // a reload removed it: nothing is kept idle
+		c.trim(*src, &a.counts, name, a.limit.Load(), live, removed)
 	}
 }
 
-func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live int) {
+func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live int, removed bool) {
 	s.slotSem <- struct{}{}
 	defer func() { <-s.slotSem }()
 	held, cur := s.held.Load(), s.current.Load()
@@ -267,7 +270,7 @@ func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live
 	if s.idle >= idleTrims {
 		want = min(want, idleHolding(limit, live))
 	}
-	if s.idle >= releaseTrims {
+	if s.idle >= releaseTrims || removed {
 		want = 0
 	}
 	// More than the limit leaves beside the others (it was lowered): give back what is not in

@@ -456,3 +456,22 @@ func TestSlotsBurstsKeepTheirHolding(t *testing.T) {
 		t.Fatalf("%d Store calls for 9 more bursts of what the holding already had, want 0", got)
 	}
 }
+
+// TestSlotsOfRemovedAppsGoBack: an app a reload removed keeps no idle slot, so the next sweep
+// forgets it instead of leaving its holding in the Store for a minute.
+func TestSlotsOfRemovedAppsGoBack(t *testing.T) {
+	_, _, _, ca, _ := twoInstances(t, 8)
+	tk, _ := ca.Acquire("x", 0)
+	if tk == nil {
+		t.Fatal("refused")
+	}
+	tk.Release()
+	ca.KeepApps(func(app string) bool { return app != "x" })
+	ca.Trim()
+	ca.Sweep()
+	for _, s := range ca.Snapshot() {
+		if s.App == "x" {
+			t.Fatalf("the removed app is still counted, holding %d", s.Held)
+		}
+	}
+}
