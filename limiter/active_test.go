@@ -81,6 +81,14 @@ func (s *statsLedger) Lease(ctx context.Context, r store.LeaseRequest) (store.Le
 	return res, err
 }
 
+func (s *statsLedger) Return(ctx context.Context, r store.Return) error {
+	err := s.Store.Return(ctx, r)
+	if err == nil && r.Tokens > 0 {
+		s.add(r.App, r.Stats.Seq, r.Stats.Requests)
+	}
+	return err
+}
+
 func (s *statsLedger) Report(ctx context.Context, r store.Report) (store.ClusterState, error) {
 	st, err := s.Store.Report(ctx, r)
 	if err == nil {

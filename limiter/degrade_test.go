@@ -263,6 +263,13 @@ func (s *ackLostStore) Lease(ctx context.Context, r store.LeaseRequest) (store.L
 	return s.Store.Lease(ctx, r)
 }
 
+func (s *ackLostStore) Return(ctx context.Context, r store.Return) error {
+	if r.App == "a" && r.Stats.Seq != 0 && r.Tokens > 0 {
+		s.note(s.reqBySeq, "requests", r.Stats.Seq, r.Stats.Requests)
+	}
+	return s.Store.Return(ctx, r)
+}
+
 func (s *ackLostStore) Report(ctx context.Context, r store.Report) (store.ClusterState, error) {
 	for _, a := range r.Apps {
 		if a.App == "a" && a.Seq != 0 {

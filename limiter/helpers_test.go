@@ -25,6 +25,7 @@ type probeStore struct {
 	block                 chan struct{} // when non-nil, Lease waits on it
 	entered               chan struct{} // when non-nil, Lease signals it (non-blocking)
 	lastReport            atomic.Pointer[store.Report]
+	lastReturn            atomic.Pointer[store.Return]       // the last Return that succeeded
 	state                 atomic.Pointer[store.ClusterState] // overrides the Report reply
 	returned, granted     atomic.Int64
 	lost                  atomic.Int64 // tokens of Returns that failed
@@ -84,6 +85,7 @@ func (p *probeStore) Return(ctx context.Context, r store.Return) error {
 	err := p.Store.Return(ctx, r)
 	if err == nil && r.Tokens > 0 {
 		p.returned.Add(r.Tokens)
+		p.lastReturn.Store(&r)
 	}
 	return err
 }

@@ -207,14 +207,20 @@ func (a *App) giveBack(now time.Time, n int64) error {
 	}
 	l := a.l
 	s := l.snap()
-	ret := store.Return{Cluster: s.cfg.Cluster, App: a.id, Policy: a.pol.Load().AppPolicy, Tokens: n, Instance: s.cfg.Instance}
+	stats := a.takeStats() // the app's statistics travel with its return too
+	ret := store.Return{Cluster: s.cfg.Cluster, App: a.id, Policy: a.pol.Load().AppPolicy, Tokens: n,
+		Instance: s.cfg.Instance, Stats: store.StatsBatch{Seq: stats.seq, Requests: stats.requests}}
 	start := l.clock.Now()
 	err := l.callStore(func(ctx context.Context) error { return l.store.Return(ctx, ret) })
-	l.observe(l.clock.Now().Sub(start), err, false)
+	done := l.clock.Now()
+	l.observe(done.Sub(start), err, false)
 	if err != nil {
 		a.dropped.Add(n)
-		return err
+		return err // the statistics stay pending: the app's next call sends them again
 	}
+	// A return's answer names no earlier Seq (as a lease's does), so it judges no batch lost:
+	// the app's next lease or flush does.
+	a.statsDelivered(stats, stats.seq, start, done)
 	a.returned.Add(n)
 	a.lastLease.Store(now.UnixNano())
 	return nil

@@ -184,10 +184,9 @@ func TestReloadKeepsBucketsAndReturnsRemoved(t *testing.T) {
 	if _, r := l.App("b"); r != store.ReasonNone {
 		t.Fatal("added app missing")
 	}
-	// The removed app's pending statistics still go out.
-	l.tick(c.Now().Add(time.Second))
-	if rep := ps.lastReport.Load(); rep == nil || !hasApp(rep, "p3", 1) {
-		t.Fatalf("removed app's statistics not reported: %+v", rep)
+	// The removed app's pending statistics went out with its tokens.
+	if ret := ps.lastReturn.Load(); ret == nil || ret.App != "p3" || ret.Stats.Requests != 1 || ret.Stats.Seq == 0 {
+		t.Fatalf("removed app's statistics did not travel with its return: %+v", ret)
 	}
 }
 

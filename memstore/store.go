@@ -161,8 +161,8 @@ func (m *Store) BorrowState(ctx context.Context, cluster, app string) (store.Bor
 }
 
 // Return adds the returned tokens to the app's bucket, capped at burst, without refilling it
-// (the elapsed time is refilled by the next lease, at that lease's factor). Tokens <= 0 is a
-// no-op: no write.
+// (the elapsed time is refilled by the next lease, at that lease's factor), after the
+// statistics it carries. Tokens <= 0 is a no-op: no write.
 func (m *Store) Return(ctx context.Context, ret store.Return) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -178,6 +178,11 @@ func (m *Store) Return(ctx context.Context, ret store.Return) error {
 	now := m.nowUS()
 	m.sweep(now)
 	b := m.bucket(memAppKey{ret.Cluster.ID, ret.App}, ret.Policy, now)
+	if ret.Stats.Seq != 0 { // statistics first, as return.lua applies them
+		if fresh, _ := b.seqs.apply(ret.Instance, ret.Stats.Seq, now); fresh {
+			b.requests += ret.Stats.Requests
+		}
+	}
 	b.give(ret.Policy, ret.Tokens)
 	b.touch(ret.Policy, now)
 	return nil

@@ -86,7 +86,14 @@ func TestDifferential(t *testing.T) {
 				}
 			case 2: // return
 				ret := store.Return{Cluster: cluster, App: app, Policy: policies[app],
-					Tokens: rapid.Int64Range(-5, 300).Draw(rt, "tokens"), Instance: "i1"}
+					Tokens: rapid.Int64Range(-5, 300).Draw(rt, "tokens"), Instance: rapid.SampledFrom(instances).Draw(rt, "instance")}
+				if rapid.Bool().Draw(rt, "stats") { // statistics on the return, Seqs shared with leases and reports
+					seq := rapid.Uint64Range(1, seqs[ret.Instance]+2).Draw(rt, "stats-seq")
+					if ret.Tokens > 0 { // a return of no tokens is a no-op: its Seq goes nowhere
+						seqs[ret.Instance] = max(seqs[ret.Instance], seq)
+					}
+					ret.Stats = store.StatsBatch{Seq: seq, Requests: rapid.Int64Range(0, 50).Draw(rt, "stats-requests")}
+				}
 				em, er := mem.Return(ctx, ret), red.Return(ctx, ret)
 				if (em == nil) != (er == nil) {
 					rt.Fatalf("step %d Return(%+v): memory %v, redis %v", step, ret, em, er)

@@ -37,6 +37,9 @@ func (c *countingStore) Return(ctx context.Context, r store.Return) error {
 	c.returns.Add(1)
 	err := c.Store.Return(ctx, r)
 	c.count(err)
+	if err == nil && r.Tokens > 0 {
+		c.reported.Add(r.Stats.Requests)
+	}
 	return err
 }
 

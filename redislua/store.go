@@ -206,7 +206,8 @@ func (s *Store) Return(ctx context.Context, ret store.Return) error {
 		return nil // a no-op: no write
 	}
 	err := returnScript.Run(ctx, s.client, []string{s.keys.l2(ret.Cluster.ID, ret.App)},
-		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens, ret.Policy.WarmupUS()).Err()
+		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens, ret.Policy.WarmupUS(),
+		ret.Instance, ret.Stats.Seq, ret.Stats.Requests, store.ReportSeqTTL.Microseconds()).Err()
 	if err != nil {
 		s.failed()
 		return fmt.Errorf("redislua: return: %w", s.classify(err))

@@ -25,17 +25,27 @@ func (r LeaseRequest) Validate() error {
 		return fmt.Errorf("lease for app %q: want %d: must be >= 0", r.App, r.Want)
 	case !finite(r.Unallocated) || r.Unallocated < 0:
 		return fmt.Errorf("lease for app %q: unallocated %v: must be a finite number >= 0", r.App, r.Unallocated)
-	case r.Stats.Requests < 0 || r.Stats.Seq > MaxAmount:
-		return fmt.Errorf("lease for app %q: stats requests %d seq %d: must be >= 0 and <= 2^53", r.App, r.Stats.Requests, r.Stats.Seq)
-	case r.Stats.Seq != 0 && r.Instance == "":
-		return fmt.Errorf("lease for app %q: statistics need an instance id", r.App)
 	}
-	return nil
+	return checkStats("lease", r.App, r.Instance, r.Stats)
 }
 
 // Validate reports a malformed return.
 func (r Return) Validate() error {
-	return checkApp(r.Cluster, r.App, r.Policy)
+	if err := checkApp(r.Cluster, r.App, r.Policy); err != nil {
+		return err
+	}
+	return checkStats("return", r.App, r.Instance, r.Stats)
+}
+
+// checkStats reports a malformed statistics batch of a call (lease or return) of app.
+func checkStats(call, app, instance string, st StatsBatch) error {
+	switch {
+	case st.Requests < 0 || st.Seq > MaxAmount:
+		return fmt.Errorf("%s for app %q: stats requests %d seq %d: must be >= 0 and <= 2^53", call, app, st.Requests, st.Seq)
+	case st.Seq != 0 && instance == "":
+		return fmt.Errorf("%s for app %q: statistics need an instance id", call, app)
+	}
+	return nil
 }
 
 // Validate reports a malformed report.

@@ -227,6 +227,10 @@ type Return struct {
 	Policy   AppPolicy
 	Tokens   int64
 	Instance string
+	// Stats are the app's statistics that travel with the return, applied exactly once per
+	// Seq as a lease's (LeaseRequest.Stats): an app that stopped needs no flush of its own. A
+	// return of no tokens is a no-op and carries none.
+	Stats StatsBatch
 }
 
 // AppReport is one app's statistics for one report interval on one instance.

@@ -6,7 +6,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// Statistics that travel with leases (LeaseRequest.Stats) and per-app Seqs in reports
+// Statistics that travel with leases (LeaseRequest.Stats) and returns (Return.Stats), and per-app Seqs in reports
 // (AppReport.Seq): applied exactly once per Seq, whichever call carries them, and answered with
 // the Seq kept before (Lease.PrevSeq, ClusterState.PrevSeq).
 
@@ -14,6 +14,7 @@ func statsCases() []testCase {
 	return []testCase{
 		{"LeaseStatsAppliedOnce", leaseStatsAppliedOnce},
 		{"LeaseAndReportShareSeqs", leaseAndReportShareSeqs},
+		{"ReturnCarriesStats", returnCarriesStats},
 		{"ReportCostFeedsUsage", reportCostFeedsUsage},
 	}
 }
@@ -92,4 +93,39 @@ func reportCostFeedsUsage(e *env) {
 	if _, err := e.s.Report(context.Background(), store.Report{Cluster: e.cluster, Instance: "i1", Cost: -1}); err == nil {
 		e.t.Fatal("negative cost accepted")
 	}
+}
+
+func (e *env) returnStats(tokens int64, seq uint64, requests int64) error {
+	return e.s.Return(context.Background(), store.Return{Cluster: e.cluster, App: e.app, Policy: e.policy,
+		Tokens: tokens, Instance: "i1", Stats: store.StatsBatch{Seq: seq, Requests: requests}})
+}
+
+// A return's statistics share the app's Seqs with its leases and reports: applied once.
+func returnCarriesStats(e *env) {
+	e.leaseStats(30, 4)
+	if err := e.returnStats(1, 31, 6); err != nil {
+		e.t.Fatal(err)
+	}
+	e.wantRequests(e.app, 10)
+	// Sent again (a lost reply), or an older Seq: not added again; the tokens still go back.
+	if err := e.returnStats(1, 31, 6); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.returnStats(1, 30, 4); err != nil {
+		e.t.Fatal(err)
+	}
+	e.wantRequests(e.app, 10)
+	if l := e.leaseStats(32, 1); l.PrevSeq != 31 {
+		e.t.Fatalf("lease after the return: PrevSeq %d, want 31", l.PrevSeq)
+	}
+	e.wantRequests(e.app, 11)
+	// A return of no tokens is a no-op, statistics included.
+	if err := e.returnStats(0, 33, 5); err != nil {
+		e.t.Fatal(err)
+	}
+	e.wantRequests(e.app, 11)
+	if err := e.returnStats(1, 34, -1); err == nil {
+		e.t.Fatal("negative requests accepted")
+	}
+	e.wantRequests(e.app, 11)
 }
