@@ -99,8 +99,8 @@ func (a *App) runLease(c *leaseCall, need int64) {
 
 // want is the lease target (docs/design.md, "Lease sizes"): about the app's rate × its horizon
 // (or, when more, what was consumed since the last tick, so that leases grow geometrically),
-// × the degradation multiplier, at most burst / (2 × live instances) so that no
-// instance hoards a small quota, at least 1; plus any local debt, which the grant pays first;
+// × the degradation multiplier, at most burst / (2 × live instances), less the local balance, so
+// that no instance hoards a small quota, at least 1; plus any local debt, which the grant pays first;
 // and at least the need (a waiter's shortfall, which already includes the debt).
 func (a *App) want(need, debt int64, p *appPolicy, st *store.ClusterState, s *snapshot) int64 {
 	m := leaseMultiplier(a.l.Level())
@@ -114,7 +114,10 @@ func (a *App) want(need, debt int64, p *appPolicy, st *store.ClusterState, s *sn
 		share := p.Guaranteed * st.Factors[p.Priority] / float64(live)
 		t = int64(math.Ceil(share*AtQuotaHorizon(s.cfg, int(live)).Seconds())) * m
 	}
-	t = min(t, int64(p.Burst/float64(2*live)))
+	// The cap bounds what the instance holds, the lease included: a refill that started with
+	// tokens left would otherwise overshoot it, and the next tick return the overshoot
+	// (returnExcess), one Store call per lease of a hot app.
+	t = min(t, int64(p.Burst/float64(2*live))-max(a.balance.Load(), 0))
 	return max(max(t, 1)+debt, need)
 }
 

@@ -179,9 +179,19 @@ func TestLeaseTarget(t *testing.T) {
 	} {
 		a := mustApp(t, l, tc.app)
 		a.rateTgt.Store(tc.rateTgt)
+		a.balance.Store(0)
 		st := &store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: tc.live}
 		if got := a.want(tc.need, tc.debt, a.pol.Load(), st, s); got != tc.want {
 			t.Errorf("%+v: want() = %d", tc, got)
 		}
+	}
+	// A refill that starts with tokens left tops the balance up to the cap, no further: the
+	// overshoot went back at the next tick, one more Store call per lease of a hot app.
+	a := mustApp(t, l, "big")
+	a.rateTgt.Store(90000)
+	a.balance.Store(9900)
+	st := &store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 1}
+	if got := a.want(0, 0, a.pol.Load(), st, s); got != 50000-9900 {
+		t.Errorf("with 9900 tokens left: want() = %d, want %d", got, 50000-9900)
 	}
 }
