@@ -144,6 +144,7 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 		// own latency often measures the fault (a probe sent to a frozen server is answered
 		// when it thaws). A Store that is still slow raises the average within a call or two.
 		l.latency = min(latency, mildLatency/2)
+		l.fasterSince = time.Time{}
 		next := levelFor(l.latency)
 		l.level.Store(uint32(next))
 		l.episode.left = l.clock.Now()

@@ -3,12 +3,10 @@ package redislua
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -76,12 +74,10 @@ func speaksTLS(ctx context.Context, addr string) bool {
 		conn.Close()
 		return true
 	}
-	var (
-		verify   *tls.CertificateVerificationError
-		unknown  x509.UnknownAuthorityError
-		hostname x509.HostnameError
-		alert    tls.AlertError
-	)
-	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
-		errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls: ")
+	var record tls.RecordHeaderError
+	if errors.As(err, &record) {
+		return false // what came back was not TLS
+	}
+	k, ok := permanentKind(err) // a certificate that fails verification, or the server's TLS alert
+	return ok && (k == KindCertificate || k == KindTLS)
 }
