@@ -146,12 +146,7 @@ func TestSlotsFleetWide(t *testing.T) {
 // after releaseTrims all of it; the other instance can then use it.
 func TestSlotsTrim(t *testing.T) {
 	clk, _, _, ca, cb := twoInstances(t, 8)
-	var mine []*Ticket
-	for range 8 {
-		if tk, _ := ca.Acquire("x", 0); tk != nil {
-			mine = append(mine, tk)
-		}
-	}
+	mine := acquireAll(ca, "x", 0, 8)
 	if len(mine) != 8 {
 		t.Fatalf("a alone admitted %d of 8", len(mine))
 	}
@@ -165,7 +160,7 @@ func TestSlotsTrim(t *testing.T) {
 		ca.Trim()
 	}
 	clk.Advance(refusalBackoff) // b's refusal above is over
-	theirs := acquireAll(cb, "x", 8)
+	theirs := acquireAll(cb, "x", 0, 8)
 	if len(theirs) != 7 {
 		t.Fatalf("with a idle (keeping one slot), b admitted %d of 8, want 7", len(theirs))
 	}
@@ -176,16 +171,17 @@ func TestSlotsTrim(t *testing.T) {
 		ca.Trim()
 	}
 	clk.Advance(refusalBackoff)
-	if n := len(acquireAll(cb, "x", 8)); n != 8 {
+	if n := len(acquireAll(cb, "x", 0, 8)); n != 8 {
 		t.Fatalf("after a's whole holding went back, b admitted %d of 8", n)
 	}
 }
 
-// acquireAll tries n acquisitions of app on c and returns the tickets it got.
-func acquireAll(c *Counter, app string, n int) []*Ticket {
+// acquireAll tries n acquisitions of app (with max_connections limit; 0: the Counter's) on c and
+// returns the tickets it got.
+func acquireAll(c *Counter, app string, limit int64, n int) []*Ticket {
 	var got []*Ticket
 	for range n {
-		if tk, _ := c.Acquire(app, 0); tk != nil {
+		if tk, _ := c.Acquire(app, limit); tk != nil {
 			got = append(got, tk)
 		}
 	}
@@ -328,13 +324,7 @@ func TestSlotsLimitLoweredBelowInFlight(t *testing.T) {
 	if s := stats(t, ca, "x"); s.Held < 4 {
 		t.Fatalf("after a trim a holds %d slots with 4 in flight", s.Held)
 	}
-	n := 0
-	for range 5 {
-		if tk, _ := cb.Acquire("x", 6); tk != nil {
-			n++
-		}
-	}
-	if n != 2 {
+	if n := len(acquireAll(cb, "x", 6, 5)); n != 2 {
 		t.Fatalf("with 4 in flight on a, b admitted %d for a limit of 6, want 2", n)
 	}
 }
@@ -440,7 +430,7 @@ func TestSlotsRestatedAfterStoreLoss(t *testing.T) {
 func TestSlotsBurstsKeepTheirHolding(t *testing.T) {
 	_, a, _, ca, _ := twoInstances(t, 20)
 	for i := range 10 {
-		burst := acquireAll(ca, "x", 4)
+		burst := acquireAll(ca, "x", 0, 4)
 		if len(burst) != 4 {
 			t.Fatalf("second %d: %d of the burst admitted", i, len(burst))
 		}
