@@ -151,11 +151,18 @@ func AtQuotaHorizon(cfg Config, live int) time.Duration {
 }
 
 // paced reports whether the instances of an app at its quota pace themselves (docs/design.md,
-// "Lease sizes"): in a fleet whose live × AtQuotaSpacing exceeds three sync intervals. A
-// smaller fleet shares L2 by asking often, which costs the Store no more than pacing would and
-// leaves nothing waiting in L2 for an instance (pacing holds about half a horizon of the quota
-// there, which a few-second window counts as not admitted).
-func paced(cfg Config, live int) bool {
+// "Lease sizes"): after a short lease, each asks for its share of what L2 refills and waits
+// until that share has covered what it got. A lone instance has no one to share with. Without
+// pacing, a small fleet's instances asked as soon as what one lacked had refilled at the app's
+// whole rate, up to ten times a second each: three to four times the calls, and no fairer.
+func paced(live int) bool { return live > 1 }
+
+// contestedEarly reports whether L2 counts as contested already when a lease left it below a
+// quarter of the burst, before any lease came back short: in a fleet whose live ×
+// AtQuotaSpacing exceeds three sync intervals, where the instances served first would
+// otherwise keep being served. A smaller fleet leaves a burst first come, first served until
+// L2 is empty.
+func contestedEarly(cfg Config, live int) bool {
 	return time.Duration(live)*AtQuotaSpacing > 3*cfg.SyncInterval
 }
 

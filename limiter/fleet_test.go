@@ -196,3 +196,35 @@ func TestLargeFleetAtQuotaCallsBounded(t *testing.T) {
 		})
 	}
 }
+
+// An app over its quota in a small fleet (3 and 10 instances, each offered twice its share):
+// after a short lease every instance asks for its share of the refill and waits until that
+// share has covered what it got (paced), so the app costs the Store at most about
+// 4 × live / AtQuotaHorizon lease calls per second: 10 instances asked 35 times a second each
+// when small fleets did not pace (133 allowed here). Accuracy holds, and every instance gets at
+// least 3/4 of its fair share.
+func TestSmallFleetAtQuotaCallsBounded(t *testing.T) {
+	const dur = 30 * time.Second
+	for _, n := range []int{3, 10} {
+		t.Run(fmt.Sprintf("%d_instances", n), func(t *testing.T) {
+			p := pol(10000, 10000, 0)
+			r := simulateFleet(t, n, p, dur, 5, int64(math.Ceil(2*10/float64(n))), 1)
+			dev := float64(r.total-r.expected) / float64(r.expected)
+			perSec := float64(r.leases) / dur.Seconds()
+			fair := r.total / int64(n)
+			lo, hi := slices.Min(r.per), slices.Max(r.per)
+			t.Logf("admitted %d, expected %d (%+.2f%%), %d lease calls (%.0f/s), per instance %.2f–%.2f of the fair share",
+				r.total, r.expected, 100*dev, r.leases, perSec, float64(lo)/float64(fair), float64(hi)/float64(fair))
+			if math.Abs(dev) > 0.05 {
+				t.Fatalf("admitted %d, %+.2f%% off the quota's %d", r.total, 100*dev, r.expected)
+			}
+			if lo < fair*3/4 {
+				t.Fatalf("an instance admitted %d, less than 3/4 of its fair share %d", lo, fair)
+			}
+			horizon := AtQuotaHorizon(Config{SyncInterval: DefaultSyncInterval}, n)
+			if limit := 4 * float64(n) / horizon.Seconds(); perSec > limit {
+				t.Fatalf("%.0f lease calls/s for one app at its quota on %d instances, want <= %.0f", perSec, n, limit)
+			}
+		})
+	}
+}

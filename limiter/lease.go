@@ -106,11 +106,10 @@ func (a *App) want(need, debt int64, p *appPolicy, st *store.ClusterState, s *sn
 	m := leaseMultiplier(a.l.Level())
 	t := max(a.rateTgt.Load(), a.consumed.Load()-a.lastCons.Load()) * m
 	live := int64(max(st.LiveInstances, 1))
-	if a.short.Load() && paced(s.cfg, int(live)) {
-		// At the quota in a large fleet, this instance's share of what L2 refills over the
-		// horizon. Sized by the instance's own admitted rate instead, the instance that got
-		// most would keep getting most, and one that was refused would ask for ever smaller
-		// leases.
+	if a.short.Load() && paced(int(live)) {
+		// At the quota in a fleet, this instance's share of what L2 refills over the horizon.
+		// Sized by the instance's own admitted rate instead, the instance that got most would
+		// keep getting most, and one that was refused would ask for ever smaller leases.
 		share := p.Guaranteed * st.Factors[p.Priority] / float64(live)
 		t = int64(math.Ceil(share*AtQuotaHorizon(s.cfg, int(live)).Seconds())) * m
 	}
@@ -133,13 +132,13 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 	a.l2Left.Store(max(res.Remaining, 0))
 	cfg := a.l.snap().cfg
 	live := max(a.l.state.Load().LiveInstances, 1)
-	pace := paced(cfg, live)
+	early := contestedEarly(cfg, live)
 	// L2 is contested when the lease came back short or, in a large fleet, left L2 below a
 	// quarter of the burst. Within the quota L2 stays above that: leases hold at most half the
 	// burst (the fairness cap), and L2 refills faster than the app spends.
-	contested := res.Granted < req.Want || (pace && float64(res.Remaining) < a.pol.Load().Burst/4)
+	contested := res.Granted < req.Want || (early && float64(res.Remaining) < a.pol.Load().Burst/4)
 	a.short.Store(contested)
-	if contested && pace {
+	if contested && early {
 		// What is left in L2 is the other instances' share: a cheaper request must not lease
 		// it before this instance's share has refilled (see refused).
 		a.l2Left.Store(0)
@@ -148,10 +147,10 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 	a.l2Debt.Store(math.Float64bits(res.Debt))
 	a.refillAt.Store(a.refillPoint(req.Want, cfg))
 	// On a contested L2, ask again when the Store expects the need, but not before what this
-	// lease lacks has refilled at the app's rate, and in a large fleet not before this
-	// instance's share of the refill (rate / live instances) has also covered what it got:
-	// sooner would take other instances' share or be refused again. At most one at-quota
-	// horizon. An app far over its quota then costs the Store no more calls than one within it.
+	// lease lacks has refilled at the app's rate, and in a fleet not before this instance's
+	// share of the refill (rate / live instances) has also covered what it got: sooner would
+	// take other instances' share or be refused again. At most one at-quota horizon. An app
+	// far over its quota then costs the Store no more calls than one within it.
 	var retry time.Duration
 	// An app that may borrow is gated by refusals only: a lease that met its need (or asked
 	// for none, so the Store did not try to borrow) leaves the next request free to borrow its
@@ -162,7 +161,7 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 		batch := time.Second
 		if rate := p.Guaranteed * req.Factor; rate > 0 {
 			secs := float64(req.Want-res.Granted) / rate
-			if pace {
+			if paced(live) {
 				secs += float64(res.Granted) / (rate / float64(live))
 			}
 			batch = min(waitFor(secs), AtQuotaHorizon(cfg, live))
