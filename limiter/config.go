@@ -93,8 +93,9 @@ const LeaseHorizon = 30 * time.Second
 // AtQuotaSpacing sets the horizon of an app at its quota in a fleet of more than ten
 // instances: live instances × AtQuotaSpacing (never above LeaseHorizon), and the instances
 // pace themselves (see paced and contestedEarly), so that together they lease about
-// 1 / AtQuotaSpacing times per second however many of them serve the app. With a fixed 300 ms, one tenant over its quota on
-// a thousand instances would cost the Store 3 300 calls per second, and more in refusals.
+// 1 / AtQuotaSpacing times per second however many of them serve the app. With a fixed
+// 300 ms, one tenant over its quota on a thousand instances would cost the Store 3 300 calls
+// per second, and more in refusals.
 const AtQuotaSpacing = 30 * time.Millisecond
 
 // Config is the configuration of one cluster's Limiter. Zero fields take their defaults.
