@@ -147,9 +147,9 @@ func load(r *loadResult, app *limiter.App, rate float64, maxCost int, start time
 // TestFleetAccuracy is fleet accuracy (±5% of the quota) against a real Redis and the real clock: n
 // Limiters share one Redis, each offered the whole quota (the fleet is n× over it) for a few
 // seconds. The admitted cost must be within ±5% of burst + rate × T, and every instance must
-// get at least half its fair share. Twenty instances pace themselves at the quota
+// get at least half its fair share. The instances pace themselves at the quota
 // (docs/design.md, "Lease sizes"); what L2 holds for those waiting for their share counts as
-// not admitted, so that case runs longer.
+// not admitted, and twenty wait longer (a horizon of 20 × 30 ms), so that case runs longer.
 func TestFleetAccuracy(t *testing.T) {
 	redistest.Slow(t, "runs 14 s of real-time load")
 	addr := redistest.SharedStandalone(t)
