@@ -260,8 +260,8 @@ var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 160); return &b 
 
 // The placeholders for later handlers and logs, {http.rate_limit.app}, .cost, .remaining,
 // .reason and .decision. They cost nothing unless used: one provider function per request
-// (repl.Map, no map entries; the outcome itself, provider.go), whose values are built only when a placeholder
-// is looked up.
+// (repl.Map, no map entries; the outcome itself, provider.go), whose values are built only
+// when a placeholder is looked up.
 const phPrefix = "http.rate_limit."
 
 // placeholder is the replacer provider of a request's outcome (the root of its chain).
