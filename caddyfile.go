@@ -73,6 +73,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        sync_interval <duration>
 //	        sync_batch <n>
 //	        lease_ttl <duration>
+//	        stats_interval <duration>
 //	    }
 //	    redis {
 //	        address <host:port...>
@@ -366,6 +367,8 @@ func unmarshalLocal(d *caddyfile.Dispenser) (*LocalConfig, error) {
 			c.SyncBatch, err = intArg(d)
 		case "lease_ttl":
 			c.LeaseTTL, err = durationArg(d)
+		case "stats_interval":
+			c.StatsInterval, err = durationArg(d)
 		default:
 			return nil, d.Errf("local: unknown subdirective %q", name)
 		}

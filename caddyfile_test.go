@@ -153,7 +153,8 @@ func TestCaddyfileFullRoundTrip(t *testing.T) {
 	if c := h.Connections; c == nil || c.App != 500 || c.Cluster != 4000 || time.Duration(c.IdleTimeout) != 10*time.Minute || time.Duration(c.SweepInterval) != 15*time.Second {
 		t.Errorf("connections: %+v", c)
 	}
-	if l := h.Local; l == nil || l.Reserve != 2000 || l.RefillThreshold != 0.3 || l.SyncBatch != 500 {
+	if l := h.Local; l == nil || l.Reserve != 2000 || l.RefillThreshold != 0.3 || l.SyncBatch != 500 ||
+		time.Duration(l.StatsInterval) != 5*time.Minute {
 		t.Errorf("local: %+v", l)
 	}
 	if h.OnRedisFailure != "closed" || h.Headers != "draft" || !h.Shadow || !h.Errors || h.MaxWait == 0 {

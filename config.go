@@ -80,13 +80,14 @@ func (a *AppConfig) UnmarshalJSON(b []byte) error {
 
 // LocalConfig is the `local` block: the L3 tuning knobs. Zero fields take the limiter's
 // defaults (reserve 1000, refill_threshold 0.2, sync_interval 100ms, sync_batch 100000,
-// lease_ttl 10s).
+// lease_ttl 10s, stats_interval 60s).
 type LocalConfig struct {
 	Reserve         int64          `json:"reserve,omitempty"`
 	RefillThreshold float64        `json:"refill_threshold,omitempty"`
 	SyncInterval    caddy.Duration `json:"sync_interval,omitempty"`
 	SyncBatch       int64          `json:"sync_batch,omitempty"`
 	LeaseTTL        caddy.Duration `json:"lease_ttl,omitempty"`
+	StatsInterval   caddy.Duration `json:"stats_interval,omitempty"`
 }
 
 // ConnectionsConfig is the `connections` block: in-flight limits. Zero fields take the
@@ -269,12 +270,15 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 			return cfg, fmt.Errorf("local.sync_batch must be >= 0, got %d", l.SyncBatch)
 		case l.LeaseTTL < 0 || l.LeaseTTL > 0 && time.Duration(l.LeaseTTL) < minLeaseTTL:
 			return cfg, fmt.Errorf("local.lease_ttl must be >= %v (0: the default), got %v", minLeaseTTL, time.Duration(l.LeaseTTL))
+		case l.StatsInterval < 0 || l.StatsInterval > 0 && time.Duration(l.StatsInterval) < minStatsInterval:
+			return cfg, fmt.Errorf("local.stats_interval must be >= %v (0: the default), got %v", minStatsInterval, time.Duration(l.StatsInterval))
 		}
 		cfg.Reserve = l.Reserve
 		cfg.RefillThreshold = l.RefillThreshold
 		cfg.SyncInterval = time.Duration(l.SyncInterval)
 		cfg.SyncBatch = l.SyncBatch
 		cfg.LeaseTTL = time.Duration(l.LeaseTTL)
+		cfg.StatsInterval = time.Duration(l.StatsInterval)
 	}
 	cfg.Instance = instanceID()
 	return cfg, nil
@@ -282,9 +286,11 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 
 // The shortest sync_interval and lease_ttl: below them an instance would report or give back
 // tokens as fast as Redis answers (1ns made one idle gateway send 80 000 commands a second).
+// Below minStatsInterval every app with traffic would flush its statistics in every report.
 const (
-	minSyncInterval = 10 * time.Millisecond
-	minLeaseTTL     = 100 * time.Millisecond
+	minSyncInterval  = 10 * time.Millisecond
+	minLeaseTTL      = 100 * time.Millisecond
+	minStatsInterval = time.Second
 )
 
 // sortedKeys returns the keys of m in order, so that errors are deterministic.

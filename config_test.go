@@ -64,6 +64,8 @@ func TestProvisionRejectsInvalidConfig(t *testing.T) {
 		{"local sync_batch", `{"local":{"sync_batch":-1}}`, "local.sync_batch"},
 		{"local lease_ttl", `{"local":{"lease_ttl":"-1s"}}`, "local.lease_ttl must be >= 100ms (0: the default), got -1s"},
 		{"local lease_ttl too short", `{"local":{"lease_ttl":"1ms"}}`, "local.lease_ttl must be >= 100ms (0: the default), got 1ms"},
+		{"local stats_interval", `{"local":{"stats_interval":"-1m"}}`, "local.stats_interval must be >= 1s (0: the default), got -1m0s"},
+		{"local stats_interval too short", `{"local":{"stats_interval":"100ms"}}`, "local.stats_interval must be >= 1s (0: the default), got 100ms"},
 		{"connections sweep_interval too short", `{"connections":{"sweep_interval":"1ms"}}`, "connections.sweep_interval must be >= 100ms"},
 		{"redis no address", `{"redis":{}}`, "redis.address"},
 		{"redis bad address", `{"redis":{"address":["nohost"]}}`, "redis.address[0]"},
@@ -157,7 +159,7 @@ func TestJSONDurationsAreCaddyDurations(t *testing.T) {
 	const day = 24 * time.Hour
 	in := `{"max_wait":"1d","apps":{"a":{"guaranteed":1,"warmup":"1d"}},
 		"connections":{"idle_timeout":"1d","sweep_interval":86400000000000},
-		"local":{"sync_interval":"1d","lease_ttl":"1d"},
+		"local":{"sync_interval":"1d","lease_ttl":"1d","stats_interval":"1d"},
 		"redis":{"address":["a:1"],"timeout":"1d"}}`
 	var h Handler
 	if err := json.Unmarshal([]byte(in), &h); err != nil {
@@ -170,6 +172,7 @@ func TestJSONDurationsAreCaddyDurations(t *testing.T) {
 		"connections.sweep_interval": h.Connections.SweepInterval,
 		"local.sync_interval":        h.Local.SyncInterval,
 		"local.lease_ttl":            h.Local.LeaseTTL,
+		"local.stats_interval":       h.Local.StatsInterval,
 		"redis.timeout":              h.Redis.Timeout,
 	}
 	for field, d := range got {

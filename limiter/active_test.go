@@ -43,7 +43,7 @@ func TestQuietAppLeavesListAndComesBack(t *testing.T) {
 	if !a.Take(ctx, 1, 0).Allowed || !a.listed.Load() {
 		t.Fatalf("a request did not put the app back on the list")
 	}
-	c.Advance(StatsInterval + time.Second)
+	c.Advance(DefaultStatsInterval + time.Second)
 	l.tick(c.Now())
 	c.Advance(time.Second)
 	l.tick(c.Now())

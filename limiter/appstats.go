@@ -8,17 +8,19 @@ import (
 
 // Per-app statistics travel with the app's own Store calls: each lease carries the requests the
 // app admitted since its last batch (LeaseRequest.Stats), and only an app that has not leased
-// for StatsInterval has its batch flushed on its own, in the next report. Redis work then grows
+// for Config.StatsInterval has its batch flushed on its own, in the next report. Redis work then grows
 // with leases, that is with traffic, and not with apps × instances × report rate. Every batch
 // has a Seq and the Store applies it once: a batch whose call failed is sent again, with the
 // same Seq, by the app's next call. See docs/design.md, "Statistics".
 
-// StatsInterval is how long an app's statistics may wait for a lease to carry them before the
-// report flushes them on their own. It is well above LeaseHorizon, so an app that keeps leasing
-// never needs a flush: with 10 s, an app at 10 requests/s (a lease every 30 to 60 s) would cost
-// a flush per 100 requests, twice the Redis budget of 5 calls per 1000 requests; with 30 s the
-// scale harness still measured one flush per lease.
-const StatsInterval = 60 * time.Second
+// Config.StatsInterval is how long an app's statistics may wait for a lease to carry them before
+// the report flushes them on their own. Its default, DefaultStatsInterval, is well above
+// LeaseHorizon, so an app that keeps leasing never needs a flush: with 10 s, an app at 10
+// requests/s (a lease every 30 to 60 s) would cost a flush per 100 requests, twice the Redis
+// budget of 5 calls per 1000 requests; with 30 s the scale harness still measured one flush per
+// lease. What a flush still costs is one call per (instance, app) pair whose requests come
+// further apart than the interval: a longer one trades fresher statistics in Redis for fewer
+// calls (docs/performance.md, "Fleet scale").
 
 // statsBatch is one app's statistics under one Seq.
 type statsBatch struct {
@@ -98,7 +100,7 @@ func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 }
 
 // statsDue reports whether the report must flush the app's statistics: some are unsent, and no
-// call carried them for StatsInterval or SyncBatch of them wait (or all is set: Close, a
+// call carried them for Config.StatsInterval or SyncBatch of them wait (or all is set: Close, a
 // retired app).
 func (a *App) statsDue(now time.Time, all bool) bool {
 	a.statsMu.Lock()
@@ -107,7 +109,8 @@ func (a *App) statsDue(now time.Time, all bool) bool {
 	if a.st.pend == nil && unsent <= 0 {
 		return false
 	}
-	return all || now.Sub(a.st.statsAt) >= StatsInterval || unsent >= a.l.snap().cfg.SyncBatch
+	cfg := &a.l.snap().cfg
+	return all || now.Sub(a.st.statsAt) >= cfg.StatsInterval || unsent >= cfg.SyncBatch
 }
 
 // statsSettled reports whether every admitted request's statistics were acknowledged.

@@ -76,6 +76,7 @@ const (
 	DefaultSyncInterval    = 100 * time.Millisecond
 	DefaultSyncBatch       = 100_000
 	DefaultLeaseTTL        = 10 * time.Second
+	DefaultStatsInterval   = 60 * time.Second // see appstats.go
 	DefaultStoreTimeout    = 50 * time.Millisecond
 	DefaultRescueRatio     = 1.0
 	DefaultIsolatedTTL     = 60 * time.Second
@@ -111,6 +112,7 @@ type Config struct {
 	SyncInterval    time.Duration // report interval (default 100 ms)
 	SyncBatch       int64         // flush an app's statistics at the next report once this many wait (100 000)
 	LeaseTTL        time.Duration // unspent leased tokens older than this go back to L2 (10 s)
+	StatsInterval   time.Duration // statistics no lease or return carried for this long are flushed by a report (60 s)
 	StoreTimeout    time.Duration // a request never waits longer on the Store (50 ms)
 	OnStoreFailure  FailureMode
 	RescueRatio     float64        // share of guaranteed allowed in rescue mode (default 1.0)
@@ -204,6 +206,7 @@ func (c Config) withDefaults() (Config, error) {
 		{c.SyncInterval < 0, "local.sync_interval", c.SyncInterval},
 		{c.SyncBatch < 0, "local.sync_batch", c.SyncBatch},
 		{c.LeaseTTL < 0, "local.lease_ttl", c.LeaseTTL},
+		{c.StatsInterval < 0, "local.stats_interval", c.StatsInterval},
 		{c.StoreTimeout < 0, "redis.timeout", c.StoreTimeout},
 		{c.RescueRatio < 0 || c.RescueRatio > 1 || math.IsNaN(c.RescueRatio), "rescue ratio (0-1)", c.RescueRatio},
 	} {
@@ -223,6 +226,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(c.SyncInterval == 0, func() { c.SyncInterval = DefaultSyncInterval })
 	def(c.SyncBatch == 0, func() { c.SyncBatch = DefaultSyncBatch })
 	def(c.LeaseTTL == 0, func() { c.LeaseTTL = DefaultLeaseTTL })
+	def(c.StatsInterval == 0, func() { c.StatsInterval = DefaultStatsInterval })
 	def(c.StoreTimeout == 0, func() { c.StoreTimeout = DefaultStoreTimeout })
 	def(c.RescueRatio == 0, func() { c.RescueRatio = DefaultRescueRatio })
 	if c.Instance == "" {

@@ -55,7 +55,8 @@ func TestConfigValidation(t *testing.T) {
 	}
 	got := l.Config()
 	if got.Reserve != 1000 || got.SyncInterval != 100*time.Millisecond || got.StoreTimeout != 50*time.Millisecond ||
-		got.LeaseTTL != 10*time.Second || got.SyncBatch != 100_000 || got.RefillThreshold != 0.2 || got.Instance == "" {
+		got.LeaseTTL != 10*time.Second || got.StatsInterval != time.Minute || got.SyncBatch != 100_000 ||
+		got.RefillThreshold != 0.2 || got.Instance == "" {
 		t.Fatalf("defaults not applied: %+v", got)
 	}
 }
@@ -358,13 +359,14 @@ func TestMaxWait(t *testing.T) {
 }
 
 // Statistics travel with leases; the report flushes an app's statistics once SyncBatch of them
-// wait (or after StatsInterval), and carries the cluster's cost in every report.
+// wait (or after the configured StatsInterval), and carries the cluster's cost in every report.
 func TestSyncBatchFlushesStats(t *testing.T) {
 	c := clock.NewManual()
 	ps := newProbe(c)
 	cfg := baseConfig()
 	cfg.SyncBatch = 5
-	cfg.Reserve = 500 // one lease covers the test: no lease carries the statistics
+	cfg.StatsInterval = 5 * time.Second // local.stats_interval
+	cfg.Reserve = 500                   // one lease covers the test: no lease carries the statistics
 	l := testLimiter(t, cfg, ps, c, false)
 	a := mustApp(t, l, "a")
 	interval := l.Config().SyncInterval
@@ -382,14 +384,20 @@ func TestSyncBatchFlushesStats(t *testing.T) {
 	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 5) || rep.Cost != 1 {
 		t.Fatalf("batch did not flush: %+v", rep)
 	}
-	// Later requests wait for a lease (or the next batch).
+	// Later requests wait for a lease, the next batch or StatsInterval after the last delivery.
 	admit(a, 1)
-	c.Advance(interval + time.Millisecond)
+	step := interval + time.Millisecond
+	c.Advance(step)
 	l.tick(c.Now())
 	if rep := ps.lastReport.Load(); len(rep.Apps) != 0 {
 		t.Fatalf("statistics flushed before the batch or the interval: %+v", rep)
 	}
-	c.Advance(StatsInterval)
+	c.Advance(cfg.StatsInterval - 2*step)
+	l.tick(c.Now())
+	if rep := ps.lastReport.Load(); len(rep.Apps) != 0 {
+		t.Fatalf("statistics flushed %v before StatsInterval: %+v", step, rep)
+	}
+	c.Advance(step)
 	l.tick(c.Now())
 	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 1) {
 		t.Fatalf("statistics not flushed after StatsInterval: %+v", rep)

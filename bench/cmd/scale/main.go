@@ -39,6 +39,7 @@ func main() {
 		appsList = flag.String("apps-list", "1,200,2000,20000", "calls suite: active app counts")
 		burstSec = flag.Float64("burst-seconds", 1, "every app's burst in seconds of its guaranteed rate (at least 10 tokens)")
 		shared   = flag.Bool("shared-client", false, "all instances share one store client (default: one each)")
+		statsInt = flag.Duration("stats-interval", 0, "the limiters' stats_interval (0: the default, 60s)")
 	)
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -81,7 +82,8 @@ func main() {
 	log.Printf("3-master Redis Cluster on %s", strings.Join(addrs, " "))
 
 	var specs []spec
-	base := spec{warmup: *warmup, duration: *duration, zipfS: *zipfS, shared: *shared, burstSeconds: *burstSec}
+	base := spec{warmup: *warmup, duration: *duration, zipfS: *zipfS, shared: *shared, burstSeconds: *burstSec,
+		statsInterval: *statsInt}
 	switch *suite {
 	case "fleet":
 		for _, nm := range [][2]int{{10, 100}, {10, 10000}, {100, 100}, {100, 10000}} {

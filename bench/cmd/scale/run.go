@@ -26,7 +26,8 @@ type spec struct {
 	zipfS, over      float64
 	warmup, duration time.Duration
 	shared           bool
-	burstSeconds     float64 // burst = max(guaranteed × burstSeconds, 10)
+	burstSeconds     float64       // burst = max(guaranteed × burstSeconds, 10)
+	statsInterval    time.Duration // the limiters' StatsInterval (0: the default)
 }
 
 // app classes: rank bands × whether the app is driven above its quota.
@@ -142,6 +143,8 @@ func run(ctx context.Context, s spec, nodes []*node, addrs []string, logf io.Wri
 		Apps:       make(map[string]store.AppPolicy, s.apps),
 		UnknownApp: limiter.UnknownReject,
 		Default:    store.AppPolicy{Guaranteed: 1, Burst: 1},
+
+		StatsInterval: s.statsInterval,
 	}
 	for _, a := range res.appSpecs {
 		cfg.Apps[a.id] = store.AppPolicy{Guaranteed: a.g, Burst: a.burst}
