@@ -8,19 +8,20 @@ import (
 
 // Per-app statistics travel with the app's own Store calls: each lease carries the requests the
 // app admitted since its last batch (LeaseRequest.Stats), and only an app that has not leased
-// for Config.StatsInterval has its batch flushed on its own, in the next report. Redis work then grows
-// with leases, that is with traffic, and not with apps × instances × report rate. Every batch
-// has a Seq and the Store applies it once: a batch whose call failed is sent again, with the
-// same Seq, by the app's next call. See docs/design.md, "Statistics".
+// for Config.StatsInterval has its batch flushed on its own, in the next report. Redis work then
+// grows with leases, that is with traffic, and not with apps × instances × report rate. Every
+// batch has a Seq and the Store applies it once: a batch whose call failed is sent again, with
+// the same Seq, by the app's next call. See docs/design.md, "Statistics".
 
 // Config.StatsInterval is how long an app's statistics may wait for a lease to carry them before
 // the report flushes them on their own. Its default, DefaultStatsInterval, is well above
 // LeaseHorizon, so an app that keeps leasing never needs a flush: with 10 s, an app at 10
 // requests/s (a lease every 30 to 60 s) would cost a flush per 100 requests, twice the Redis
 // budget of 5 calls per 1000 requests; with 30 s the scale harness still measured one flush per
-// lease. What a flush still costs is one call per (instance, app) pair whose requests come
-// further apart than the interval: a longer one trades fresher statistics in Redis for fewer
-// calls (docs/performance.md, "Fleet scale").
+// lease. What a flush still costs is one call per request of an instance whose requests of the
+// app come further apart than the interval (each leases its one token, and that lease cannot
+// carry the request it admits): a longer interval trades fresher statistics in Redis for fewer
+// calls (docs/performance.md, "Statistics flushes of sparse pairs").
 
 // statsBatch is one app's statistics under one Seq.
 type statsBatch struct {

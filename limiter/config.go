@@ -112,7 +112,7 @@ type Config struct {
 	SyncInterval    time.Duration // report interval (default 100 ms)
 	SyncBatch       int64         // flush an app's statistics at the next report once this many wait (100 000)
 	LeaseTTL        time.Duration // unspent leased tokens older than this go back to L2 (10 s)
-	StatsInterval   time.Duration // statistics no lease or return carried for this long are flushed by a report (60 s)
+	StatsInterval   time.Duration // statistics no call carried this long go in a report (60 s)
 	StoreTimeout    time.Duration // a request never waits longer on the Store (50 ms)
 	OnStoreFailure  FailureMode
 	RescueRatio     float64        // share of guaranteed allowed in rescue mode (default 1.0)

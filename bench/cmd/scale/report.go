@@ -280,7 +280,7 @@ func model(rs []result) string {
 			R[i]+c*xs[i]+F[i], R[i], xs[i], F[i], r.perSec(r.steady.leases))
 	}
 	sb.WriteString("\nExtrapolated to 1000 instances × 10 000 apps (Zipf s = 1, every 5th app over its quota as above; the cluster " +
-		"scripts on one shard, the lease scripts spread evenly over 3 shards), for the harness's burst (-burst-seconds), 5 s and " +
+		"scripts on one shard, the lease and flush scripts spread evenly over 3 shards), for the harness's burst (-burst-seconds), 5 s and " +
 		"for a burst of 60 s of the guaranteed rate:\n\n")
 	sb.WriteString("The floor is what any limiter exact across the fleet must spend: an app whose burst B is below the " +
 		"N instances can hold a token on at most B of them at a time, so at least the share 1 - B/N of its requests " +
@@ -311,7 +311,8 @@ func model(rs []result) string {
 			if clusterShard >= 50000 {
 				verdict = "**missed**"
 			}
-			// The cluster's shard carries R plus its part of the leases: R + c × L / masters < 50 000.
+			// The cluster's shard carries R plus its part of the leases and flushes:
+			// R + (c × L + F) / masters < 50 000.
 			masters := math.Ceil((c*l + f) / (50000 - 1000*syncRate))
 			fmt.Fprintf(&sb, "| %.0f | %.0f s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %.0f | %.0f | %.0f | %.0f |\n", total, bs, 1000*syncRate, l, f,
 				clusterShard, perShard, verdict, max(masters, 1), 1000*syncRate+bound/3, 1000*syncRate+floor/3,
