@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
+)
+
+// TestStatsIntervalFlushes: `local { stats_interval }` reaches the limiter. Requests admitted
+// on the app's first lease, with no later lease or return to carry their statistics (lease_ttl
+// an hour away), reach Redis by a report once stats_interval has passed: 2 s here, where the
+// default would keep them for a minute.
+func TestStatsIntervalFlushes(t *testing.T) {
+	requireCaddy(t)
+	addr, _ := redistest.Standalone(t)
+	site := fmt.Sprintf(`	rate_limit {
+		key {http.request.header.X-App-Id}
+		app sparse {
+			guaranteed 100
+			burst 100
+		}
+		local {
+			lease_ttl 1h
+			stats_interval 2s
+		}
+		redis {
+			address %s
+			key_prefix stats
+		}
+	}
+	respond "ok" 200`, addr)
+	g := startGateway(t, "g", site)
+	client := newClient(t, 5*time.Second, 1)
+	const sent = 3
+	for range sent {
+		if resp, body, err := get(client, g.base, "/b/o", "sparse"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("request: %v %v %q", err, resp, body)
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	const key = "stats:{default/sparse}:l2"
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, err := c.HGet(context.Background(), key, "requests").Int64()
+		if n == sent {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis counts %d of the %d requests 20 s later (%v): stats_interval 2s flushed nothing", n, sent, err)
+		}
+		<-tick.C
+	}
+}
