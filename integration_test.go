@@ -630,6 +630,7 @@ func TestIntegrationMetrics(t *testing.T) {
 		`caddy_rate_limit_borrowed_tokens{app="alpha",cluster="it-metrics"} 0`,
 		`caddy_rate_limit_debt_tokens{app="alpha",cluster="it-metrics"} 0`,
 		`caddy_rate_limit_leases_total{app="alpha",cluster="it-metrics"}`,
+		`caddy_rate_limit_stats_flushes_total{cluster="it-metrics"} 0`, // 2 requests: no flush yet
 		`caddy_rate_limit_store_latency_seconds_count{cluster="it-metrics",op="lease"}`,
 	} {
 		if !strings.Contains(m, want) {

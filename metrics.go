@@ -44,6 +44,7 @@ var (
 	descClConnsPeak = desc("cluster_connections_peak", "Highest cluster-wide in-flight count seen on this instance.", "cluster")
 	descClConnsRej  = desc("cluster_connections_rejected_total", "Requests rejected by the cluster's in-flight limit.", "cluster")
 	descChanges     = desc("config_changes_total", "Changes made through this instance's admin API (overrides set or removed, operator emergency set or cleared).", "cluster")
+	descFlushes     = desc("stats_flushes_total", "Per-app statistics batches sent by the cluster report because no lease or return of the app carried them within stats_interval: one Redis call each.", "cluster")
 )
 
 // collector reports every live cluster state.
@@ -71,7 +72,7 @@ func registerMetrics(ctx caddy.Context, logger *zap.Logger) {
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descCost, descLocalHits, descLocalTokens,
 		descBorrowed, descDebt, descLeases, descLeaseTokens, descLevel, descEmergency, descUsage, descLatency, descConns,
-		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej, descChanges} {
+		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej, descChanges, descFlushes} {
 		ch <- d
 	}
 	storeLatency.Describe(ch)
@@ -146,6 +147,7 @@ func collectCluster(ch chan<- prometheus.Metric, s *clusterState) {
 	gauge(descUsage, state.Usage, cl)
 	gauge(descLatency, s.lim.Latency().Seconds(), cl)
 	counter(descChanges, s.lim.ConfigChanges(), cl)
+	counter(descFlushes, s.lim.StatsFlushes(), cl)
 	for _, c := range s.conns.Snapshot() {
 		if c.App == "" {
 			gauge(descClConns, float64(c.Current), cl)

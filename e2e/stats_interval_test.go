@@ -15,7 +15,7 @@ import (
 // TestStatsIntervalFlushes: `local { stats_interval }` reaches the limiter. Requests admitted
 // on the app's first lease, with no later lease or return to carry their statistics (lease_ttl
 // an hour away), reach Redis by a report once stats_interval has passed: 2 s here, where the
-// default would keep them for a minute.
+// default would keep them for a minute. caddy_rate_limit_stats_flushes_total counts that flush.
 func TestStatsIntervalFlushes(t *testing.T) {
 	requireCaddy(t)
 	addr, _ := redistest.Standalone(t)
@@ -52,11 +52,13 @@ func TestStatsIntervalFlushes(t *testing.T) {
 	for {
 		n, err := c.HGet(context.Background(), key, "requests").Int64()
 		if n == sent {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("Redis counts %d of the %d requests 20 s later (%v): stats_interval 2s flushed nothing", n, sent, err)
 		}
 		<-tick.C
 	}
+	// The flush is counted for the operator: one Redis call of its own.
+	g.waitMetric(5*time.Second, func(v float64) bool { return v == 1 }, "caddy_rate_limit_stats_flushes_total", `cluster="default"`)
 }

@@ -56,6 +56,7 @@ type Limiter struct {
 	statsSeq        atomic.Uint64    // the last statistics Seq used (nextSeq)
 	lost            atomic.Int64     // requests whose statistics the Store lost, not yet logged
 	resent          atomic.Int64     // requests whose statistics were sent again (the Store lost them)
+	flushes         atomic.Int64     // per-app statistics batches carried by reports (StatsFlushes)
 	lostStats       notice           // the WARN of lost statistics
 	lostOverrides   notice           // the WARN of lost overrides
 	lostEmergencies notice           // the WARN of a lost operator emergency
@@ -325,6 +326,11 @@ func (l *Limiter) apps() []*App {
 // ResentRequests is how many admitted requests' statistics were sent a second time because the
 // Store had lost them after acknowledging them (a failover to a lagging replica, a restart).
 func (l *Limiter) ResentRequests() int64 { return l.resent.Load() }
+
+// StatsFlushes is how many per-app statistics batches the cluster reports delivered: apps whose
+// statistics no lease or return carried within StatsInterval (or SyncBatch of them waited, or
+// the app was removed, or the limiter closed). Each is one Store call of its own for the app.
+func (l *Limiter) StatsFlushes() int64 { return l.flushes.Load() }
 
 // Close stops the sync loop, sends the pending statistics and returns every unspent token to
 // L2. After Close, takes are served from local tokens only (there are none left), so they are

@@ -381,8 +381,8 @@ func TestSyncBatchFlushesStats(t *testing.T) {
 	admit(a, 1)
 	c.Advance(interval + time.Millisecond)
 	l.tick(c.Now())
-	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 5) || rep.Cost != 1 {
-		t.Fatalf("batch did not flush: %+v", rep)
+	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 5) || rep.Cost != 1 || l.StatsFlushes() != 1 {
+		t.Fatalf("batch did not flush (%d flushes counted): %+v", l.StatsFlushes(), rep)
 	}
 	// Later requests wait for a lease, the next batch or StatsInterval after the last delivery.
 	admit(a, 1)
@@ -399,8 +399,8 @@ func TestSyncBatchFlushesStats(t *testing.T) {
 	}
 	c.Advance(step)
 	l.tick(c.Now())
-	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 1) {
-		t.Fatalf("statistics not flushed after StatsInterval: %+v", rep)
+	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 1) || l.StatsFlushes() != 2 {
+		t.Fatalf("statistics not flushed after StatsInterval (%d flushes counted): %+v", l.StatsFlushes(), rep)
 	}
 }
 

@@ -190,6 +190,7 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	for _, f := range flushed {
 		f.a.statsDelivered(f.b, st.PrevSeq[f.a.id], start, answered)
 	}
+	l.flushes.Add(int64(len(flushed)))
 	l.logLost()
 	l.pending = nil
 	nonzero := make(map[string]bool, len(inflight))
