@@ -33,6 +33,7 @@ type statsBatch struct {
 // appStatsState is an App's statistics delivery (statsMu).
 type appStatsState struct {
 	pend    *statsBatch  // sent, not acknowledged: sent again with its Seq
+	failed  bool         // the last call carrying pend failed: the next report sends it again
 	acked   []statsBatch // acknowledged in the last ackWindow, oldest first
 	statsAt time.Time    // when a call last delivered (or had nothing to deliver)
 }
@@ -61,6 +62,19 @@ func (a *App) takeStats() statsBatch {
 	a.sentReqs.Add(n)
 	a.st.pend = &b
 	return b
+}
+
+// statsFailed records that a call carrying b failed. The Store may have applied it all the same
+// (a timeout after Redis ran the script), and it remembers the Seq only as long as the app's
+// record lives, about a minute after that call: the batch goes out again with the next report,
+// not after StatsInterval, which may be longer (a batch sent again after the record expired
+// would be counted twice).
+func (a *App) statsFailed(b statsBatch) {
+	a.statsMu.Lock()
+	defer a.statsMu.Unlock()
+	if b.seq != 0 && a.st.pend != nil && a.st.pend.seq == b.seq {
+		a.st.failed = true
+	}
 }
 
 // statsDelivered records that a call carrying b, sent at sent, succeeded at now; prev is the
@@ -94,7 +108,7 @@ func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 	}
 	a.st.acked = kept
 	if a.st.pend != nil && a.st.pend.seq == b.seq {
-		a.st.pend = nil
+		a.st.pend, a.st.failed = nil, false
 		b.at = now
 		a.st.acked = append(a.st.acked, b)
 	}
@@ -111,7 +125,7 @@ func (a *App) statsDue(now time.Time, all bool) bool {
 		return false
 	}
 	cfg := &a.l.snap().cfg
-	return all || now.Sub(a.st.statsAt) >= cfg.StatsInterval || unsent >= cfg.SyncBatch
+	return all || a.st.failed || now.Sub(a.st.statsAt) >= cfg.StatsInterval || unsent >= cfg.SyncBatch
 }
 
 // statsSettled reports whether every admitted request's statistics were acknowledged.

@@ -88,6 +88,8 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	if err == nil {
 		a.statsDelivered(stats, c.res.PrevSeq, start, now)
 		a.applyLease(req, c.res, now)
+	} else {
+		a.statsFailed(stats)
 	}
 	c.err = err
 	a.mu.Lock()
@@ -218,7 +220,8 @@ func (a *App) giveBack(now time.Time, n int64) error {
 	l.observe(done.Sub(start), err, false)
 	if err != nil {
 		a.dropped.Add(n)
-		return err // the statistics stay pending: the app's next call sends them again
+		a.statsFailed(stats) // pending: the next report sends them again
+		return err
 	}
 	// A return's answer names no earlier Seq (as a lease's does), so it judges no batch lost:
 	// the app's next lease or flush does.

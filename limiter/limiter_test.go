@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -402,6 +403,91 @@ func TestSyncBatchFlushesStats(t *testing.T) {
 	if rep := ps.lastReport.Load(); !hasApp(rep, "a", 1) || l.StatsFlushes() != 2 {
 		t.Fatalf("statistics not flushed after StatsInterval (%d flushes counted): %+v", l.StatsFlushes(), rep)
 	}
+}
+
+// An isolated tenant idle past IsolatedTTL keeps its bucket while its statistics may still wait
+// (a longer StatsInterval): retired at once, they would cost a flush of their own a minute
+// after its last request. Once they are due, the report flushes them and the bucket goes.
+func TestIsolatedBucketWaitsForItsStatistics(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.UnknownApp = UnknownIsolated
+	cfg.StatsInterval = 10 * time.Minute
+	cfg.Default = pol(1, 2, 2) // a lease of one token (burst / 2), spent by the request: nothing to return
+	l := testLimiter(t, cfg, ps, c, false)
+	a := mustApp(t, l, "tenant")
+	if a.ID() != "tenant" {
+		t.Fatalf("bucket %q, want an isolated one", a.ID())
+	}
+	if d := admit(a, 1); !d.Allowed || a.balance.Load() != 0 {
+		t.Fatalf("request: %+v, balance %d; want admitted with nothing left", d, a.balance.Load())
+	}
+	isolated := func() int {
+		l.isoMu.RLock()
+		defer l.isoMu.RUnlock()
+		return len(l.isolated)
+	}
+	c.Advance(l.Config().IsolatedTTL + time.Second)
+	l.tick(c.Now())
+	if rep := ps.lastReport.Load(); isolated() != 1 || rep == nil || len(rep.Apps) != 0 || l.StatsFlushes() != 0 {
+		t.Fatalf("idle past IsolatedTTL with statistics not yet due: %d isolated, %d flushes, report %+v; "+
+			"want the bucket kept and nothing flushed", isolated(), l.StatsFlushes(), rep)
+	}
+	c.Advance(cfg.StatsInterval)
+	l.tick(c.Now())
+	if rep := ps.lastReport.Load(); isolated() != 0 || !hasApp(rep, "tenant", 1) || l.StatsFlushes() != 1 {
+		t.Fatalf("after StatsInterval: %d isolated, %d flushes, report %+v; want the request flushed "+
+			"once and the bucket retired", isolated(), l.StatsFlushes(), rep)
+	}
+}
+
+// A batch whose call failed goes out again with the next report, whatever StatsInterval: the
+// Store may have applied it all the same, and it remembers the Seq only as long as the app's
+// record lives (about a minute). Sent again only after StatsInterval (10 minutes here), it
+// could be counted twice.
+func TestFailedStatisticsSentAgainAtOnce(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	fs := &returnFailingStore{probeStore: ps}
+	cfg := baseConfig()
+	cfg.StatsInterval = 10 * time.Minute
+	l := testLimiter(t, cfg, fs, c, false)
+	a := mustApp(t, l, "a")
+	if d := admit(a, 1); !d.Allowed {
+		t.Fatalf("request: %+v", d)
+	}
+	c.Advance(l.Config().LeaseTTL + time.Second)
+	fs.failReturns.Store(true) // the idle lease's return carries the request's statistics, and fails
+	l.tick(c.Now())
+	if fs.failed.Load() == 0 {
+		t.Fatal("no return was attempted: the test needs one to carry the statistics")
+	}
+	fs.failReturns.Store(false)
+	// A failed call puts the limiter in fail_open: its reports are then probes, once a second.
+	for range 30 {
+		if hasApp(ps.lastReport.Load(), "a", 1) {
+			return
+		}
+		c.Advance(l.Config().SyncInterval)
+		l.tick(c.Now())
+	}
+	t.Fatalf("the failed batch was not sent again within 3 s: last report %+v", ps.lastReport.Load())
+}
+
+// returnFailingStore fails Returns while failReturns is set; every other call succeeds.
+type returnFailingStore struct {
+	*probeStore
+	failReturns atomic.Bool
+	failed      atomic.Int64
+}
+
+func (f *returnFailingStore) Return(ctx context.Context, r store.Return) error {
+	if f.failReturns.Load() {
+		f.failed.Add(1)
+		return errDown
+	}
+	return f.probeStore.Return(ctx, r)
 }
 
 type signalStore struct {
