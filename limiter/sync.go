@@ -332,7 +332,8 @@ func (l *Limiter) expireIsolated(now time.Time, cfg Config) {
 	var gone []*App
 	l.isoMu.Lock()
 	for id, a := range l.isolated {
-		if now.UnixNano()-a.lastUse.Load() > int64(cfg.IsolatedTTL) && (a.statsSettled() || a.statsDue(now, false)) {
+		idle := now.UnixNano()-a.lastUse.Load() > int64(cfg.IsolatedTTL)
+		if idle && (a.statsSettled() || a.statsDue(now, false)) {
 			delete(l.isolated, id)
 			a.retiredAt = now
 			gone = append(gone, a)
