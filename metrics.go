@@ -44,7 +44,7 @@ var (
 	descClConnsPeak = desc("cluster_connections_peak", "Highest cluster-wide in-flight count seen on this instance.", "cluster")
 	descClConnsRej  = desc("cluster_connections_rejected_total", "Requests rejected by the cluster's in-flight limit.", "cluster")
 	descChanges     = desc("config_changes_total", "Changes made through this instance's admin API (overrides set or removed, operator emergency set or cleared).", "cluster")
-	descFlushes     = desc("stats_flushes_total", "Per-app statistics batches sent by the cluster report because no lease or return of the app carried them within stats_interval: one Redis call each.", "cluster")
+	descFlushes     = desc("stats_flushes_total", "Per-app statistics batches the cluster report sent on their own (no lease or return of the app carried them within stats_interval, or their call failed, or the app was removed): one Redis call each.", "cluster")
 )
 
 // collector reports every live cluster state.

@@ -114,9 +114,9 @@ func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 	}
 }
 
-// statsDue reports whether the report must flush the app's statistics: some are unsent, and no
-// call carried them for Config.StatsInterval or SyncBatch of them wait (or all is set: Close, a
-// retired app).
+// statsDue reports whether the report must flush the app's statistics: some are unsent, and the
+// last call carrying them failed, or no call carried them for Config.StatsInterval, or SyncBatch
+// of them wait (or all is set: Close, a retired app).
 func (a *App) statsDue(now time.Time, all bool) bool {
 	a.statsMu.Lock()
 	defer a.statsMu.Unlock()

@@ -99,8 +99,8 @@ type clusterBatch struct {
 
 // report sends one cluster report (tickMu held): the heartbeat, the pending cost batch (again if
 // the last report failed, otherwise the cost admitted since), the in-flight counts, and the
-// statistics of apps whose statistics no lease carried for Config.StatsInterval (every app's
-// when all is set: Close). It applies L1's answer.
+// statistics that are due (statsDue; every app's when all is set: Close). It applies L1's
+// answer.
 func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	s := l.snap()
 	var inflight map[string]int64
