@@ -549,10 +549,10 @@ func TestDefaultHeaders(t *testing.T) {
 
 // TestOutcomeValueOverflow: values beyond the record's room are allocated, never lost.
 func TestOutcomeValueOverflow(t *testing.T) {
-	o := new(outcome)
+	o := (&Handler{headers: headersBoth}).newOutcome(&result{})
 	long := strings.Repeat("v", 100)
 	var got []string
-	for i := 0; i < len(o.vals)+3; i++ {
+	for i := 0; i < cap(o.vals)+3; i++ {
 		v := o.value(func(b []byte) []byte { return append(b, long...) })
 		if len(v) != 1 {
 			t.Fatalf("value %d: %q", i, v)

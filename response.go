@@ -47,6 +47,9 @@ type result struct {
 // the placeholders after the handler chain has returned, so it cannot be pooled. The header values
 // are built into buf and handed out as strings that point into it (buf is never written again
 // once a value is cut from it), so the headers cost no further allocation.
+//
+// vals and buf are the room for header values, in the same allocation (newOutcome): their
+// length is what is used, their capacity what there is.
 type outcome struct {
 	self providerHeader // first: the outcome is its own placeholder provider (provider.go)
 	result
@@ -55,10 +58,44 @@ type outcome struct {
 	// the outcome of the last handler that published, which the placeholders show.
 	root   *outcome
 	latest atomic.Pointer[outcome]
-	vals   [8]string // every header of an admitted request, in every mode
-	nval   uint8
-	nbuf   uint8
-	buf    [128]byte // enough for typical values; a value that does not fit is allocated
+	vals   []string
+	buf    []byte
+}
+
+// outcomeOne has room for the one header value of an admitted request with the default
+// headers (RateLimit: "app";r=<remaining>;t=<reset>, under 40 bytes for a burst below 10^17).
+// The request path allocates it for every admitted request, so it is kept small: each byte
+// of it is a byte the allocator clears and the garbage collector later reclaims, and the
+// cache lines it touches cost most in Caddy (docs/performance.md, "Cache misses").
+type outcomeOne struct {
+	outcome
+	valRoom [1]string
+	bufRoom [40]byte
+}
+
+// outcomeMany has room for every header value of a rejection, and of every response with the
+// legacy headers.
+type outcomeMany struct {
+	outcome
+	valRoom [8]string
+	bufRoom [128]byte
+}
+
+// newOutcome allocates the outcome of res, with room for the header values its response gets
+// from h: none with the headers off, one for an admitted request with the default headers,
+// more otherwise. A value beyond the room is allocated on its own (value).
+func (h *Handler) newOutcome(res *result) *outcome {
+	switch {
+	case res.decision == decisionAllowed && h.headers == headersOff:
+		return &outcome{result: *res}
+	case res.decision == decisionAllowed && h.headers == headersDraft:
+		t := &outcomeOne{outcome: outcome{result: *res}}
+		t.vals, t.buf = t.valRoom[:0], t.bufRoom[:0]
+		return &t.outcome
+	}
+	t := &outcomeMany{outcome: outcome{result: *res}}
+	t.vals, t.buf = t.valRoom[:0], t.bufRoom[:0]
+	return &t.outcome
 }
 
 // publish sets the headers and placeholders of res and returns the outcome that holds them
@@ -69,7 +106,7 @@ func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *resu
 	if repl == nil && (h.headers == headersOff || !res.hasQuota()) {
 		return nil
 	}
-	o := &outcome{result: *res}
+	o := h.newOutcome(res)
 	h.setHeaders(w, o)
 	if repl != nil {
 		if root := publishedOutcome(w); root != nil {
@@ -91,27 +128,21 @@ func (r *result) hasQuota() bool {
 // value appends one header value built by build to buf and returns it as a one-element slice
 // (cap 1, so that a later Header().Add copies instead of writing into vals).
 func (o *outcome) value(build func(b []byte) []byte) []string {
-	start := int(o.nbuf)
-	var b []byte
-	if start < len(o.buf) {
-		b = build(o.buf[start:start:len(o.buf)])
-	} else {
-		b = build(nil)
-	}
+	room := o.buf[len(o.buf):cap(o.buf)]
+	b := build(room[:0])
 	var s string
-	if start < len(o.buf) && len(b) > 0 && unsafe.SliceData(b) == &o.buf[start] {
-		s = unsafe.String(&o.buf[start], len(b)) // built in place
-		o.nbuf += uint8(len(b))                  // fits: len(b) <= len(buf) - start
+	if len(b) > 0 && len(room) > 0 && unsafe.SliceData(b) == unsafe.SliceData(room) {
+		s = unsafe.String(unsafe.SliceData(b), len(b)) // built in place
+		o.buf = o.buf[:len(o.buf)+len(b)]              // fits: len(b) <= len(room)
 	} else {
 		s = string(b) // did not fit: append moved it elsewhere
 	}
-	i := int(o.nval)
-	if i == len(o.vals) {
+	if len(o.vals) == cap(o.vals) {
 		return []string{s} // more values than planned for: allocate rather than fail
 	}
-	o.vals[i] = s
-	o.nval++
-	return o.vals[i : i+1 : i+1]
+	o.vals = append(o.vals, s) // within the room: no allocation
+	n := len(o.vals)
+	return o.vals[n-1 : n : n]
 }
 
 // resetSeconds is the reset time of the headers in whole seconds: on a rejection when tokens

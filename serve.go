@@ -213,7 +213,7 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 	}
 	status := h.statusFor(reason)
 	if out == nil {
-		out = &outcome{result: *o}
+		out = h.newOutcome(o)
 	}
 	if waitsForContinue(r) {
 		// The client sends its body only after "100 Continue", which a rejection never asks
