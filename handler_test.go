@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -547,22 +548,40 @@ func TestDefaultHeaders(t *testing.T) {
 	}
 }
 
-// TestOutcomeValueOverflow: values beyond the record's room are allocated, never lost.
+// TestOutcomeValueOverflow: values beyond the record's room are allocated, never lost, whatever
+// room the record has (none, the one value of the default header, a rejection's), and values
+// that fit are cut from the record's own buffer.
 func TestOutcomeValueOverflow(t *testing.T) {
-	o := (&Handler{headers: headersBoth}).newOutcome(&result{})
-	long := strings.Repeat("v", 100)
-	var got []string
-	for i := 0; i < cap(o.vals)+3; i++ {
-		v := o.value(func(b []byte) []byte { return append(b, long...) })
-		if len(v) != 1 {
-			t.Fatalf("value %d: %q", i, v)
-		}
-		got = append(got, v[0])
+	rooms := []struct {
+		name string
+		h    *Handler
+		res  result
+	}{
+		{"headers off", &Handler{headers: headersOff}, result{}},
+		{"default header", &Handler{headers: headersDraft}, result{}},
+		{"rejection", &Handler{headers: headersDraft}, result{decision: decisionRejected}},
 	}
-	for i, v := range got {
-		if v != long {
-			t.Fatalf("value %d corrupted: %q", i, v)
-		}
+	for _, room := range rooms {
+		t.Run(room.name, func(t *testing.T) {
+			o := room.h.newOutcome(&room.res)
+			var want, got []string
+			for i := 0; i < cap(o.vals)+3; i++ {
+				s := strings.Repeat(strconv.Itoa(i), 30+i) // 30 bytes and more: fits at first, then not
+				v := o.value(func(b []byte) []byte { return append(b, s...) })
+				if len(v) != 1 || cap(v) != 1 {
+					t.Fatalf("value %d: %q (cap %d), want one value of cap 1", i, v, cap(v))
+				}
+				want, got = append(want, s), append(got, v[0])
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("value %d corrupted: %q, want %q", i, got[i], want[i])
+				}
+			}
+			if cap(o.buf) > 0 && len(o.buf) == 0 {
+				t.Errorf("nothing was built in the record's buffer of %d bytes", cap(o.buf))
+			}
+		})
 	}
 }
 
