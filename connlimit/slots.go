@@ -90,12 +90,21 @@ func (c *Counter) take(s *counts, name string, limit int64, dl *time.Time) (int6
 
 // grow asks for a larger holding: one more slot than is in use plus headroom (an eighth of the
 // use, none below 8 in flight, at most limit / (2 × live instances)), so that a fleet at its
-// limit is not short of the slots other instances hold idle. While the Store is unavailable
-// this instance keeps to its holding or, if larger, its share of the limit (limit / live
-// instances), and to what the others held at the last lease (tryRescue).
+// limit is not short of the slots other instances hold idle. While the Store is unavailable,
+// or slower than the request may wait, this instance keeps to its holding or, if larger, its
+// share of the limit (limit / live instances), and to what the others held at the last lease
+// (tryRescue).
+//
+// The Store call is not cut short at the request's deadline: it runs to its own end (the
+// Store's background timeout) and its answer is applied when it comes, for the requests after.
+// Cut at the deadline, a Store answering just slower than the timeout never had a lease
+// applied: every call ended on the client's side, and go-redis closed its connection, so the
+// next call paid a new connection's handshake and ended too. The holdings and the others'
+// figures were never refreshed, and a fleet of three admitted twice its limit for as long as
+// Redis stayed slow (docs/design.md, "Connection slots").
 func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, deadline time.Time) (int64, bool) {
 	// Another request of this scope may be asking the Store: wait for it until the request's
-	// deadline, then decide locally, within what the others held at the last lease.
+	// deadline, then decide locally.
 	select {
 	case s.slotSem <- struct{}{}:
 	default:
@@ -107,15 +116,16 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, dead
 			if n, ok := s.tryHeld(limit); ok {
 				return n, true
 			}
-			return s.tryAcquire(limit)
+			return s.tryRescue(limit, src.LiveInstances())
 		}
 	}
-	defer func() { <-s.slotSem }()
 	if n, ok := s.tryHeld(limit); ok { // a concurrent grow brought slots
+		<-s.slotSem
 		return n, true
 	}
 	now := c.clock()
 	if now < s.refusedUntil {
+		<-s.slotSem
 		return s.current.Load(), false // refused lately: rejections stay local
 	}
 	cur := s.current.Load()
@@ -124,27 +134,41 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, dead
 		// At the limit, or above it (a limit lowered below what is in flight): nothing to ask
 		// for. Asking would shrink the holding below the slots in use, and the Store would
 		// hand them to the other instances while they are still taken.
+		<-s.slotSem
 		return cur, false
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	res, err := src.LeaseSlots(ctx, name, want, cur, limit)
-	cancel()
-	if err != nil {
+	done := make(chan error, 1)
+	go func() { // holds slotSem until the answer is applied
+		defer func() { <-s.slotSem }()
+		res, err := src.LeaseSlots(context.Background(), name, want, cur, limit)
+		if err == nil {
+			s.held.Store(res.Held)
+			s.remote.Store(res.Others)
+			if res.Held < want {
+				// The fleet is at the limit: ask again after refusalBackoff, not for every request.
+				s.refusedUntil = now + int64(refusalBackoff)
+			}
+		}
+		done <- err
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return s.tryRescue(limit, src.LiveInstances())
+		}
+		// Granted, or refused because the fleet is at its limit. A grant that requests of
+		// this instance took meanwhile leaves this one out: the Store's answer is the bound.
+		return s.tryHeld(limit)
+	case <-t.C:
+		// Slower than the request may wait: decided locally, with the others' figures of the
+		// last lease that came back. This one is applied when it comes.
+		if n, ok := s.tryHeld(limit); ok {
+			return n, true
+		}
 		return s.tryRescue(limit, src.LiveInstances())
 	}
-	s.held.Store(res.Held)
-	s.remote.Store(res.Others)
-	if n, ok := s.tryHeld(limit); ok {
-		return n, true
-	}
-	if res.Held < want {
-		// The fleet is at the limit: ask again after refusalBackoff, not for every request.
-		s.refusedUntil = now + int64(refusalBackoff)
-		return s.current.Load(), false
-	}
-	// Granted in full, but requests that stopped waiting for this lease took the slots
-	// meanwhile: decide locally, as they did.
-	return s.tryAcquire(limit)
 }
 
 // tryRescue takes one slot while the Store cannot be asked. The others' last known holdings are
@@ -157,6 +181,9 @@ func (s *counts) tryRescue(limit int64, live int) (int64, bool) {
 	bound := max(s.held.Load(), (limit+int64(live)-1)/int64(live))
 	return s.tryAcquire(min(limit, bound+s.remote.Load())) // current < bound, current + remote < limit
 }
+
+// giveBackTimeout bounds GiveBackSlots.
+const giveBackTimeout = time.Second
 
 // refusalBackoff is how long a scope whose holding could not grow rejects locally before it
 // asks the Store again (slots others give back reach it then; its own releases at once).
@@ -291,17 +318,20 @@ func (c *Counter) trim(src SlotSource, s *counts, name string, limit int64, live
 }
 
 // GiveBackSlots returns every holding to the Store (at shutdown), so that the other instances
-// need not wait InstanceTTL for them.
+// need not wait InstanceTTL for them. It gives up after giveBackTimeout in all: a shutdown does
+// not wait on a Store that does not answer.
 func (c *Counter) GiveBackSlots() {
 	src := c.slots.Load()
 	if src == nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
 	give := func(s *counts, name string, limit int64) {
 		s.slotSem <- struct{}{}
 		defer func() { <-s.slotSem }()
-		if s.held.Load() > 0 {
-			if _, err := (*src).LeaseSlots(context.Background(), name, 0, 0, limit); err == nil {
+		if s.held.Load() > 0 && ctx.Err() == nil {
+			if _, err := (*src).LeaseSlots(ctx, name, 0, 0, limit); err == nil {
 				s.held.Store(0)
 			}
 		}

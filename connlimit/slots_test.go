@@ -3,6 +3,7 @@ package connlimit
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -219,46 +220,143 @@ func TestSlotsSparseRequestsAskNothing(t *testing.T) {
 	}
 }
 
-// slowSlots is a SlotSource whose Store never answers in time: each call waits for its
-// context to end, and records the deadline it was given.
-type slowSlots struct {
-	deadlines chan time.Time
+// pendingSlots is a SlotSource whose Store answers only when the test releases it, granting
+// every holding in full; each call is announced on calls.
+type pendingSlots struct {
+	calls   chan struct{}
+	release chan struct{}
 }
 
-func (s *slowSlots) LeaseSlots(ctx context.Context, app string, want, inUse, limit int64) (store.SlotLease, error) {
-	d, _ := ctx.Deadline()
-	s.deadlines <- d
-	<-ctx.Done()
-	return store.SlotLease{}, ctx.Err()
+func (s *pendingSlots) LeaseSlots(ctx context.Context, app string, want, inUse, limit int64) (store.SlotLease, error) {
+	s.calls <- struct{}{}
+	select {
+	case <-s.release:
+		return store.SlotLease{Held: want}, nil
+	case <-ctx.Done(): // as go-redis does
+		return store.SlotLease{}, ctx.Err()
+	}
 }
 
-func (s *slowSlots) LiveInstances() int { return 1 }
+func (s *pendingSlots) LiveInstances() int { return 1 }
 
-func (s *slowSlots) StoreTimeout() time.Duration { return 20 * time.Millisecond }
+func (s *pendingSlots) StoreTimeout() time.Duration { return 20 * time.Millisecond }
 
-// TestSlotGrowsShareOneDeadline: a request that must grow both its app's and the cluster's
-// holding while the Store does not answer waits one Store timeout in all, not one per scope:
-// both calls carry the same deadline, and the request is still decided locally.
-func TestSlotGrowsShareOneDeadline(t *testing.T) {
-	src := &slowSlots{deadlines: make(chan time.Time, 4)}
+// awaitGrow waits until no slot lease of s is in flight: the call holds slotSem until its answer
+// is applied.
+func awaitGrow(s *counts) {
+	s.slotSem <- struct{}{}
+	<-s.slotSem
+}
+
+// TestSlotLeaseOutlivesTheWait: a request whose app's and cluster's holdings must grow while the
+// Store does not answer is decided locally without waiting for the answers; the answers, when
+// they come, are applied, and the next request takes a slot of them without a Store call. (Cut
+// short at the request's deadline, a lease from a Store slower than the timeout was never
+// applied, and the fleet admitted twice its limit for as long as the Store stayed slow.)
+func TestSlotLeaseOutlivesTheWait(t *testing.T) {
+	src := &pendingSlots{calls: make(chan struct{}, 4), release: make(chan struct{})}
 	c := New(Config{App: 10, Cluster: 100}, nil)
 	t.Cleanup(c.Close)
 	c.UseSlots(src)
 	tk, reason := c.Acquire("a", 0)
 	if tk == nil {
-		t.Fatalf("refused (%v): a Store that does not answer must leave the decision to the local limits", reason)
+		t.Fatalf("refused (%v): a Store that does not answer in time leaves the decision to the local limits", reason)
 	}
 	tk.Release()
-	var got []time.Time
-	for len(src.deadlines) > 0 {
-		got = append(got, <-src.deadlines)
+	for i := range 2 { // the app's and the cluster's
+		select {
+		case <-src.calls:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d slot leases were made, want 2 (the app's and the cluster's)", i)
+		}
 	}
-	if len(got) != 2 {
-		t.Fatalf("%d slot leases, want 2 (the app's and the cluster's)", len(got))
+	close(src.release)
+	app := c.app("a")
+	awaitGrow(&app.counts)
+	awaitGrow(&c.cluster)
+	if h, hc := app.held.Load(), c.cluster.held.Load(); h != 1 || hc != 1 {
+		t.Fatalf("holdings app %d, cluster %d after the answers: want 1 and 1 (the answers applied)", h, hc)
 	}
-	if got[0].IsZero() || !got[0].Equal(got[1]) {
-		t.Fatalf("deadlines %v and %v: the request's two grows must share one deadline", got[0], got[1])
+	tk, reason = c.Acquire("a", 0)
+	if tk == nil {
+		t.Fatalf("refused (%v) within the holding", reason)
 	}
+	tk.Release()
+	if n := len(src.calls); n != 0 {
+		t.Errorf("%d Store calls for a request within the holding, want 0", n)
+	}
+}
+
+// lateSlots is an instance's SlotSource on a shared MemoryStore whose answers take delay, like
+// a Redis slower than the Store timeout; like go-redis, a call whose context ends first fails.
+type lateSlots struct {
+	*instanceSlots
+	delay time.Duration
+}
+
+func (s *lateSlots) LeaseSlots(ctx context.Context, app string, want, inUse, limit int64) (store.SlotLease, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return store.SlotLease{}, ctx.Err()
+	}
+	return s.instanceSlots.LeaseSlots(ctx, app, want, inUse, limit)
+}
+
+func (s *lateSlots) StoreTimeout() time.Duration { return 10 * time.Millisecond }
+
+// TestSlotsSlowStoreKeepsTheLimit: with a Store that answers after the timeout, an instance's
+// leases still land, so it knows what the others hold, and a burst of requests stays within the
+// fleet's limit. (A black-box test with Redis 20 ms away and the default 50 ms timeout measured
+// 85 in flight for a limit of 40 on three gateways, sustained.)
+func TestSlotsSlowStoreKeepsTheLimit(t *testing.T) {
+	_, _, b, ca, cb := twoInstances(t, 10)
+	var held []*Ticket
+	for range 8 { // a holds 8, in use
+		tk, r := ca.Acquire("x", 0)
+		if tk == nil {
+			t.Fatalf("a refused with %v", r)
+		}
+		held = append(held, tk)
+	}
+	slow := &lateSlots{instanceSlots: b, delay: 30 * time.Millisecond}
+	cb.UseSlots(slow)
+
+	// b's first request cannot wait for its lease: the local limits decide (b's share, 5, and
+	// nothing known of a). Its lease lands afterwards and tells b what a holds.
+	tk, r := cb.Acquire("x", 0)
+	if tk == nil {
+		t.Fatalf("b's first request refused with %v", r)
+	}
+	held = append(held, tk)
+	awaitGrow(&cb.app("x").counts)
+	if got := cb.app("x").remote.Load(); got != 8 {
+		t.Fatalf("b knows of %d slots held by the others after its lease landed, want 8", got)
+	}
+
+	// A burst on b: at most the 10 of the limit in flight fleet-wide.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if tk, _ := cb.Acquire("x", 0); tk != nil {
+				mu.Lock()
+				held = append(held, tk)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(held); n > 10 {
+		t.Errorf("%d in flight fleet-wide for a limit of 10", n)
+	}
+	for _, tk := range held {
+		tk.Release()
+	}
+	awaitGrow(&cb.app("x").counts)
+	awaitGrow(&cb.cluster)
 }
 
 // TestSlotsOutageKeepsShare: while the Store cannot be asked, each instance keeps to its share

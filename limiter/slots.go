@@ -15,8 +15,11 @@ import (
 // holdings of all live instances stay within the limit (docs/design.md, "Connection slots").
 
 // LeaseSlots asks the Store for a holding of want slots of app's scope ("" for the cluster), of
-// which inUse are in use (the holding stays at least that), bounded by the Store timeout and by
-// ctx. It is connlimit's SlotSource.
+// which inUse are in use (the holding stays at least that), bounded by ctx and by the
+// background timeout of Store calls that no request waits on (at least a second): a request
+// waits on a slot lease at most StoreTimeout (connlimit), but the lease itself runs to its end
+// and is applied, so that a Store slower than StoreTimeout still refreshes the holdings. It is
+// connlimit's SlotSource.
 func (l *Limiter) LeaseSlots(ctx context.Context, app string, want, inUse, limit int64) (store.SlotLease, error) {
 	if l.closed.Load() {
 		return store.SlotLease{}, ErrClosed
@@ -26,11 +29,11 @@ func (l *Limiter) LeaseSlots(ctx context.Context, app string, want, inUse, limit
 	}
 	s := l.snap()
 	// Slot leases do not feed the degradation level: token leases and reports do. (Fed with
-	// slot leases cut short at the Store timeout, the level under a slow Store misjudged the
-	// Store and the fleet over-admitted tokens in the fault matrix.)
+	// slot leases, which requests stop waiting for at the Store timeout, the level under a slow
+	// Store misjudged the Store and the fleet over-admitted tokens in the fault matrix.)
 	var res store.SlotLease
 	err := l.callStore(func(context.Context) (err error) {
-		ctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		ctx, cancel := context.WithTimeout(ctx, l.bgTimeout())
 		defer cancel()
 		res, err = l.store.LeaseSlots(ctx, store.SlotRequest{Cluster: s.cfg.Cluster.ID, App: app,
 			Instance: s.cfg.Instance, Want: want, Limit: limit, InUse: inUse})
