@@ -2,6 +2,7 @@ package tierbucket
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/cost"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func init() {
@@ -210,10 +212,11 @@ func (h *Handler) unmarshalApp(d *caddyfile.Dispenser) error {
 			a.MaxBorrow, err = floatArg(d)
 		case "max_connections":
 			a.MaxConnections, err = intArg(d)
-			if err == nil && a.MaxConnections == 0 {
-				// 0 stands for "not set" in the JSON config: an operator writing it to block
-				// the app would get connections.app (1000) instead
-				err = d.Errf("app %q: max_connections must be >= 1 (leave it out for connections.app), got 0", id)
+			// 0 stands for "not set" in the JSON config: an operator writing it to block the
+			// app would get connections.app (1000) instead. 2^53: the Store counts in doubles.
+			if err == nil && (a.MaxConnections < 1 || a.MaxConnections > store.MaxAmount) {
+				err = d.Errf("app %q: max_connections must be >= 1 and <= 2^53 (leave it out for connections.app), got %d",
+					id, a.MaxConnections)
 			}
 		case "warmup":
 			a.Warmup, err = durationArg(d)
@@ -548,6 +551,9 @@ func intArg(d *caddyfile.Dispenser) (int64, error) {
 		return 0, err
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, d.Errf("%s: %s is an integer out of range (beyond ±2^63)", name, v)
+	}
 	if err != nil {
 		return 0, d.Errf("%s: %q is not an integer", name, v)
 	}

@@ -201,7 +201,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		// 0 is "not set" in JSON: written in a Caddyfile to block, it would give the default
 		{"connections zero", "rate_limit {\n\tconnections {\n\t\tapp 0\n\t}\n}", "connections.app must be more than 0 (leave it out for the default), got 0, at Caddyfile:4"},
 		{"idle_timeout zero", "rate_limit {\n\tconnections {\n\t\tidle_timeout 0\n\t}\n}", "connections.idle_timeout must be more than 0"},
-		{"max_connections zero", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tmax_connections 0\n\t}\n}", `app "a": max_connections must be >= 1 (leave it out for connections.app), got 0`},
+		{"max_connections zero", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tmax_connections 0\n\t}\n}", `app "a": max_connections must be >= 1 and <= 2^53 (leave it out for connections.app), got 0, at Caddyfile:5`},
+		{"max_connections negative", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tmax_connections -1\n\t}\n}", `max_connections must be >= 1 and <= 2^53 (leave it out for connections.app), got -1, at Caddyfile:5`},
+		{"max_connections above 2^53", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tmax_connections 9007199254740993\n\t}\n}", `got 9007199254740993, at Caddyfile:5`},
+		{"max_connections beyond int64", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tmax_connections 99999999999999999999\n\t}\n}", `max_connections: 99999999999999999999 is an integer out of range (beyond ±2^63)`},
 		{"connections range names its line", "rate_limit {\n\tconnections {\n\t\tapp 5\n\t\tidle_timeout 1ms\n\t\tcluster 9\n\t}\n}", "connections.idle_timeout must be >= 1s, got 1ms, at Caddyfile:5"},
 		{"local unknown", "rate_limit {\n\tlocal {\n\t\tcache 5\n\t}\n}", `local: unknown subdirective "cache"`},
 		{"local duplicate", "rate_limit {\n\tlocal {\n\t\treserve 5\n\t\treserve 6\n\t}\n}", `local: duplicate subdirective "reserve"`},
