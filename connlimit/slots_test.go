@@ -131,7 +131,9 @@ func TestSlotsFleetWide(t *testing.T) {
 			tk.Release()
 		}
 	}
-	clk.Advance(store.InstanceTTL + time.Millisecond)
+	clk.Advance(store.InstanceTTL / 2) // a goes on reporting
+	a.heartbeat(t)
+	clk.Advance(store.InstanceTTL/2 + time.Millisecond)
 	a.heartbeat(t)
 	live = []*Counter{ca}
 	got := 0

@@ -9,6 +9,10 @@ import (
 // memLedger is one cluster's L1 ledger plus its per-instance records (the Store semantics' "L1
 // cluster ledger"; Redis: the :l1, :nodes and :conn keys). Times are µs since the Unix epoch.
 type memLedger struct {
+	// heardSince is when the fleet was heard again after a silence longer than InstanceTTL
+	// (Redis: heard_since in the :l1 hash); 0 before the first report.
+	heardSince int64
+
 	win       [usageSlots]float64 // cost reported per 100 ms slot, ring indexed by ring(slot)
 	winSlot   int64               // the latest slot win counts (valid when winSet)
 	winSet    bool
@@ -67,6 +71,13 @@ func (l *memLedger) heartbeat(instance string, now int64) (int, bool) {
 	ttl := store.InstanceTTL.Microseconds()
 	prev, ok := l.nodes[instance]
 	rejoined := !ok || now-prev > ttl
+	heard := false
+	for _, t := range l.nodes {
+		heard = heard || now-t <= ttl
+	}
+	if !heard {
+		l.heardSince = now // the fleet is heard again after a silence (LeaseSlots)
+	}
 	l.nodes[instance] = now
 	for i, t := range l.nodes {
 		if now-t > ttl {

@@ -29,12 +29,16 @@ func (m *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.Slot
 		l.slots[r.App] = held
 	}
 	ttl := store.InstanceTTL.Microseconds()
+	// Within a TTL of the fleet being heard again (or before any report) an instance not heard
+	// yet is not judged dead: after an outage longer than the TTL every instance looks dead
+	// until its own next report, while its requests still use its slots (lease_slots.lua).
+	settling := l.heardSince == 0 || now-l.heardSince <= ttl
 	var others int64
 	for inst, n := range held {
 		if inst == r.Instance {
 			continue
 		}
-		if hb, ok := l.nodes[inst]; !ok || now-hb > ttl {
+		if hb, ok := l.nodes[inst]; (!ok || now-hb > ttl) && !settling {
 			delete(held, inst)
 			continue
 		}

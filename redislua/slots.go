@@ -15,7 +15,7 @@ func (s *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.Slot
 	if err := r.Validate(); err != nil {
 		return store.SlotLease{}, fmt.Errorf("redislua: %w", err)
 	}
-	vals, err := leaseSlotsScript.Run(ctx, s.client, []string{s.keys.slots(r.Cluster, r.App), s.keys.nodes(r.Cluster)},
+	vals, err := leaseSlotsScript.Run(ctx, s.client, []string{s.keys.slots(r.Cluster, r.App), s.keys.nodes(r.Cluster), s.keys.l1(r.Cluster)},
 		s.nowArg(), r.Instance, r.Want, r.Limit, store.InstanceTTL.Microseconds(), r.InUse).Slice()
 	if err != nil {
 		s.failed()

@@ -19,11 +19,18 @@ local seq_ttl = tonumber(ARGV[13])
 local span = tonumber(ARGV[14]) or 0
 
 -- 1. heartbeat; instances silent for longer than the TTL are dead and removed. Rejoined: this
--- instance was not live here before (first report, expired, or the data was lost).
+-- instance was not live here before (first report, expired, or the data was lost). When no
+-- instance at all was heard for the TTL (Redis was away, or the whole fleet), the others are not
+-- dead but not heard yet: heard_since marks the time, and for one TTL after it the slot leases
+-- keep their holdings (lease_slots.lua).
 local prev_hb = tonumber(redis.call('ZSCORE', KEYS[2], instance))
 local rejoined = (prev_hb == nil or now - prev_hb > ttl) and 1 or 0
-redis.call('ZADD', KEYS[2], fmt(now), instance)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(now - ttl))
+if redis.call('ZCARD', KEYS[2]) == 0 then
+  redis.call('HSET', KEYS[1], 'heard_since', fmt(now))
+  keep_l1(KEYS[1], now)
+end
+redis.call('ZADD', KEYS[2], fmt(now), instance)
 local live = redis.call('ZCARD', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], 60000)
 

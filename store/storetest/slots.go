@@ -18,6 +18,22 @@ func slotCases() []testCase {
 		{"SlotsInUseKept", slotsInUseKept},
 		{"ReportRejoined", reportRejoined},
 		{"SlotsInvalid", slotsInvalid},
+		{"SlotsKeptAfterSilence", slotsKeptAfterSilence},
+	}
+}
+
+// heard reports the instances for a little longer than InstanceTTL, as live instances do, so
+// that the Store judges liveness by heartbeats alone (not in the TTL after a silence).
+func (e *env) heard(instances ...string) {
+	e.t.Helper()
+	for range 2 {
+		for _, i := range instances {
+			e.report(i, 0)
+		}
+		e.advance(store.InstanceTTL/2 + time.Millisecond)
+	}
+	for _, i := range instances {
+		e.report(i, 0)
 	}
 }
 
@@ -51,8 +67,7 @@ func (e *env) wantSlots(got store.SlotLease, held, others int64) {
 }
 
 func slotsWithinLimit(e *env) {
-	e.report("i1", 0)
-	e.report("i2", 0)
+	e.heard("i1", "i2")
 	// The caller counts as live before its first heartbeat; to the others it is not live yet.
 	e.wantSlots(e.slots("i3", e.app, 4, 10), 4, 0)
 	e.wantSlots(e.slots("i1", e.app, 5, 10), 5, 0) // i3's holding is dropped
@@ -145,4 +160,27 @@ func slotsInvalid(e *env) {
 			e.t.Errorf("LeaseSlots(%+v) = nil error", r)
 		}
 	}
+}
+
+// slotsKeptAfterSilence: after a silence of the whole fleet longer than InstanceTTL (Redis away),
+// every instance looks dead until its own next report; for one TTL after the Store hears the
+// fleet again, the holdings of instances not heard yet still count. (A gateway's grow right
+// after a Redis failover dropped the others' holdings and was granted the slots their requests
+// still used: 147 in flight for a limit of 80, black-box.)
+func slotsKeptAfterSilence(e *env) {
+	e.heard("i1", "i2")
+	e.wantSlots(e.slotsInUse("i1", e.app, 8, 8, 10), 8, 0)
+	e.advance(2 * store.InstanceTTL) // nobody reaches the Store
+	e.report("i2", 0)
+	e.wantSlots(e.slots("i2", e.app, 8, 10), 2, 8) // i1 not heard yet: its 8 still count
+	if !e.report("i1", 0).Rejoined {
+		e.t.Fatal("i1's first report after the silence: not rejoined")
+	}
+	e.wantSlots(e.slotsInUse("i1", e.app, 8, 8, 10), 8, 2) // i1 states its holding again
+	// i1 dies now: once the Store has heard the fleet for a TTL, its holding is dropped as usual.
+	e.advance(store.InstanceTTL / 2)
+	e.report("i2", 0)
+	e.advance(store.InstanceTTL/2 + time.Millisecond)
+	e.report("i2", 0)
+	e.wantSlots(e.slots("i2", e.app, 8, 10), 8, 0)
 }
