@@ -146,7 +146,7 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, dead
 			s.remote.Store(res.Others)
 			if res.Held < want {
 				// The fleet is at the limit: ask again after refusalBackoff, not for every request.
-				s.refusedUntil = now + int64(refusalBackoff)
+				s.refusedUntil = c.clock() + int64(refusalBackoff)
 			}
 		}
 		done <- err
