@@ -32,6 +32,7 @@ type counts struct {
 	limit    atomic.Int64 // last limit applied (for Snapshot)
 	held     atomic.Int64 // slots this instance holds (UseSlots)
 	recent   atomic.Int64 // about the max of current since the last trim (UseSlots)
+	waiting  atomic.Int64 // requests waiting for another request's slot lease (grow)
 
 	slotSem      chan struct{} // one slot lease at a time per scope (cap 1); guards idle, refusedUntil
 	idle         int           // trims in a row with nothing in flight

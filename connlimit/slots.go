@@ -88,9 +88,10 @@ func (c *Counter) take(s *counts, name string, limit int64, dl *time.Time) (int6
 	return c.grow(*src, s, name, limit, *dl)
 }
 
-// grow asks for a larger holding: one more slot than is in use plus headroom (an eighth of the
-// use, none below 8 in flight, at most limit / (2 × live instances)), so that a fleet at its
-// limit is not short of the slots other instances hold idle. While the Store is unavailable,
+// grow asks for a larger holding: one more slot than is in use, one for each request waiting
+// behind this one, plus headroom (an eighth of the use, none below 8 in flight, at most limit /
+// (2 × live instances)), so that a fleet at its limit is not short of the slots other instances
+// hold idle. While the Store is unavailable,
 // or slower than the request may wait, this instance keeps to its holding or, if larger, its
 // share of the limit (limit / live instances), and to what the others held at the last lease
 // (tryRescue).
@@ -103,39 +104,62 @@ func (c *Counter) take(s *counts, name string, limit int64, dl *time.Time) (int6
 // figures were never refreshed, and a fleet of three admitted twice its limit for as long as
 // Redis stayed slow (docs/design.md, "Connection slots").
 func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, deadline time.Time) (int64, bool) {
+	for range growAttempts {
+		if n, ok, again := c.growOnce(src, s, name, limit, deadline); !again {
+			return n, ok
+		}
+	}
+	return s.current.Load(), false // outrun every time: as refused
+}
+
+// growAttempts bounds the leases one request makes when the slots each lease brings are taken
+// by the instance's other requests before it.
+const growAttempts = 3
+
+// growOnce is one attempt of grow; again says that the lease was granted in full but this
+// instance's other requests took its slots first. Deciding locally then, beyond the holding,
+// let the fleet go over its limit in a burst (5 in flight for a limit of 4): the Store had
+// granted the others what this instance then used.
+func (c *Counter) growOnce(src SlotSource, s *counts, name string, limit int64, deadline time.Time) (n int64, ok, again bool) {
 	// Another request of this scope may be asking the Store: wait for it until the request's
 	// deadline, then decide locally.
 	select {
 	case s.slotSem <- struct{}{}:
 	default:
+		s.waiting.Add(1) // the lease in flight, or the next one, asks for this request too
 		t := time.NewTimer(time.Until(deadline))
 		select {
 		case s.slotSem <- struct{}{}:
+			s.waiting.Add(-1)
 			t.Stop()
 		case <-t.C:
+			s.waiting.Add(-1)
 			if n, ok := s.tryHeld(limit); ok {
-				return n, true
+				return n, true, false
 			}
-			return s.tryRescue(limit, src.LiveInstances())
+			n, ok := s.tryRescue(limit, src.LiveInstances())
+			return n, ok, false
 		}
 	}
 	if n, ok := s.tryHeld(limit); ok { // a concurrent grow brought slots
 		<-s.slotSem
-		return n, true
+		return n, true, false
 	}
 	now := c.clock()
 	if now < s.refusedUntil {
 		<-s.slotSem
-		return s.current.Load(), false // refused lately: rejections stay local
+		return s.current.Load(), false, false // refused lately: rejections stay local
 	}
 	cur := s.current.Load()
-	want := min(cur+1+headroom(cur, limit, src.LiveInstances()), limit)
+	// For this request, the requests waiting behind it, and headroom: a burst is served by one
+	// lease, not by one lease per request in a row (which outlasted the Store timeout).
+	want := min(cur+1+s.waiting.Load()+headroom(cur, limit, src.LiveInstances()), limit)
 	if want <= cur {
 		// At the limit, or above it (a limit lowered below what is in flight): nothing to ask
 		// for. Asking would shrink the holding below the slots in use, and the Store would
 		// hand them to the other instances while they are still taken.
 		<-s.slotSem
-		return cur, false
+		return cur, false, false
 	}
 	done := make(chan error, 1)
 	go func() { // holds slotSem until the answer is applied
@@ -156,18 +180,21 @@ func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, dead
 	select {
 	case err := <-done:
 		if err != nil {
-			return s.tryRescue(limit, src.LiveInstances())
+			n, ok := s.tryRescue(limit, src.LiveInstances())
+			return n, ok, false
 		}
-		// Granted, or refused because the fleet is at its limit. A grant that requests of
-		// this instance took meanwhile leaves this one out: the Store's answer is the bound.
-		return s.tryHeld(limit)
+		if n, ok := s.tryHeld(limit); ok || s.held.Load() < want {
+			return n, ok, false // admitted, or refused: the fleet is at its limit
+		}
+		return 0, false, true // granted in full, but taken by this instance's other requests
 	case <-t.C:
 		// Slower than the request may wait: decided locally, with the others' figures of the
 		// last lease that came back. This one is applied when it comes.
 		if n, ok := s.tryHeld(limit); ok {
-			return n, true
+			return n, true, false
 		}
-		return s.tryRescue(limit, src.LiveInstances())
+		n, ok := s.tryRescue(limit, src.LiveInstances())
+		return n, ok, false
 	}
 }
 
