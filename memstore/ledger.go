@@ -71,11 +71,7 @@ func (l *memLedger) heartbeat(instance string, now int64) (int, bool) {
 	ttl := store.InstanceTTL.Microseconds()
 	prev, ok := l.nodes[instance]
 	rejoined := !ok || now-prev > ttl
-	heard := false
-	for _, t := range l.nodes {
-		heard = heard || now-t <= ttl
-	}
-	if !heard {
+	if !l.heard(now) {
 		l.heardSince = now // the fleet is heard again after a silence (LeaseSlots)
 	}
 	l.nodes[instance] = now
@@ -85,6 +81,16 @@ func (l *memLedger) heartbeat(instance string, now int64) (int, bool) {
 		}
 	}
 	return len(l.nodes), rejoined
+}
+
+// heard reports whether some instance's heartbeat is at most InstanceTTL old.
+func (l *memLedger) heard(now int64) bool {
+	for _, t := range l.nodes {
+		if now-t <= store.InstanceTTL.Microseconds() {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *memLedger) removeInstance(instance string) {

@@ -32,6 +32,9 @@ func (m *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.Slot
 	// Within a TTL of the fleet being heard again (or before any report) an instance not heard
 	// yet is not judged dead: after an outage longer than the TTL every instance looks dead
 	// until its own next report, while its requests still use its slots (lease_slots.lua).
+	if !l.heard(now) {
+		l.heardSince = now // a lease may come before any report after a silence
+	}
 	settling := l.heardSince == 0 || now-l.heardSince <= ttl
 	var others int64
 	for inst, n := range held {

@@ -16,7 +16,15 @@ local limit = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local in_use = tonumber(ARGV[6]) or 0
 
+-- A lease may reach Redis before any report after a silence (requests do not wait for the
+-- sync loop): it starts the settling time itself, as the report does.
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(now - ttl))
 local heard = tonumber(redis.call('HGET', KEYS[3], 'heard_since'))
+if redis.call('ZCARD', KEYS[2]) == 0 then
+  heard = now
+  redis.call('HSET', KEYS[3], 'heard_since', fmt(now))
+  keep_l1(KEYS[3], now)
+end
 local settling = heard == nil or now - heard <= ttl
 local all = redis.call('HGETALL', KEYS[1])
 local others = 0
