@@ -138,8 +138,9 @@ type InFlightSource interface {
 	InFlight() (apps map[string]int64, cluster int64)
 	// SetRemote receives the other live instances' last reported counts.
 	SetRemote(apps map[string]int64, cluster int64)
-	// Rejoined says that the Store no longer held this instance's state at the last report
-	// (ClusterState.Rejoined): the connection slots it holds must be leased again.
+	// Rejoined says that the Store may no longer hold this instance's state: it said so at the
+	// last report (ClusterState.Rejoined), or that report ended fail_open. The connection slots
+	// it holds must be leased again.
 	Rejoined()
 }
 

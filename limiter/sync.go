@@ -176,6 +176,7 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 			rep.Apps = append(rep.Apps, store.AppReport{App: id})
 		}
 	}
+	away := l.Level() == LevelFailOpen
 	start := l.clock.Now()
 	var st store.ClusterState
 	err := l.callStore(func(ctx context.Context) (err error) {
@@ -232,7 +233,11 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	}
 	if src := s.cfg.Connections; src != nil {
 		src.SetRemote(st.RemoteInFlight, st.RemoteClusterInFlight)
-		if st.Rejoined {
+		// Back from fail_open, the slots are stated again even when the Store does not say this
+		// instance rejoined: a report that timed out but ran later (a Redis frozen, then
+		// thawed) refreshed the heartbeat, while the others' leases may have dropped the
+		// holdings before it.
+		if st.Rejoined || away {
 			src.Rejoined()
 		}
 	}
