@@ -18,21 +18,28 @@ func (p *rejoinProbe) InFlight() (map[string]int64, int64) { return nil, 0 }
 func (p *rejoinProbe) SetRemote(map[string]int64, int64)   {}
 func (p *rejoinProbe) Rejoined()                           { p.rejoined.Add(1) }
 
-// A report the Store answers with Rejoined (the first, and the first after the Store lost its
-// data) is passed on to the connection counts, which lease their slots again; the others not.
-func TestReportPassesRejoinedOn(t *testing.T) {
-	c := clock.NewManual()
-	shared := memstore.New(c)
+// reportedOnce is a limiter on st whose connection counts are a rejoinProbe, after its first
+// report, which the Store answers with Rejoined.
+func reportedOnce(t *testing.T, c *clock.Manual, st store.Store) (*Limiter, *rejoinProbe) {
+	t.Helper()
 	probe := &rejoinProbe{}
 	cfg := baseConfig()
 	cfg.Connections = probe
-	l := testLimiter(t, cfg, shared, c, false)
-	defer l.Close()
+	l := testLimiter(t, cfg, st, c, false)
+	t.Cleanup(func() { _ = l.Close() })
 	c.Advance(l.snap().cfg.SyncInterval)
 	l.tick(c.Now())
 	if n := probe.rejoined.Load(); n != 1 {
 		t.Fatalf("after the first report: %d Rejoined calls, want 1", n)
 	}
+	return l, probe
+}
+
+// A report the Store answers with Rejoined (the first, and the first after the Store lost its
+// data) is passed on to the connection counts, which lease their slots again; the others not.
+func TestReportPassesRejoinedOn(t *testing.T) {
+	c := clock.NewManual()
+	l, probe := reportedOnce(t, c, memstore.New(c))
 	c.Advance(l.snap().cfg.SyncInterval)
 	l.tick(c.Now())
 	if n := probe.rejoined.Load(); n != 1 {
@@ -63,16 +70,7 @@ func (s *lateReportStore) Report(ctx context.Context, r store.Report) (store.Clu
 func TestLeavingFailOpenRestatesSlots(t *testing.T) {
 	c := clock.NewManual()
 	ls := &lateReportStore{Store: memstore.New(c)}
-	probe := &rejoinProbe{}
-	cfg := baseConfig()
-	cfg.Connections = probe
-	l := testLimiter(t, cfg, ls, c, false)
-	defer l.Close()
-	c.Advance(l.snap().cfg.SyncInterval)
-	l.tick(c.Now())
-	if n := probe.rejoined.Load(); n != 1 {
-		t.Fatalf("after the first report: %d Rejoined calls, want 1", n)
-	}
+	l, probe := reportedOnce(t, c, ls)
 	ls.late.Store(true)
 	for range 3 {
 		c.Advance(time.Second)
