@@ -137,7 +137,7 @@ func (c *Counter) growOnce(src SlotSource, s *counts, name string, limit int64, 
 			if n, ok := s.tryHeld(limit); ok {
 				return n, true, false
 			}
-			n, ok := s.tryRescue(limit, src.LiveInstances())
+			n, ok := s.tryUnconfirmed(limit, src.LiveInstances())
 			return n, ok, false
 		}
 	}
@@ -193,7 +193,7 @@ func (c *Counter) growOnce(src SlotSource, s *counts, name string, limit int64, 
 		if n, ok := s.tryHeld(limit); ok {
 			return n, true, false
 		}
-		n, ok := s.tryRescue(limit, src.LiveInstances())
+		n, ok := s.tryUnconfirmed(limit, src.LiveInstances())
 		return n, ok, false
 	}
 }
@@ -205,8 +205,23 @@ func (c *Counter) growOnce(src SlotSource, s *counts, name string, limit int64, 
 // granted it, and requests may be using it).
 func (s *counts) tryRescue(limit int64, live int) (int64, bool) {
 	live = max(live, 1)
-	bound := max(s.held.Load(), (limit+int64(live)-1)/int64(live))
-	return s.tryAcquire(min(limit, bound+s.remote.Load())) // current < bound, current + remote < limit
+	return s.tryBeyondHolding(limit, (limit+int64(live)-1)/int64(live))
+}
+
+// tryUnconfirmed takes one slot for a request that cannot wait for a lease the Store is still
+// answering: as tryRescue, within half the share (fairShare). Unlike in an outage, the Store
+// goes on granting the other instances slots meanwhile, and it does not know of the ones taken
+// here until this instance's next lease: with the whole share, three gateways starting on a
+// Redis 20 ms away held 61 in flight for a limit of 40 in their first seconds.
+func (s *counts) tryUnconfirmed(limit int64, live int) (int64, bool) {
+	return s.tryBeyondHolding(limit, fairShare(limit, live))
+}
+
+// tryBeyondHolding takes one slot while current stays below the holding or, if larger, share,
+// and current + the others' last known holdings below limit.
+func (s *counts) tryBeyondHolding(limit, share int64) (int64, bool) {
+	bound := max(s.held.Load(), share)
+	return s.tryAcquire(min(limit, bound+s.remote.Load()))
 }
 
 // giveBackTimeout bounds GiveBackSlots.

@@ -324,7 +324,7 @@ func TestSlotsSlowStoreKeepsTheLimit(t *testing.T) {
 	slow := &lateSlots{instanceSlots: b, delay: 30 * time.Millisecond}
 	cb.UseSlots(slow)
 
-	// b's first request cannot wait for its lease: the local limits decide (b's share, 5, and
+	// b's first request cannot wait for its lease: the local limits decide (half its share, 2, and
 	// nothing known of a). Its lease lands afterwards and tells b what a holds.
 	tk, r := cb.Acquire("x", 0)
 	if tk == nil {
