@@ -46,19 +46,10 @@ func TestStatsIntervalFlushes(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	const key = "stats:{default/sparse}:l2"
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		n, err := c.HGet(context.Background(), key, "requests").Int64()
-		if n == sent {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis counts %d of the %d requests 20 s later (%v): stats_interval 2s flushed nothing", n, sent, err)
-		}
-		<-tick.C
-	}
+	waitUntil(t, fmt.Sprintf("Redis to count the %d requests (stats_interval 2s flushes them)", sent), 20*time.Second, func() bool {
+		n, _ := c.HGet(context.Background(), key, "requests").Int64()
+		return n == sent
+	})
 	// The flush is counted for the operator: one Redis call of its own.
 	g.waitMetric(5*time.Second, func(v float64) bool { return v == 1 }, "caddy_rate_limit_stats_flushes_total", `cluster="default"`)
 }
