@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -45,6 +46,7 @@ type options struct {
 	variants         []variant
 	scenarios        []scenario
 	notes            []string
+	upstream         string // the proxied scenarios' upstream (host:port), started by run
 }
 
 func main() {
@@ -83,6 +85,8 @@ func main() {
 		{name: "limited", quota: o.lowQuota, desc: "limit reached: most requests rejected"},
 		{name: "apps1", quota: 100000, hosts: 1, withinQuota: true,
 			desc: "one app (Host app1), quota 100000: Redis calls per 1000 requests"},
+		{name: "proxied", quota: o.highQuota, proxied: true, withinQuota: true,
+			desc: "limit never reached, each request passed on with reverse_proxy to a plain Caddy answering \"ok\": a gateway's shape"},
 		{name: "latency", quota: o.highQuota, rate: 2000, withinQuota: true,
 			desc: "a fixed 2000 req/s, open loop (not wrk): the latency the limiter adds away from saturation"},
 		{name: "apps200", quota: 100000, hosts: 200, withinQuota: true,
@@ -95,7 +99,7 @@ func main() {
 		}
 	}
 	if len(o.scenarios) == 0 {
-		log.Fatalf("no known scenario in %q (unlimited, limited, latency, apps1, apps200, apps2000)", scenarioList)
+		log.Fatalf("no known scenario in %q (unlimited, limited, proxied, latency, apps1, apps200, apps2000)", scenarioList)
 	}
 	if err := run(o); err != nil {
 		log.Fatal(err)
@@ -138,6 +142,12 @@ func run(o options) error {
 	}
 	defer rs.stop()
 	log.Printf("redis-server on %s; logs in %s", rs.addr, logPath)
+	if up, err := startUpstream(o, work, logf); err != nil {
+		return err
+	} else if up != nil {
+		defer up.proc.stop()
+		o.upstream = fmt.Sprintf("127.0.0.1:%d", up.httpPort)
+	}
 
 	var samples []sample
 	started := time.Now()
@@ -199,7 +209,7 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	if err != nil {
 		return smp, err
 	}
-	config := caddyfile(v, s, httpPort, adminPort, rs.addr)
+	config := caddyfile(v, s, httpPort, adminPort, rs.addr, o.upstream)
 	fmt.Fprintf(logf, "=== round %d %s %s\n%s", round, s.name, v.name, config)
 	c, err := startCaddy(bin, dir, config, httpPort, adminPort, logf)
 	if err != nil {
@@ -275,6 +285,31 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 		return smp, fmt.Errorf("caddy exited during the run (see the log)")
 	}
 	return smp, nil
+}
+
+// startUpstream starts the upstream of the proxied scenarios, if any is to run (nil otherwise):
+// one plain Caddy for the whole run, the same for every variant.
+func startUpstream(o options, work string, logf *os.File) (*caddyServer, error) {
+	if !slices.ContainsFunc(o.scenarios, func(s scenario) bool { return s.proxied }) {
+		return nil, nil
+	}
+	httpPort, err := testnet.FreePortWith(0)
+	if err != nil {
+		return nil, err
+	}
+	adminPort, err := testnet.FreePortWith(0)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(work, "upstream")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	bin, err := filepath.Abs(filepath.Join(o.binDir, variants[0].bin))
+	if err != nil {
+		return nil, err
+	}
+	return startCaddy(bin, dir, upstreamCaddyfile(httpPort, adminPort), httpPort, adminPort, logf)
 }
 
 func contains(list []string, s string) bool {

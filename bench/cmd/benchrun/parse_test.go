@@ -67,7 +67,7 @@ func TestSummarize(t *testing.T) {
 
 func TestCaddyfileKeysOnHost(t *testing.T) {
 	for _, v := range variants {
-		cf := caddyfile(v, scenario{quota: 123}, 1, 2, "127.0.0.1:3")
+		cf := caddyfile(v, scenario{quota: 123}, 1, 2, "127.0.0.1:3", "")
 		if !strings.Contains(cf, "bind 127.0.0.1") || !strings.Contains(cf, `respond "ok" 200`) {
 			t.Errorf("%s: not a loopback respond site:\n%s", v.name, cf)
 		}
@@ -76,6 +76,10 @@ func TestCaddyfileKeysOnHost(t *testing.T) {
 		}
 		if strings.Contains(cf, "127.0.0.1:3") != v.redis {
 			t.Errorf("%s: redis address present = %v, want %v", v.name, !v.redis, v.redis)
+		}
+		cf = caddyfile(v, scenario{quota: 123, proxied: true}, 1, 2, "127.0.0.1:3", "127.0.0.1:4")
+		if !strings.Contains(cf, "reverse_proxy 127.0.0.1:4") || strings.Contains(cf, "respond") {
+			t.Errorf("%s: a proxied scenario's site does not pass requests on to the upstream:\n%s", v.name, cf)
 		}
 	}
 }
@@ -107,7 +111,7 @@ func TestAggregateAndTargets(t *testing.T) {
 	if summarize(tb.scripts).med != 60.0*1000/9500 || summarize(tb.hit).med != 0.995 {
 		t.Fatalf("tierbucket scripts %v hits %v", tb.scripts, tb.hit)
 	}
-	got := targets(rows)
+	got := targets(rows, "unlimited")
 	for _, want := range []string{"no — ≥ 97% of plain Caddy's throughput (median of per-round ratios over 3 valid rounds of 3): 0.95", "yes — not behind redis_rate: tierbucket ÷ redis_rate in the same round 1.583 [1.36–1.90] over 3 rounds",
 		"no — ≤ 5 Redis calls", "yes — ≥ 99% local hits: 99.50%", "≤ 1.03 × plain Caddy's: 1.20",
 		"yes — every response 2xx in every round, cold starts included: 3/3 rounds"} {
@@ -141,7 +145,7 @@ func TestAggregateDropsRoundsWithNon2xx(t *testing.T) {
 	if lim := rows[[2]string{"limited", "tierbucket-redis"}]; lim.valid != 1 || len(lim.ratio) != 1 {
 		t.Fatalf("limited scenario: 429s are expected there, got valid %d ratios %v", lim.valid, lim.ratio)
 	}
-	if got := targets(rows); !strings.Contains(got, "no — every response 2xx in every round, cold starts included: 1/3") {
+	if got := targets(rows, "unlimited"); !strings.Contains(got, "no — every response 2xx in every round, cold starts included: 1/3") {
 		t.Errorf("targets:\n%s", got)
 	}
 }

@@ -24,9 +24,13 @@ type scenario struct {
 	// rate > 0: instead of wrk at full speed, an open-loop client at this many requests per
 	// second (fixedRate): the latency the limiter adds, away from saturation.
 	rate int
+	// proxied: Caddy passes each request on to an upstream (a plain Caddy answering "ok", the
+	// same for every variant) with reverse_proxy, as a gateway does, instead of answering it.
+	proxied bool
 }
 
-// variant is one Caddy build plus the limiter block that goes in front of `respond "ok" 200`.
+// variant is one Caddy build plus the limiter block that goes in front of `respond "ok" 200`
+// (or of `reverse_proxy` in a proxied scenario).
 type variant struct {
 	name       string // short id used in flags and raw results
 	title      string // table label
@@ -141,8 +145,13 @@ func tierbucketBlock(s scenario, redisAddr, extra string) string {
 }
 
 // caddyfile is the whole config of one variant: loopback only, admin on its own port (for
-// /metrics), no HTTPS, no config persistence, no access log.
-func caddyfile(v variant, s scenario, httpPort, adminPort int, redisAddr string) string {
+// /metrics), no HTTPS, no config persistence, no access log. upstream is the address a proxied
+// scenario passes requests on to.
+func caddyfile(v variant, s scenario, httpPort, adminPort int, redisAddr, upstream string) string {
+	terminal := `respond "ok" 200`
+	if s.proxied {
+		terminal = "reverse_proxy " + upstream
+	}
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	auto_https off
@@ -152,9 +161,14 @@ func caddyfile(v variant, s scenario, httpPort, adminPort int, redisAddr string)
 http://:%d {
 	bind 127.0.0.1
 	%s
-	respond "ok" 200
+	%s
 }
-`, adminPort, httpPort, v.block(s, redisAddr))
+`, adminPort, httpPort, v.block(s, redisAddr), terminal)
+}
+
+// upstreamCaddyfile is the proxied scenarios' upstream: plain Caddy answering "ok" on port.
+func upstreamCaddyfile(port, adminPort int) string {
+	return caddyfile(variants[0], scenario{}, port, adminPort, "", "")
 }
 
 // findVariant returns the variant with the given name.
