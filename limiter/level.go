@@ -35,7 +35,11 @@ const (
 	// levelHold is how long the latency average must stay low enough for a lower level before
 	// the level goes down (it goes up at once). On a starved machine the average crossed the
 	// thresholds several times a second, and each change logged a WARN or an INFO.
-	levelHold    = 5 * time.Second
+	levelHold = 5 * time.Second
+	// slowHold is how long the level must stay normal before a slow-Store episode ends in the
+	// log. On a CPU-bound host the latency level went up and back down every 20–30 s, each time
+	// past levelHold, and every round logged a WARN and an INFO.
+	slowHold     = time.Minute
 	latencyAlpha = 0.2 // weight of one observation in the latency moving average
 	// latencyAlphaDown is the weight of an observation below the average: the level follows a
 	// Store that got faster within a few calls (at the significant level a report is made
@@ -107,8 +111,9 @@ func syncInterval(v Level, base time.Duration) time.Duration {
 
 // observe records one Store call: its latency feeds the moving average, an error (or timeout)
 // switches to fail-open. Only a successful report (the probe) leaves fail-open, so that an
-// in-flight lease answering late cannot flap the level. Level changes are logged once each,
-// and a fail_open episode once it has ended for recoveryHold.
+// in-flight lease answering late cannot flap the level. A slow Store is logged when it begins
+// (and at each new worst level) and once the level has been normal for slowHold; a fail_open
+// episode when it begins and once it has ended for recoveryHold.
 func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	l.levelMu.Lock()
 	defer l.levelMu.Unlock()
@@ -170,8 +175,69 @@ func (l *Limiter) observe(latency time.Duration, err error, probe bool) {
 	}
 	if next != cur {
 		l.level.Store(uint32(next))
-		l.logLevel(cur, next)
+		l.levelChanged(cur, next)
 	}
+	l.endSlow()
+}
+
+// slowEpisode is one stretch of a slow Store (the mild and significant levels, and the normal
+// level for less than slowHold in between), for the lines that begin and end it.
+type slowEpisode struct {
+	start       time.Time // zero: no episode
+	worst       Level     // the highest latency level of the episode
+	changes     int64     // level changes after the one that began it
+	normalSince time.Time // when the level was last seen normal in it, after being slow; zero while slow
+}
+
+// levelChanged records a change between the latency levels (levelMu held): the first one up
+// begins a slow episode with a WARN, and so does each new worst level in it; the others are
+// counted for the line that ends it (endSlow).
+func (l *Limiter) levelChanged(from, to Level) {
+	ep := &l.slow
+	if ep.start.IsZero() {
+		*ep = slowEpisode{start: l.clock.Now(), worst: to}
+		l.logSlow(from, to)
+		return
+	}
+	ep.changes++
+	if to > ep.worst {
+		ep.worst = to
+		l.logSlow(from, to)
+	}
+}
+
+// endSlow ends the slow episode in the log once the level has been normal for slowHold
+// (levelMu held). The fail_open path sets the level without levelChanged: the hold starts
+// when a call finds it normal.
+func (l *Limiter) endSlow() {
+	ep := &l.slow
+	if ep.start.IsZero() {
+		return
+	}
+	now := l.clock.Now()
+	switch {
+	case Level(l.level.Load()) != LevelNormal:
+		ep.normalSince = time.Time{}
+		return
+	case ep.normalSince.IsZero():
+		ep.normalSince = now
+		return
+	case now.Sub(ep.normalSince) < slowHold:
+		return
+	}
+	ended := *ep
+	*ep = slowEpisode{}
+	log := l.logger()
+	if log == nil {
+		return
+	}
+	log.Info("rate_limit: Store latency back to normal",
+		zap.String("cluster", l.snap().cfg.Cluster.ID),
+		zap.Duration("duration", ended.normalSince.Sub(ended.start)),
+		zap.String("worst_level", ended.worst.String()),
+		zap.Int64("level_changes", ended.changes),
+		zap.Duration("store_latency", l.latency),
+		zap.String("degradation_level", LevelNormal.String()))
 }
 
 // failEpisode is one stretch of fail_open, for the log line that ends it.
@@ -266,24 +332,18 @@ func (l *Limiter) endEpisode(now bool) {
 		zap.String("degradation_level", Level(l.level.Load()).String()))
 }
 
-// logLevel logs a change between the latency levels (levelMu held).
-func (l *Limiter) logLevel(from, to Level) {
+// logSlow logs a rise of the latency level (levelMu held).
+func (l *Limiter) logSlow(from, to Level) {
 	log := l.logger()
 	if log == nil {
 		return
 	}
-	fields := []zap.Field{
+	log.Warn("rate_limit: Store slow, leasing in larger batches",
 		zap.String("cluster", l.snap().cfg.Cluster.ID),
 		zap.String("from", from.String()),
 		zap.String("degradation_level", to.String()),
 		zap.Duration("store_latency", l.latency),
-		zap.Int64("lease_multiplier", leaseMultiplier(to)),
-	}
-	if to > from {
-		log.Warn("rate_limit: Store slow, leasing in larger batches", fields...)
-	} else {
-		log.Info("rate_limit: Store latency improved", fields...)
-	}
+		zap.Int64("lease_multiplier", leaseMultiplier(to)))
 }
 
 func (l *Limiter) logger() *zap.Logger { return l.snap().cfg.Logger }

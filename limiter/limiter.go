@@ -31,6 +31,7 @@ type Limiter struct {
 	// not): the level goes down only levelHold after (levelMu).
 	fasterSince time.Time
 	episode     failEpisode // the current or last fail_open episode (levelMu)
+	slow        slowEpisode // the current stretch of a slow Store, if any (levelMu)
 	reached     atomic.Bool // a report has succeeded since New
 
 	// Requests admitted (and their cost) and rejected without the Store: rescue and fail-open.
