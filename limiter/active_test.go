@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -261,4 +262,35 @@ func TestConcurrentQuietAndBack(t *testing.T) {
 	}
 	t.Logf("%d and %d requests admitted; apps found off the list after %d of %d ticks",
 		admitted[0].Load(), admitted[1].Load(), quiet, 2*400)
+}
+
+// TestFinalStatisticsReachTheRecord: an app that stops at its quota has nothing to return, so
+// the statistics of its requests after its last lease wait StatsInterval for a report to flush
+// them. The Store's record of the app must still be there then. Black-box, with the record's
+// 60 s lifetime equal to the default interval, the flush landed after the record expired and
+// made it anew: Redis counted 19 requests of an app that had 9 933.
+func TestFinalStatisticsReachTheRecord(t *testing.T) {
+	c := clock.NewManual()
+	ms := memstore.New(c)
+	l := testLimiter(t, baseConfig(), ms, c, false)
+	a := mustApp(t, l, "a")
+	admitted := int64(0)
+	for range 2000 { // its burst (1000) and more: the last lease is refused
+		if admit(a, 1).Allowed {
+			admitted++
+		}
+	}
+	if tok, _ := a.Tokens(); tok != 0 || admitted == 0 {
+		t.Fatalf("%d admitted, %d tokens left; want the burst spent", admitted, tok)
+	}
+	for end := c.Now().Add(l.snap().cfg.StatsInterval + 5*time.Second); c.Now().Before(end); {
+		c.Advance(100 * time.Millisecond)
+		l.tick(c.Now())
+	}
+	if !a.statsSettled() {
+		t.Fatal("the statistics were not flushed after StatsInterval")
+	}
+	if st, ok := ms.AppState("c1", "a"); !ok || st.Requests != admitted {
+		t.Fatalf("the Store's record: %+v (present %v); want all %d requests", st, ok, admitted)
+	}
 }

@@ -66,7 +66,7 @@ func (a *App) takeStats() statsBatch {
 
 // statsFailed records that a call carrying b failed. The Store may have applied it all the same
 // (a timeout after Redis ran the script), and it remembers the Seq only as long as the app's
-// record lives, about a minute after that call: the batch goes out again with the next report,
+// record lives, store.RecordIdle after that call: the batch goes out again with the next report,
 // not after StatsInterval, which may be longer (a batch sent again after the record expired
 // would be counted twice).
 func (a *App) statsFailed(b statsBatch) {

@@ -71,6 +71,8 @@ func (a *App) runLease(c *leaseCall, need int64) {
 		// Borrowing: the pool's rate from the config; none in an emergency.
 		Unallocated: s.unallocated,
 		NoBorrow:    st.Emergency,
+		// The app's statistics of the requests after this lease may wait this long.
+		StatsInterval: s.cfg.StatsInterval,
 	}
 	// Every request waiting on this lease shares it: after an idle period the rate-based
 	// target is a single token, and 32 waiters sharing one token would each lease in turn.
@@ -213,7 +215,8 @@ func (a *App) giveBack(now time.Time, n int64) error {
 	s := l.snap()
 	stats := a.takeStats() // the app's statistics travel with its return too
 	ret := store.Return{Cluster: s.cfg.Cluster, App: a.id, Policy: a.pol.Load().AppPolicy, Tokens: n,
-		Instance: s.cfg.Instance, Stats: store.StatsBatch{Seq: stats.seq, Requests: stats.requests}}
+		Instance: s.cfg.Instance, Stats: store.StatsBatch{Seq: stats.seq, Requests: stats.requests},
+		StatsInterval: s.cfg.StatsInterval}
 	start := l.clock.Now()
 	err := l.callStore(func(ctx context.Context) error { return l.store.Return(ctx, ret) })
 	done := l.clock.Now()

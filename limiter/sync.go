@@ -104,7 +104,7 @@ type clusterBatch struct {
 func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	s := l.snap()
 	var inflight map[string]int64
-	rep := store.Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance}
+	rep := store.Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance, StatsInterval: s.cfg.StatsInterval}
 	if src := s.cfg.Connections; src != nil {
 		inflight, rep.InFlight = src.InFlight()
 	}

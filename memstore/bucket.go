@@ -233,20 +233,26 @@ func (b *memBucket) give(p store.AppPolicy, tokens int64) {
 	b.tokens = math.Min(p.Burst, b.tokens+float64(tokens))
 }
 
-// touch marks a write: the record lives another max(60 s, 2 × burst / guaranteed, warmup) of
-// idleness (µs, rounded up; capped at 30 days), so that a record is not dropped (which makes
-// the app cold) before the app has been idle for its warm-up.
-func (b *memBucket) touch(p store.AppPolicy, now int64) {
+// touch marks a write: the record lives another max(store.RecordIdle(statsInterval),
+// 2 × burst / guaranteed, warmup) of idleness (µs, rounded up; capped at 30 days), so that a
+// record is dropped neither before the app has been idle for its warm-up nor before the
+// statistics still on their way to it arrive.
+func (b *memBucket) touch(p store.AppPolicy, statsInterval time.Duration, now int64) {
 	b.touched = now
-	b.ttl = memIdleTTL(p)
+	b.ttl = memIdleTTL(p, statsInterval)
 }
 
-func memIdleTTL(p store.AppPolicy) int64 {
+func memIdleTTL(p store.AppPolicy, statsInterval time.Duration) int64 {
 	us := math.Max(math.Ceil(2*p.Burst/p.Guaranteed*1e6), float64(p.WarmupUS()))
 	if !(us < float64(memMaxIdleTTL)) { // also catches NaN / +Inf
 		return memMaxIdleTTL
 	}
-	return max(memMinIdleTTL, int64(us))
+	return max(memKeep(statsInterval), int64(us))
+}
+
+// memKeep is store.RecordIdle in µs, at least memMinIdleTTL.
+func memKeep(statsInterval time.Duration) int64 {
+	return max(memMinIdleTTL, store.RecordIdle(statsInterval).Microseconds())
 }
 
 func (b *memBucket) expired(now int64) bool { return now-b.touched >= b.ttl }
@@ -277,13 +283,14 @@ func (m *Store) bucket(k memAppKey, p store.AppPolicy, now int64) *memBucket {
 
 // statsRecord returns the app's record for a statistics write (Report step 4), creating a
 // statistics-only record if there is none. Without a policy the idle lifetime is the one of the
-// last write, or the minimum for a new record.
-func (m *Store) statsRecord(k memAppKey, now int64) *memBucket {
+// last write, and at least what the caller's statistics interval needs (memKeep).
+func (m *Store) statsRecord(k memAppKey, statsInterval time.Duration, now int64) *memBucket {
 	b := m.lookup(k, now)
 	if b == nil {
-		b = &memBucket{ttl: memMinIdleTTL}
+		b = &memBucket{}
 		m.apps[k] = b
 	}
+	b.ttl = max(b.ttl, memKeep(statsInterval))
 	b.touched = now
 	return b
 }

@@ -126,7 +126,7 @@ func (m *Store) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease,
 func (m *Store) leaseBucket(req store.LeaseRequest, b *memBucket, now int64) (store.Lease, error) {
 	b.refill(req.Policy, req.Factor, now)
 	l, short := b.lease(req.Policy, req.Factor, req.Want, req.Need, now)
-	b.touch(req.Policy, now)
+	b.touch(req.Policy, req.StatsInterval, now)
 	if short > 0 && req.BorrowingAllowed() {
 		// Borrowing (LeaseRequest.Unallocated): the pool first, then the app, as in Redis.
 		got, reason := m.ledger(req.Cluster.ID).borrow(req.App, b.borrowed, req.Policy.MaxBorrow, req.Unallocated, short, now)
@@ -184,7 +184,7 @@ func (m *Store) Return(ctx context.Context, ret store.Return) error {
 		}
 	}
 	b.give(ret.Policy, ret.Tokens)
-	b.touch(ret.Policy, now)
+	b.touch(ret.Policy, ret.StatsInterval, now)
 	return nil
 }
 
@@ -223,7 +223,7 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	// 4. app statistics only: no token changes. Each app record keeps its own Seqs (Redis: one
 	// slot per script), so a report half applied before a failure is completed by its resend.
 	for _, a := range rep.Apps {
-		r := m.statsRecord(memAppKey{rep.Cluster.ID, a.App}, now)
+		r := m.statsRecord(memAppKey{rep.Cluster.ID, a.App}, rep.StatsInterval, now)
 		seq := a.Seq
 		fresh, prev := r.seqs.apply(rep.Instance, seq, now)
 		if fresh {

@@ -137,6 +137,41 @@ func TestMemoryStoreIdleExpiry(t *testing.T) {
 	}
 }
 
+// TestMemoryStoreRecordOutlivesStatsInterval: statistics that waited the caller's interval
+// (here 60 s, the default) after the app's last lease reach the record they belong to, and add
+// to its count; the record expires RecordIdle after the last write.
+func TestMemoryStoreRecordOutlivesStatsInterval(t *testing.T) {
+	clk := clock.NewManual()
+	s := memstore.New(clk)
+	ctx := context.Background()
+	cl := store.ClusterPolicy{ID: "c"}
+	lease := func(app string, seq uint64, requests int64) {
+		t.Helper()
+		if _, err := s.Lease(ctx, store.LeaseRequest{Cluster: cl, App: app, Policy: memPolicy, Factor: 1, Want: 1,
+			Instance: "i", Stats: store.StatsBatch{Seq: seq, Requests: requests}, StatsInterval: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease("a", 1, 500)
+	clk.Advance(time.Minute + time.Second) // the interval and the next report
+	if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i", StatsInterval: time.Minute,
+		Apps: []store.AppReport{{App: "a", Requests: 7, Seq: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := s.AppState("c", "a"); !ok || st.Requests != 507 {
+		t.Fatalf("after the flush: %+v, %v; want the 500 of the lease and the 7 of the flush", st, ok)
+	}
+	clk.Advance(store.RecordIdle(time.Minute) - time.Second)
+	if _, ok := s.AppState("c", "a"); !ok {
+		t.Fatal("record dropped before RecordIdle after the flush")
+	}
+	clk.Advance(time.Second)
+	lease("other", 0, 0) // a call sweeps idle records
+	if _, ok := s.AppState("c", "a"); ok {
+		t.Fatal("record kept RecordIdle after its last write")
+	}
+}
+
 func TestMemoryStoreRejectsBadInput(t *testing.T) {
 	s := memstore.New(nil)
 	ctx := context.Background()

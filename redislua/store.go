@@ -67,6 +67,12 @@ func (s *Store) nowArg() string {
 	return strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 }
 
+// keepMillis is the least idle lifetime (ms) of the app records a call writes, for a caller
+// whose statistics wait up to statsInterval (store.RecordIdle).
+func keepMillis(statsInterval time.Duration) int64 {
+	return store.RecordIdle(statsInterval).Milliseconds()
+}
+
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // Lease implements store.Store.
@@ -77,7 +83,7 @@ func (s *Store) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease,
 	vals, err := leaseScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
 		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), fmtFloat(req.Factor),
 		req.Want, req.Need, req.Policy.WarmupUS(), req.Instance, req.Stats.Seq, req.Stats.Requests,
-		store.ReportSeqTTL.Microseconds()).Slice()
+		store.ReportSeqTTL.Microseconds(), keepMillis(req.StatsInterval)).Slice()
 	if err != nil {
 		s.failed()
 		return store.Lease{}, fmt.Errorf("redislua: lease: %w", s.classify(err))
@@ -147,7 +153,7 @@ func (s *Store) borrow(ctx context.Context, req store.LeaseRequest, l store.Leas
 	}
 	vals, err = borrowCreditScript.Run(ctx, s.client, []string{s.keys.l2(req.Cluster.ID, req.App)},
 		s.nowArg(), fmtFloat(req.Policy.Guaranteed), fmtFloat(req.Policy.Burst), req.Need, got,
-		req.Policy.WarmupUS(), fmtFloat(store.BorrowRepay)).Slice()
+		req.Policy.WarmupUS(), fmtFloat(store.BorrowRepay), keepMillis(req.StatsInterval)).Slice()
 	if err != nil {
 		s.failed()
 		return store.Lease{}, fmt.Errorf("redislua: borrow credit: %w", s.classify(err))
@@ -207,7 +213,8 @@ func (s *Store) Return(ctx context.Context, ret store.Return) error {
 	}
 	err := returnScript.Run(ctx, s.client, []string{s.keys.l2(ret.Cluster.ID, ret.App)},
 		s.nowArg(), fmtFloat(ret.Policy.Guaranteed), fmtFloat(ret.Policy.Burst), ret.Tokens, ret.Policy.WarmupUS(),
-		ret.Instance, ret.Stats.Seq, ret.Stats.Requests, store.ReportSeqTTL.Microseconds()).Err()
+		ret.Instance, ret.Stats.Seq, ret.Stats.Requests, store.ReportSeqTTL.Microseconds(),
+		keepMillis(ret.StatsInterval)).Err()
 	if err != nil {
 		s.failed()
 		return fmt.Errorf("redislua: return: %w", s.classify(err))
@@ -231,6 +238,7 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	now := s.nowArg()
 	ttl := store.InstanceTTL.Microseconds()
 	seqTTL := store.ReportSeqTTL.Microseconds()
+	keep := keepMillis(rep.StatsInterval)
 	c := rep.Cluster
 	cost := rep.Cost
 	for _, a := range rep.Apps {
@@ -250,7 +258,7 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 		calls = append(calls, scriptCall{
 			script: reportAppScript,
 			keys:   []string{s.keys.l2(c.ID, a.App), s.keys.appConn(c.ID, a.App)},
-			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl, a.Seq, seqTTL},
+			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl, a.Seq, seqTTL, keep},
 		})
 	}
 	cmds, err := s.runPipeline(ctx, calls)

@@ -150,6 +150,56 @@ func TestIdleExpiry(t *testing.T) {
 	}
 }
 
+// TestRecordOutlivesStatsInterval: an app record lives at least the caller's statistics
+// interval plus its grace after every write (lease, return, borrow, report), so that statistics
+// that waited the interval reach the record they belong to. With the default interval (60 s)
+// equal to the old 60 s lifetime, the final flush of an app that stopped raced the expiry
+// (black-box: the record made anew with the flush's count alone).
+func TestRecordOutlivesStatsInterval(t *testing.T) {
+	s := New(standaloneClient(t), uniquePrefix(t))
+	ctx := context.Background()
+	cl := store.ClusterPolicy{ID: "c1"}
+	pol := store.AppPolicy{Guaranteed: 10, Burst: 100} // fills in 10 s: the minimum lifetime
+	pttl := func(app string) time.Duration {
+		d, err := s.client.PTTL(ctx, s.keys.l2("c1", app)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	within := func(what string, d, want time.Duration) {
+		t.Helper()
+		if d <= want-10*time.Second || d > want {
+			t.Fatalf("%s: TTL %v, want %v", what, d, want)
+		}
+	}
+	if _, err := s.Lease(ctx, store.LeaseRequest{Cluster: cl, App: "a", Policy: pol, Factor: 1, Want: 1,
+		Instance: "i1", StatsInterval: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	within("lease, stats_interval 1m", pttl("a"), store.RecordIdle(time.Minute))
+	if err := s.Return(ctx, store.Return{Cluster: cl, App: "b", Policy: pol, Tokens: 1, Instance: "i1",
+		StatsInterval: 10 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	within("return, stats_interval 10m", pttl("b"), 10*time.Minute+30*time.Second)
+	// A report renews a record to the longer of its stored lifetime and the interval's, and
+	// gives a record it makes (statistics alone) the interval's.
+	if err := s.client.PExpire(ctx, s.keys.l2("c1", "a"), time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i1", StatsInterval: 5 * time.Minute,
+		Apps: []store.AppReport{{App: "a", Requests: 1}, {App: "c", Requests: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	within("report, stats_interval 5m, over a record leased with 1m", pttl("a"), 5*time.Minute+30*time.Second)
+	within("report making a record, stats_interval 5m", pttl("c"), 5*time.Minute+30*time.Second)
+	if _, err := s.Lease(ctx, store.LeaseRequest{Cluster: cl, App: "d", Policy: pol, Factor: 1, Want: 1}); err != nil {
+		t.Fatal(err)
+	}
+	within("lease without an interval", pttl("d"), store.MinRecordIdle)
+}
+
 // TestRedisTime checks that without WithClock the scripts use Redis TIME.
 func TestRedisTime(t *testing.T) {
 	s := New(standaloneClient(t), uniquePrefix(t))

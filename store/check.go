@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"math"
+	"time"
 )
 
 // Every Store rejects malformed calls with these checks, so that no store keeps NaN or negative
@@ -26,7 +27,7 @@ func (r LeaseRequest) Validate() error {
 	case !finite(r.Unallocated) || r.Unallocated < 0:
 		return fmt.Errorf("lease for app %q: unallocated %v: must be a finite number >= 0", r.App, r.Unallocated)
 	}
-	return checkStats("lease", r.App, r.Instance, r.Stats)
+	return checkStats("lease", r.App, r.Instance, r.Stats, r.StatsInterval)
 }
 
 // Validate reports a malformed return.
@@ -34,12 +35,14 @@ func (r Return) Validate() error {
 	if err := checkApp(r.Cluster, r.App, r.Policy); err != nil {
 		return err
 	}
-	return checkStats("return", r.App, r.Instance, r.Stats)
+	return checkStats("return", r.App, r.Instance, r.Stats, r.StatsInterval)
 }
 
 // checkStats reports a malformed statistics batch of a call (lease or return) of app.
-func checkStats(call, app, instance string, st StatsBatch) error {
+func checkStats(call, app, instance string, st StatsBatch, interval time.Duration) error {
 	switch {
+	case interval < 0:
+		return fmt.Errorf("%s for app %q: stats interval %v: must be >= 0", call, app, interval)
 	case st.Requests < 0 || st.Seq > MaxAmount:
 		return fmt.Errorf("%s for app %q: stats requests %d seq %d: must be >= 0 and <= 2^53", call, app, st.Requests, st.Seq)
 	case st.Seq != 0 && instance == "":
@@ -61,6 +64,9 @@ func (r Report) Validate() error {
 	}
 	if r.Seq > MaxAmount {
 		return fmt.Errorf("report from instance %q: seq %d: must be <= 2^53", r.Instance, r.Seq)
+	}
+	if r.StatsInterval < 0 {
+		return fmt.Errorf("report from instance %q: stats interval %v: must be >= 0", r.Instance, r.StatsInterval)
 	}
 	for _, a := range r.Apps {
 		switch {

@@ -175,6 +175,10 @@ type LeaseRequest struct {
 	// before it, exactly once per Seq as Report applies an app's figures (see Report.Seq):
 	// per-app statistics cost no call of their own while the app leases.
 	Stats StatsBatch
+	// StatsInterval is how long the caller's statistics of the app may wait for a call to
+	// carry them (its stats_interval): the app's record outlives this call, idle, by at least
+	// RecordIdle(StatsInterval), so that they reach the record they belong to.
+	StatsInterval time.Duration
 }
 
 // StatsBatch is one app's admitted requests on one instance since its previous batch. Seq 0
@@ -230,7 +234,8 @@ type Return struct {
 	// Stats are the app's statistics that travel with the return, applied exactly once per
 	// Seq as a lease's (LeaseRequest.Stats): an app that stopped needs no flush of its own. A
 	// return of no tokens is a no-op and carries none.
-	Stats StatsBatch
+	Stats         StatsBatch
+	StatsInterval time.Duration // as LeaseRequest.StatsInterval
 }
 
 // AppReport is one app's statistics for one report interval on one instance.
@@ -264,9 +269,32 @@ type Report struct {
 	// applied (a timeout may come after the Store ran it), so it sends the same figures with
 	// the same Seq again, and new figures with a later Seq. A Store remembers an instance's
 	// last Seq for ReportSeqTTL after the instance last sent one (per app: also no longer than
-	// the app's record lives, at least 60 s after the report).
+	// the app's record lives, at least RecordIdle(StatsInterval) after the report).
 	Seq uint64
+	// StatsInterval is as LeaseRequest.StatsInterval, for the records of the apps in Apps.
+	StatsInterval time.Duration
 }
+
+// MinRecordIdle is the least time a Store keeps an app's record after the last call that wrote
+// it. It keeps it longer for a large burst / guaranteed (2 × that, so that a record is dropped
+// only once its bucket is full again), a warm-up, and a caller's StatsInterval (RecordIdle).
+const MinRecordIdle = 60 * time.Second
+
+// MaxRecordIdle caps an app record's idle lifetime.
+const MaxRecordIdle = 30 * 24 * time.Hour
+
+// RecordIdle is the least time an app's record outlives a call, idle, when the caller's
+// statistics may wait statsInterval for a call to carry them. A flush of statistics that waited
+// the interval goes out with the caller's first report after it: the grace covers that report's
+// interval and latency. A record that expired first would be made anew by the flush, with a
+// count of that flush alone (black-box: with the default 60 s for both, the final statistics of
+// an app that stopped at its quota raced the record's expiry and lost its count most times).
+func RecordIdle(statsInterval time.Duration) time.Duration {
+	return min(max(MinRecordIdle, statsInterval+statsGrace), MaxRecordIdle)
+}
+
+// statsGrace is what an app's record outlives a caller's StatsInterval by (RecordIdle).
+const statsGrace = 30 * time.Second
 
 // MaxCostSpan bounds Report.CostSpan: cost spread further back than L1's one-second window would
 // not count anyway.

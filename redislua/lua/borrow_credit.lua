@@ -2,7 +2,7 @@
 -- after L1's pool gave b tokens, add them to the app's bucket with their debt, and grant need.
 -- No refill: ts stays.
 -- KEYS[1] app l2 hash
--- ARGV: now_us|'' guaranteed burst need b warmup_us repay
+-- ARGV: now_us|'' guaranteed burst need b warmup_us repay keep_ms (as lease.lua's)
 -- Returns {granted, remaining, borrowed, debt} (borrowed and debt as stored after the credit).
 local now = now_us(ARGV[1])
 local guaranteed = tonumber(ARGV[2])
@@ -22,7 +22,7 @@ if math.floor(s.tokens) >= need then
   granted = need
   s.tokens = s.tokens - need
 end
-store_l2(KEYS[1], s, burst, guaranteed, warmup)
+store_l2(KEYS[1], s, burst, guaranteed, warmup, tonumber(ARGV[8]))
 if granted > 0 then
   redis.call('HINCRBY', KEYS[1], 'consumed', fmt(granted))
   redis.call('HSET', KEYS[1], 'last_grant', fmt(now))

@@ -48,10 +48,12 @@ local function refill(s, guaranteed, burst, factor, now)
   s.ts = math.max(s.ts, now)
 end
 
--- idle_ttl_ms is the idle lifetime of an app record: max(60 s, 2 × burst / guaranteed, warmup),
+-- idle_ttl_ms is the idle lifetime of an app record: max(keep_ms, 2 × burst / guaranteed, warmup),
 -- at most 30 days (a record must outlive the warm-up's idle time: a dropped record is cold).
-local function idle_ttl_ms(burst, guaranteed, warmup_us)
-  local ms = math.max(math.ceil(2 * burst / guaranteed * 1000), math.ceil(warmup_us / 1000))
+-- keep_ms is store.RecordIdle of the caller's statistics interval (60 s when absent): the
+-- record outlives the statistics still on their way to it.
+local function idle_ttl_ms(burst, guaranteed, warmup_us, keep_ms)
+  local ms = math.max(math.ceil(2 * burst / guaranteed * 1000), math.ceil(warmup_us / 1000), keep_ms or 60000)
   if not (ms < 2592000000) then
     return 2592000000
   end
@@ -60,8 +62,8 @@ end
 
 -- store_l2 writes the bucket back and renews its idle expiry. The lifetime is kept in the record
 -- too, so that a Report (which carries no policy) can renew it.
-local function store_l2(key, s, burst, guaranteed, warmup_us)
-  local ttl = idle_ttl_ms(burst, guaranteed, warmup_us)
+local function store_l2(key, s, burst, guaranteed, warmup_us, keep_ms)
+  local ttl = idle_ttl_ms(burst, guaranteed, warmup_us, keep_ms)
   redis.call('HSET', key, 'tokens', fmt(s.tokens), 'ts', fmt(s.ts), 'debt', fmt(s.debt), 'borrowed', fmt(s.borrowed),
     'ttl', ttl)
   redis.call('PEXPIRE', key, ttl)

@@ -1,6 +1,6 @@
 -- Lease: take tokens from one app's L2 bucket.
 -- KEYS[1] app l2 hash
--- ARGV: now_us|'' guaranteed burst factor want need warmup_us instance stats_seq stats_requests seq_ttl_us
+-- ARGV: now_us|'' guaranteed burst factor want need warmup_us instance stats_seq stats_requests seq_ttl_us keep_ms
 -- Returns {granted, remaining, retry_after_us, reason, short, borrowed, debt, prev_seq}: short is what the app
 -- may borrow (need - avail when the bucket cannot cover need and no warm-up ramp is in progress,
 -- else 0), borrowed and debt the record's after the refill (limiter.LeaseRequest.Unallocated,
@@ -83,7 +83,7 @@ elseif s.warm_start ~= nil then
 end
 
 s.tokens = s.tokens - granted
-store_l2(KEYS[1], s, burst, guaranteed, warmup)
+store_l2(KEYS[1], s, burst, guaranteed, warmup, tonumber(ARGV[12]))
 if granted > 0 then
   s.last_grant = now
   redis.call('HINCRBY', KEYS[1], 'consumed', fmt(granted))

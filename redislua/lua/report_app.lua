@@ -3,7 +3,7 @@
 -- slot, so each in-flight entry carries its own heartbeat ("count:heartbeat_us") and entries
 -- older than the instance TTL are dropped here.
 -- KEYS[1] app l2 hash, KEYS[2] app conn hash
--- ARGV: now_us|'' instance requests inflight ttl_us seq seq_ttl_us
+-- ARGV: now_us|'' instance requests inflight ttl_us seq seq_ttl_us keep_ms (as lease.lua's)
 -- The entry of an instance lives ttl_us after the last report that carried the app (the limiter
 -- carries every app with a non-zero count in every report, so this matches the instance's own
 -- heartbeat).
@@ -18,15 +18,14 @@ local seq_ttl = tonumber(ARGV[7])
 
 -- Statistics only: the tokens were debited at lease time. A Seq already applied adds nothing
 -- (the app's own record keeps the instance's last Seq: this script sees no other slot). The
--- write renews the record's idle lifetime (the one its last lease stored, 60 s for a record
--- without a bucket yet).
+-- write renews the record's idle lifetime: the one its last lease stored, and at least keep_ms.
 local requests = 0
 local fresh, prev = apply_seq(KEYS[1], instance, seq, seq_ttl, now)
 if fresh then
   requests = ARGV[3]
 end
 redis.call('HINCRBY', KEYS[1], 'requests', requests)
-redis.call('PEXPIRE', KEYS[1], tonumber(redis.call('HGET', KEYS[1], 'ttl')) or 60000)
+redis.call('PEXPIRE', KEYS[1], math.max(tonumber(redis.call('HGET', KEYS[1], 'ttl')) or 0, tonumber(ARGV[8]) or 60000))
 
 redis.call('HSET', KEYS[2], instance, inflight .. ':' .. fmt(now))
 local all = redis.call('HGETALL', KEYS[2])

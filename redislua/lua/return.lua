@@ -2,9 +2,9 @@
 -- kept, so the next lease refills the elapsed time at its own factor (a refill here would have
 -- to guess L1's factor).
 -- KEYS[1] app l2 hash
--- ARGV: now_us|'' guaranteed burst tokens warmup_us instance stats_seq stats_requests seq_ttl_us
--- (the last four optional: statistics carried by the return, applied once per Seq as lease.lua
--- applies a lease's)
+-- ARGV: now_us|'' guaranteed burst tokens warmup_us instance stats_seq stats_requests seq_ttl_us keep_ms
+-- (stats_seq to seq_ttl_us: statistics carried by the return, applied once per Seq as lease.lua
+-- applies a lease's; keep_ms as lease.lua's)
 local now = now_us(ARGV[1])
 local guaranteed = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
@@ -22,5 +22,5 @@ if stats_seq ~= 0 then
 end
 local s = load_l2(KEYS[1], burst, now)
 s.tokens = math.min(burst, s.tokens + tokens)
-store_l2(KEYS[1], s, burst, guaranteed, warmup)
+store_l2(KEYS[1], s, burst, guaranteed, warmup, tonumber(ARGV[10]))
 return 1
