@@ -193,25 +193,12 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	if err := rs.reset(); err != nil {
 		return smp, err
 	}
-	httpPort, err := testnet.FreePortWith(0)
-	if err != nil {
-		return smp, err
-	}
-	adminPort, err := testnet.FreePortWith(0)
-	if err != nil {
-		return smp, err
-	}
-	dir := filepath.Join(work, fmt.Sprintf("%s-%s-%d", v.name, s.name, round))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return smp, err
-	}
-	bin, err := filepath.Abs(filepath.Join(o.binDir, v.bin))
-	if err != nil {
-		return smp, err
-	}
-	config := caddyfile(v, s, httpPort, adminPort, rs.addr, o.upstream)
-	fmt.Fprintf(logf, "=== round %d %s %s\n%s", round, s.name, v.name, config)
-	c, err := startCaddy(bin, dir, config, httpPort, adminPort, logf)
+	c, err := launch(o, v.bin, filepath.Join(work, fmt.Sprintf("%s-%s-%d", v.name, s.name, round)),
+		func(httpPort, adminPort int) string {
+			config := caddyfile(v, s, httpPort, adminPort, rs.addr, o.upstream)
+			fmt.Fprintf(logf, "=== round %d %s %s\n%s", round, s.name, v.name, config)
+			return config
+		}, logf)
 	if err != nil {
 		return smp, err
 	}
@@ -219,9 +206,9 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 
 	load := func(d time.Duration) (wrkResult, error) {
 		if s.rate > 0 {
-			return fixedRate(httpPort, s.rate, d, logf)
+			return fixedRate(c.httpPort, s.rate, d, logf)
 		}
-		return wrk.run(httpPort, s.hosts, d, logf)
+		return wrk.run(c.httpPort, s.hosts, d, logf)
 	}
 	if o.warmup > 0 {
 		wr, err := load(o.warmup)
@@ -293,6 +280,12 @@ func startUpstream(o options, work string, logf *os.File) (*caddyServer, error) 
 	if !slices.ContainsFunc(o.scenarios, func(s scenario) bool { return s.proxied }) {
 		return nil, nil
 	}
+	return launch(o, variants[0].bin, filepath.Join(work, "upstream"), upstreamCaddyfile, logf)
+}
+
+// launch starts the Caddy build bin (under o.binDir) in dir, on two free ports, with the config
+// that config writes for them.
+func launch(o options, bin, dir string, config func(httpPort, adminPort int) string, logf *os.File) (*caddyServer, error) {
 	httpPort, err := testnet.FreePortWith(0)
 	if err != nil {
 		return nil, err
@@ -301,15 +294,14 @@ func startUpstream(o options, work string, logf *os.File) (*caddyServer, error) 
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(work, "upstream")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	bin, err := filepath.Abs(filepath.Join(o.binDir, variants[0].bin))
+	path, err := filepath.Abs(filepath.Join(o.binDir, bin))
 	if err != nil {
 		return nil, err
 	}
-	return startCaddy(bin, dir, upstreamCaddyfile(httpPort, adminPort), httpPort, adminPort, logf)
+	return startCaddy(path, dir, config(httpPort, adminPort), httpPort, adminPort, logf)
 }
 
 func contains(list []string, s string) bool {
