@@ -575,7 +575,12 @@ func TestLevelHysteresis(t *testing.T) {
 	}
 	// A Store whose latency swings across the thresholds several times a second (a starved
 	// machine: 53 changes in 15 s per instance, each a WARN or an INFO) goes up once and stays.
-	l.slow = slowEpisode{} // a new episode, so that its start is logged
+	for end := c.Now().Add(slowHold); !c.Now().After(end); c.Advance(100 * time.Millisecond) {
+		l.observe(3*time.Millisecond, nil, true) // normal for slowHold: the episode ends
+	}
+	if n := logs.FilterMessageSnippet("latency back to normal").Len(); n != 1 {
+		t.Fatalf("%d lines ending the slow episode after %v at normal, want 1", n, slowHold)
+	}
 	before := logs.Len()
 	for i := range 300 { // 30 s, 100 ms apart: 3 slow calls, 3 fast ones, ...
 		lat := time.Millisecond
