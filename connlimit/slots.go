@@ -91,10 +91,10 @@ func (c *Counter) take(s *counts, name string, limit int64, dl *time.Time) (int6
 // grow asks for a larger holding: one more slot than is in use, one for each request waiting
 // behind this one, plus headroom (an eighth of the use, none below 8 in flight, at most limit /
 // (2 × live instances)), so that a fleet at its limit is not short of the slots other instances
-// hold idle. While the Store is unavailable,
-// or slower than the request may wait, this instance keeps to its holding or, if larger, its
-// share of the limit (limit / live instances), and to what the others held at the last lease
-// (tryRescue).
+// hold idle. While the Store is unavailable, this instance keeps to its holding or, if larger,
+// its share of the limit (limit / live instances), and to what the others held at the last
+// lease (tryRescue); while it is slower than the request may wait, to half that share
+// (tryUnconfirmed).
 //
 // The Store call is not cut short at the request's deadline: it runs to its own end (the
 // Store's background timeout) and its answer is applied when it comes, for the requests after.
@@ -134,9 +134,6 @@ func (c *Counter) growOnce(src SlotSource, s *counts, name string, limit int64, 
 			t.Stop()
 		case <-t.C:
 			s.waiting.Add(-1)
-			if n, ok := s.tryHeld(limit); ok {
-				return n, true, false
-			}
 			n, ok := s.tryUnconfirmed(limit, src.LiveInstances())
 			return n, ok, false
 		}
@@ -190,9 +187,6 @@ func (c *Counter) growOnce(src SlotSource, s *counts, name string, limit int64, 
 	case <-t.C:
 		// Slower than the request may wait: decided locally, with the others' figures of the
 		// last lease that came back. This one is applied when it comes.
-		if n, ok := s.tryHeld(limit); ok {
-			return n, true, false
-		}
 		n, ok := s.tryUnconfirmed(limit, src.LiveInstances())
 		return n, ok, false
 	}
@@ -218,7 +212,8 @@ func (s *counts) tryUnconfirmed(limit int64, live int) (int64, bool) {
 }
 
 // tryBeyondHolding takes one slot while current stays below the holding or, if larger, share,
-// and current + the others' last known holdings below limit.
+// and current + the others' last known holdings below limit: whenever tryHeld would, and beyond
+// the holding up to share.
 func (s *counts) tryBeyondHolding(limit, share int64) (int64, bool) {
 	bound := max(s.held.Load(), share)
 	return s.tryAcquire(min(limit, bound+s.remote.Load()))
