@@ -34,6 +34,10 @@ type sample struct {
 	decisions float64       // delta of caddy_rate_limit_requests_total (tierbucket only)
 	gcCycles  float64       // delta of go_gc_duration_seconds_count: Caddy's garbage collections
 	peakRSS   int64         // bytes: Caddy's peak resident set (VmHWM) after the run
+	instr     int64         // -instructions: instructions Caddy ran during the measured run
+	idleInstr int64         // -instructions: instructions Caddy ran in idleFor without load afterwards
+	idleFor   time.Duration
+	allocated float64 // -instructions: bytes Caddy allocated during the measured run (go_memstats_alloc_bytes_total)
 }
 
 type options struct {
@@ -47,6 +51,8 @@ type options struct {
 	scenarios        []scenario
 	notes            []string
 	upstream         string // the proxied scenarios' upstream (host:port), started by run
+	instructions     bool   // count the instructions Caddy runs per request (instr.go) instead of timing it
+	idle             time.Duration
 }
 
 func main() {
@@ -66,6 +72,8 @@ func main() {
 	flag.StringVar(&variantList, "variants", "", "comma-separated variants to run (default: all)")
 	flag.StringVar(&scenarioList, "scenarios", "unlimited,limited", "comma-separated scenarios to run")
 	flag.StringVar(&skipped, "skipped", "", "note about variants that could not be built")
+	flag.BoolVar(&o.instructions, "instructions", false, "count the instructions each Caddy runs per request under callgrind (instr.go) instead of timing it")
+	flag.DurationVar(&o.idle, "idle", 5*time.Second, "with -instructions: the idle time after the load whose instructions are counted apart")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 
@@ -108,6 +116,11 @@ func main() {
 
 func run(o options) error {
 	stamp := time.Now().UTC().Format("2006-01-02T1504Z")
+	measureOne, render := measure, report
+	if o.instructions {
+		stamp = "instr-" + stamp
+		measureOne, render = measureInstructions, instructionsReport
+	}
 	if err := os.MkdirAll(o.outDir, 0o755); err != nil {
 		return err
 	}
@@ -158,7 +171,7 @@ func run(o options) error {
 			n := len(o.variants)
 			for i := range n {
 				v := o.variants[(i+round-1)%n]
-				smp, err := measure(o, v, s, round, rs, wrk, work, logf)
+				smp, err := measureOne(o, v, s, round, rs, wrk, work, logf)
 				if err != nil {
 					// One failed run must not lose the others: note it and go on.
 					msg := fmt.Sprintf("round %d, %s, %s failed: %v (see %s)", round, s.name, v.name, err, logPath)
@@ -166,15 +179,15 @@ func run(o options) error {
 					o.notes = append(o.notes, msg)
 					continue
 				}
-				log.Printf("round %d/%d %-9s %-17s %8.0f req/s  p50 %v  p99 %v", round, o.rounds, s.name, v.name,
-					smp.wrk.RPS(), smp.wrk.P50, smp.wrk.P99)
+				log.Printf("round %d/%d %-9s %-17s %8.0f req/s  p50 %v  p99 %v  %s", round, o.rounds, s.name, v.name,
+					smp.wrk.RPS(), smp.wrk.P50, smp.wrk.P99, smp.instructionsText())
 				samples = append(samples, smp)
 			}
 		}
 	}
 	machine.elapsed = time.Since(started).Round(time.Second)
 
-	md := report(o, machine, samples)
+	md := render(o, machine, samples)
 	mdPath := filepath.Join(o.outDir, stamp+".md")
 	if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
 		return err
@@ -190,26 +203,13 @@ func run(o options) error {
 // measure runs one variant once: fresh Redis state, fresh Caddy, warm-up, measured run.
 func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *wrkRunner, work string, logf *os.File) (sample, error) {
 	smp := sample{round: round, scenario: s.name, variant: v.name, redisCmds: -1, scriptCmd: -1}
-	if err := rs.reset(); err != nil {
-		return smp, err
-	}
-	c, err := launch(o, v.bin, filepath.Join(work, fmt.Sprintf("%s-%s-%d", v.name, s.name, round)),
-		func(httpPort, adminPort int) string {
-			config := caddyfile(v, s, httpPort, adminPort, rs.addr, o.upstream)
-			fmt.Fprintf(logf, "=== round %d %s %s\n%s", round, s.name, v.name, config)
-			return config
-		}, logf)
+	c, _, err := startVariant(o, v, s, round, rs, work, logf)
 	if err != nil {
 		return smp, err
 	}
 	defer c.proc.stop()
 
-	load := func(d time.Duration) (wrkResult, error) {
-		if s.rate > 0 {
-			return fixedRate(c.httpPort, s.rate, d, logf)
-		}
-		return wrk.run(c.httpPort, s.hosts, d, logf)
-	}
+	load := loader(s, c, wrk, logf)
 	if o.warmup > 0 {
 		wr, err := load(o.warmup)
 		if err != nil {
@@ -274,12 +274,38 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	return smp, nil
 }
 
+// startVariant empties Redis and starts a fresh Caddy of variant v for scenario s in its own
+// directory (returned).
+func startVariant(o options, v variant, s scenario, round int, rs *redisServer, work string, logf *os.File) (*caddyServer, string, error) {
+	if err := rs.reset(); err != nil {
+		return nil, "", err
+	}
+	dir := filepath.Join(work, fmt.Sprintf("%s-%s-%d", v.name, s.name, round))
+	c, err := launch(o, v.bin, dir, func(httpPort, adminPort int) string {
+		config := caddyfile(v, s, httpPort, adminPort, rs.addr, o.upstream)
+		fmt.Fprintf(logf, "=== round %d %s %s\n%s", round, s.name, v.name, config)
+		return config
+	}, logf)
+	return c, dir, err
+}
+
+// loader returns the load of scenario s against c: wrk, or the open-loop client at a fixed rate.
+func loader(s scenario, c *caddyServer, wrk *wrkRunner, logf *os.File) func(d time.Duration) (wrkResult, error) {
+	return func(d time.Duration) (wrkResult, error) {
+		if s.rate > 0 {
+			return fixedRate(c.httpPort, s.rate, d, logf)
+		}
+		return wrk.run(c.httpPort, s.hosts, d, logf)
+	}
+}
+
 // startUpstream starts the upstream of the proxied scenarios, if any is to run (nil otherwise):
 // one plain Caddy for the whole run, the same for every variant.
 func startUpstream(o options, work string, logf *os.File) (*caddyServer, error) {
 	if !slices.ContainsFunc(o.scenarios, func(s scenario) bool { return s.proxied }) {
 		return nil, nil
 	}
+	o.instructions = false // only the Caddy under test is counted
 	return launch(o, variants[0].bin, filepath.Join(work, "upstream"), upstreamCaddyfile, logf)
 }
 
@@ -301,7 +327,7 @@ func launch(o options, bin, dir string, config func(httpPort, adminPort int) str
 	if err != nil {
 		return nil, err
 	}
-	return startCaddy(path, dir, config(httpPort, adminPort), httpPort, adminPort, logf)
+	return startCaddy(path, dir, config(httpPort, adminPort), httpPort, adminPort, o.instructions, logf)
 }
 
 func contains(list []string, s string) bool {

@@ -37,13 +37,15 @@ func pinned(cpus, name string, args []string) (string, []string) {
 	return "taskset", append([]string{"-c", cpus, name}, args...)
 }
 
-func start(name string, args []string, dir string, log io.Writer) (*proc, error) {
+// start starts name with args in dir; env adds to the environment.
+func start(name string, args []string, dir string, log io.Writer, env ...string) (*proc, error) {
 	name, args = pinned(serverCPUs, name, args)
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = log, log
 	// Keep Caddy's data and config (autosave, storage) inside the bench's temp dir.
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Env = append(cmd.Env, env...)
 	// Whatever way the harness ends, its servers end with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -227,19 +229,27 @@ type caddyServer struct {
 	adminPort int
 }
 
-func startCaddy(bin, dir, config string, httpPort, adminPort int, log io.Writer) (*caddyServer, error) {
+// startCaddy starts the Caddy build bin in dir on config; under callgrind when counting
+// instructions (callgrindArgs).
+func startCaddy(bin, dir, config string, httpPort, adminPort int, counting bool, log io.Writer) (*caddyServer, error) {
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := start(bin, []string{"run", "--config", path, "--adapter", "caddyfile"}, dir, log)
+	name, args := bin, []string{"run", "--config", path, "--adapter", "caddyfile"}
+	var env []string
+	if counting {
+		name, args = "valgrind", append(callgrindArgs(dir, bin), args...)
+		env = callgrindEnv
+	}
+	p, err := start(name, args, dir, log, env...)
 	if err != nil {
 		return nil, err
 	}
 	c := &caddyServer{proc: p, httpPort: httpPort, adminPort: adminPort}
 	// Ready when the site answers (any status: a limiter may already say 429).
 	url := fmt.Sprintf("http://127.0.0.1:%d/", httpPort)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // under callgrind, Caddy starts in seconds
 	for {
 		resp, err := http.Get(url)
 		if err == nil {
