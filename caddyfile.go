@@ -95,7 +95,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //	    on_redis_failure local|open|closed
 //	    max_wait <duration>
-//	    headers legacy|draft|both|off
+//	    headers rejections|draft|legacy|both|off
 //	    shadow
 //	    errors
 //	}
@@ -157,7 +157,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "max_wait":
 			h.MaxWait, err = durationArg(d)
 		case "headers":
-			h.Headers, err = enumArg(d, "legacy", "draft", "both", "off")
+			h.Headers, err = enumArg(d, "rejections", "draft", "legacy", "both", "off")
 		case "format":
 			h.Format, err = enumArg(d, "json", "s3")
 		case "shadow":

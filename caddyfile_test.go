@@ -182,7 +182,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"not a number", "rate_limit {\n\tcapacity lots\n}", `"lots" is not a number`},
 		{"NaN", "rate_limit {\n\treserved_ratio NaN\n}", "is not a number"},
 		{"unknown_app value", "rate_limit {\n\tunknown_app maybe\n}", "unknown_app must be one of shared|isolated|reject"},
-		{"headers value", "rate_limit {\n\theaders all\n}", "headers must be one of legacy|draft|both|off"},
+		{"headers value", "rate_limit {\n\theaders all\n}", "headers must be one of rejections|draft|legacy|both|off"},
 		{"format value", "rate_limit {\n\tformat xml\n}", "format must be one of json|s3"},
 		{"on_redis_failure value", "rate_limit {\n\ton_redis_failure panic\n}", "on_redis_failure must be one of local|open|closed"},
 		{"emergency_ratios count", "rate_limit {\n\temergency_ratios 1 0.5\n}", "needs 4 values"},

@@ -116,7 +116,8 @@ func (c *ConnectionsConfig) limits() connlimit.Config {
 type headerMode uint8
 
 const (
-	headersDraft headerMode = iota // the default
+	headersRejections headerMode = iota // the default: the draft fields on rejections only
+	headersDraft
 	headersLegacy
 	headersBoth
 	headersOff
@@ -124,11 +125,13 @@ const (
 
 func parseHeaderMode(s string) (headerMode, bool) {
 	switch s {
+	case "", "rejections":
+		return headersRejections, true
 	case "both":
 		return headersBoth, true
 	case "legacy":
 		return headersLegacy, true
-	case "", "draft":
+	case "draft":
 		return headersDraft, true
 	case "off":
 		return headersOff, true

@@ -46,7 +46,7 @@ func TestProvisionRejectsInvalidConfig(t *testing.T) {
 			"apps: sum of guaranteed (901) exceeds (1 - reserved_ratio) × capacity = 900"},
 		{"sum with reserved_ratio", `{"capacity":1000,"reserved_ratio":0.5,"apps":{"a":{"guaranteed":501}}}`, "sum of guaranteed"},
 		{"unknown_app", `{"unknown_app":"sometimes"}`, `unknown_app must be shared, isolated or reject, got "sometimes"`},
-		{"headers", `{"headers":"all"}`, `headers must be legacy, draft, both or off, got "all"`},
+		{"headers", `{"headers":"all"}`, `headers must be rejections, draft, legacy, both or off, got "all"`},
 		{"on_redis_failure", `{"on_redis_failure":"panic"}`, `on_redis_failure must be local, open or closed, got "panic"`},
 		{"max_wait negative", `{"max_wait":"-1s"}`, "max_wait must be >= 0"},
 		{"key empty", `{"key":" "}`, "key must not be empty"},

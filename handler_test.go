@@ -458,7 +458,7 @@ func TestRollbackOnDownstream429(t *testing.T) {
 }
 
 // TestHeaderModes: each mode writes exactly its own headers, on an admitted response and on
-// a rejection; the default is draft with RateLimit-Policy on rejections only.
+// a rejection; the default writes the draft fields on rejections only.
 func TestHeaderModes(t *testing.T) {
 	legacy := []string{"X-Ratelimit-Cost", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
 	draft := []string{"Ratelimit-Policy", "Ratelimit"}
@@ -467,7 +467,8 @@ func TestHeaderModes(t *testing.T) {
 		mode                     string
 		admitted, rejected, lack []string // lack: on neither
 	}{
-		{"", []string{"Ratelimit"}, draft, legacy}, // the default
+		{"", nil, draft, legacy}, // the default
+		{"rejections", nil, draft, legacy},
 		{"draft", []string{"Ratelimit"}, draft, legacy},
 		{"legacy", legacy, legacy, append([]string{"X-Ratelimit-Limit"}, draft...)},
 		{"both", all, all, nil},
@@ -512,8 +513,8 @@ func TestHeaderModes(t *testing.T) {
 	}
 }
 
-// TestDefaultHeaders: by default an admitted response carries one field, RateLimit; a rejection
-// adds RateLimit-Policy and Retry-After; no X-RateLimit-* field is written.
+// TestDefaultHeaders: by default an admitted response carries no rate-limit field; a rejection
+// carries RateLimit, RateLimit-Policy and Retry-After; no X-RateLimit-* field is written.
 func TestDefaultHeaders(t *testing.T) {
 	h := newTestHandler(t, &Handler{
 		Cluster: "unit-hdr-default",
@@ -525,10 +526,7 @@ func TestDefaultHeaders(t *testing.T) {
 	if w.Code != 200 {
 		t.Fatalf("status %d", w.Code)
 	}
-	if got := w.Header().Get("RateLimit"); got != `"app";r=0;t=1000` {
-		t.Errorf("RateLimit %q on an admitted response", got)
-	}
-	for _, k := range []string{"RateLimit-Policy", "X-RateLimit-Cost", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+	for _, k := range []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Cost", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
 		if v := w.Header().Get(k); v != "" {
 			t.Errorf("%s %q on an admitted response", k, v)
 		}
@@ -714,7 +712,7 @@ func TestTinyRateWaitsDoNotOverflow(t *testing.T) {
 	const year = "31536000"
 	for _, g := range []float64{1e-10, 1e-20, 5e-324} {
 		t.Run(fmt.Sprint(g), func(t *testing.T) {
-			h := unitHandler(t, fmt.Sprintf("unit-tiny-%v", g), map[string]*AppConfig{"a": {Guaranteed: g, Burst: 1}})
+			h := unitHandler(t, fmt.Sprintf("unit-tiny-%v", g), map[string]*AppConfig{"a": {Guaranteed: g, Burst: 1}}) // headers both
 			w := httptest.NewRecorder()
 			if h.ServeHTTP(w, get("a"), nopNext) != nil || w.Code != 200 {
 				t.Fatalf("first request: %d", w.Code)

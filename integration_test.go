@@ -124,10 +124,11 @@ func decodeRejection(t *testing.T, resp *http.Response, body string) rejection {
 const slowApp = `guaranteed 0.01`
 
 // TestIntegrationBurstThen429: a burst, then 429 with the JSON body and the headers: by
-// default (draft) RateLimit on every response and RateLimit-Policy on the rejection only; with
-// `headers both` the X-RateLimit-* fields too, and the policy on every response.
+// default the draft fields on the rejection only; with `headers draft` RateLimit on every
+// response and RateLimit-Policy on the rejection only; with `headers both` the X-RateLimit-*
+// fields too, and the policy on every response.
 func TestIntegrationBurstThen429(t *testing.T) {
-	for _, mode := range []string{"", "both"} {
+	for _, mode := range []string{"", "draft", "both"} {
 		t.Run("headers="+cmp.Or(mode, "default"), func(t *testing.T) {
 			directive := ""
 			if mode != "" {
@@ -150,7 +151,11 @@ func TestIntegrationBurstThen429(t *testing.T) {
 					t.Fatalf("request %d: %d %q", i+1, resp.StatusCode, body)
 				}
 				// t: the seconds until the bucket is full again, (5 - remaining) / 0.01
-				if got, want := resp.Header.Get("RateLimit"), fmt.Sprintf(`"app";r=%d;t=%d`, 4-i, (i+1)*100); got != want {
+				want := fmt.Sprintf(`"app";r=%d;t=%d`, 4-i, (i+1)*100)
+				if mode == "" {
+					want = "" // the default: rejections only
+				}
+				if got := resp.Header.Get("RateLimit"); got != want {
 					t.Errorf("request %d: RateLimit = %q, want %q", i+1, got, want)
 				}
 				policy, legacy := resp.Header.Get("RateLimit-Policy"), resp.Header.Get("X-RateLimit-Remaining")
@@ -159,7 +164,7 @@ func TestIntegrationBurstThen429(t *testing.T) {
 						t.Errorf("request %d: X-RateLimit-Remaining = %q, want %d; RateLimit-Policy %q", i+1, legacy, 4-i, policy)
 					}
 				} else if policy != "" || legacy != "" || resp.Header.Get("X-RateLimit-Cost") != "" {
-					t.Errorf("request %d: admitted response carries RateLimit-Policy %q, X-RateLimit-Remaining %q (default: RateLimit only)",
+					t.Errorf("request %d: admitted response carries RateLimit-Policy %q, X-RateLimit-Remaining %q (draft: RateLimit only)",
 						i+1, policy, legacy)
 				}
 				if resp.Header.Get("Retry-After") != "" {

@@ -57,8 +57,9 @@ type Handler struct {
 	OnRedisFailure string `json:"on_redis_failure,omitempty"`
 	// Wait up to this long for tokens instead of rejecting at once. Default 0.
 	MaxWait caddy.Duration `json:"max_wait,omitempty"`
-	// Which rate-limit headers to write: draft (default: RateLimit on every response,
-	// RateLimit-Policy on rejections), legacy, both or off.
+	// Which rate-limit headers to write: rejections (default: the draft fields RateLimit and
+	// RateLimit-Policy, and Retry-After, on rejections only), draft (RateLimit on every
+	// response as well), legacy, both or off.
 	Headers string `json:"headers,omitempty"`
 	// The rejection body: json (default) or s3 (S3 XML errors, 503 SlowDown, for S3 SDKs).
 	Format string `json:"format,omitempty"`
@@ -143,7 +144,7 @@ func (h *Handler) configure() (definition, error) {
 	h.key, h.keyHdr = parseKey(h.Key)
 	mode, ok := parseHeaderMode(h.Headers)
 	if !ok {
-		return definition{}, fmt.Errorf("headers must be legacy, draft, both or off, got %q", h.Headers)
+		return definition{}, fmt.Errorf("headers must be rejections, draft, legacy, both or off, got %q", h.Headers)
 	}
 	h.headers = mode
 	switch h.Format {

@@ -62,8 +62,8 @@ type outcome struct {
 	buf    []byte
 }
 
-// outcomeOne has room for the one header value of an admitted request with the default
-// headers (RateLimit: "app";r=<remaining>;t=<reset>, under 40 bytes for a burst below 10^17).
+// outcomeOne has room for the one header value of an admitted request with `headers draft`
+// (RateLimit: "app";r=<remaining>;t=<reset>, under 40 bytes for a burst below 10^17).
 // The request path allocates it for every admitted request, so it is kept small: each byte
 // of it is a byte the allocator clears and the garbage collector later reclaims, and the
 // cache lines it touches cost most in Caddy (docs/performance.md, "Cache misses").
@@ -82,11 +82,11 @@ type outcomeMany struct {
 }
 
 // newOutcome allocates the outcome of res, with room for the header values its response gets
-// from h: none with the headers off, one for an admitted request with the default headers,
-// more otherwise. A value beyond the room is allocated on its own (value).
+// from h: none for an admitted request with the default headers or the headers off, one with
+// `headers draft`, more otherwise. A value beyond the room is allocated on its own (value).
 func (h *Handler) newOutcome(res *result) *outcome {
 	switch {
-	case res.decision == decisionAllowed && h.headers == headersOff:
+	case res.decision == decisionAllowed && !h.headersOnAdmitted():
 		return &outcome{result: *res}
 	case res.decision == decisionAllowed && h.headers == headersDraft:
 		t := &outcomeOne{outcome: outcome{result: *res}}
@@ -99,11 +99,12 @@ func (h *Handler) newOutcome(res *result) *outcome {
 }
 
 // publish sets the headers and placeholders of res and returns the outcome that holds them
-// (nil, and no allocation, with headers off and no replacer). w is the writer the handler was
+// (nil, and no allocation, when there is neither a header to write nor a replacer). w is the writer the handler was
 // given: when an earlier rate_limit handler of the chain wrapped it, that handler's provider
 // is pointed at this outcome instead of registering a second one.
 func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *result) *outcome {
-	if repl == nil && (h.headers == headersOff || !res.hasQuota()) {
+	if repl == nil && (!res.hasQuota() || h.headers == headersOff ||
+		(res.decision == decisionAllowed && !h.headersOnAdmitted())) {
 		return nil
 	}
 	o := h.newOutcome(res)
@@ -118,6 +119,12 @@ func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *resu
 		}
 	}
 	return o
+}
+
+// headersOnAdmitted reports whether admitted responses carry rate-limit headers: not by
+// default, where they go on rejections only (docs/performance.md, "The header defaults").
+func (h *Handler) headersOnAdmitted() bool {
+	return h.headers != headersRejections && h.headers != headersOff
 }
 
 // hasQuota reports whether there is an app whose quota the headers can describe.
@@ -211,6 +218,9 @@ func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
 	if h.headers == headersOff || !o.hasQuota() {
 		return // no app, no quota to describe
 	}
+	if !o.rejected() && !h.headersOnAdmitted() {
+		return // the default: rejections only
+	}
 	hdr := w.Header()
 	reset := o.resetSeconds()
 	remaining := max(o.remaining, 0)
@@ -228,9 +238,10 @@ func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
 			})
 		}
 	}
-	if h.headers == headersBoth || (h.headers == headersDraft && o.rejected()) {
-		// draft (the default): the policy is static, so it goes on rejections only; every
-		// response carries RateLimit (remaining and reset), one field.
+	draft := h.headers == headersDraft || h.headers == headersRejections
+	if h.headers == headersBoth || (draft && o.rejected()) {
+		// draft: the policy is static, so it goes on rejections only; every response carries
+		// RateLimit (remaining and reset), one field. rejections: both, on rejections only.
 		hdr[hdrPolicy] = o.value(func(b []byte) []byte {
 			b = append(b, `"app";q=`...)
 			b = strconv.AppendInt(b, o.limit, 10)
@@ -238,7 +249,7 @@ func (h *Handler) setHeaders(w http.ResponseWriter, o *outcome) {
 			return strconv.AppendInt(b, o.windowSeconds(), 10)
 		})
 	}
-	if h.headers == headersDraft || h.headers == headersBoth {
+	if draft || h.headers == headersBoth {
 		hdr[hdrRateLimit] = o.value(func(b []byte) []byte {
 			b = append(b, `"app";r=`...)
 			b = strconv.AppendInt(b, remaining, 10)

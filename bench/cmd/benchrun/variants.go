@@ -67,6 +67,11 @@ var variants = []variant{
 		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers off") },
 	},
 	{
+		name: "tierbucket-redis-headers-draft", title: "tierbucket, Redis store, `headers draft`", bin: "tierbucket",
+		tierbucket: true, redis: true,
+		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers draft") },
+	},
+	{
 		name: "tierbucket-redis-headers-both", title: "tierbucket, Redis store, `headers both`", bin: "tierbucket",
 		tierbucket: true, redis: true,
 		block: func(s scenario, addr string) string { return tierbucketBlock(s, addr, "headers both") },
