@@ -99,9 +99,9 @@ func (h *Handler) newOutcome(res *result) *outcome {
 }
 
 // publish sets the headers and placeholders of res and returns the outcome that holds them
-// (nil, and no allocation, when there is neither a header to write nor a replacer). w is the writer the handler was
-// given: when an earlier rate_limit handler of the chain wrapped it, that handler's provider
-// is pointed at this outcome instead of registering a second one.
+// (nil, and no allocation, when there is neither a header to write nor a replacer). w is the
+// writer the handler was given: when an earlier rate_limit handler of the chain wrapped it,
+// that handler's provider is pointed at this outcome instead of registering a second one.
 func (h *Handler) publish(w http.ResponseWriter, repl *caddy.Replacer, res *result) *outcome {
 	if repl == nil && (!res.hasQuota() || h.headers == headersOff ||
 		(res.decision == decisionAllowed && !h.headersOnAdmitted())) {
