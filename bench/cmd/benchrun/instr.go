@@ -45,12 +45,8 @@ func measureInstructions(o options, v variant, s scenario, round int, rs *redisS
 		return smp, err
 	}
 	load := loader(s, c, wrk, logf)
-	if o.warmup > 0 {
-		wr, err := load(o.warmup)
-		if err != nil {
-			return smp, fmt.Errorf("warm-up: %v", err)
-		}
-		smp.warmBad = wr.StatusErrors + wr.SocketErrors
+	if smp.warmBad, err = warmUp(o, load); err != nil {
+		return smp, err
 	}
 	m0, err := c.metrics()
 	if err != nil {
@@ -177,9 +173,7 @@ type instrRow struct {
 // Caddy's run of the same round. A round counts under the same rule as the load test's: in a
 // within-quota scenario, only if every response was 2xx.
 func aggregateInstructions(samples []sample, within map[string]bool) map[[2]string]*instrRow {
-	ok := func(x sample) bool {
-		return !within[x.scenario] || (x.wrk.StatusErrors == 0 && x.wrk.SocketErrors == 0 && x.warmBad == 0)
-	}
+	ok := func(x sample) bool { return x.counts(within) }
 	base := map[string]float64{}
 	for _, x := range samples {
 		if x.variant == "plain" && ok(x) {
@@ -214,10 +208,7 @@ func aggregateInstructions(samples []sample, within map[string]bool) map[[2]stri
 // instructionsReport renders an instructions run: one table per scenario and the targets.
 func instructionsReport(o options, m machine, samples []sample) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# tierbucket instructions per request, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "Repository revision: %s.\n\n", m.revision)
-	fmt.Fprintf(&b, "Machine: %d CPUs, %s; %s; %s; %s; load average at start %s. Every Caddy's garbage collector: %s.\n\n",
-		m.cpus, m.cpuModel, m.kernel, m.goVer, m.redisVer, m.loadAvg, m.gcEnv)
+	writeHeading(&b, "instructions per request", m)
 	fmt.Fprintf(&b, "Each Caddy ran under valgrind's callgrind (`GODEBUG=asyncpreemptoff=1`), which counts the "+
 		"instructions the whole process executes, garbage collector and background goroutines included; "+
 		"load `wrk -t%d -c%d -d%s`, Host `%s`, after %s of uncounted warm-up; then %s without load, counted apart (idle "+

@@ -210,12 +210,8 @@ func measure(o options, v variant, s scenario, round int, rs *redisServer, wrk *
 	defer c.proc.stop()
 
 	load := loader(s, c, wrk, logf)
-	if o.warmup > 0 {
-		wr, err := load(o.warmup)
-		if err != nil {
-			return smp, fmt.Errorf("warm-up: %v", err)
-		}
-		smp.warmBad = wr.StatusErrors + wr.SocketErrors
+	if smp.warmBad, err = warmUp(o, load); err != nil {
+		return smp, err
 	}
 	m0, err := c.metrics()
 	if err != nil {
@@ -297,6 +293,19 @@ func loader(s scenario, c *caddyServer, wrk *wrkRunner, logf *os.File) func(d ti
 		}
 		return wrk.run(c.httpPort, s.hosts, d, logf)
 	}
+}
+
+// warmUp runs the unmeasured load before a measured run and returns its non-2xx responses and
+// socket errors (a cold start's).
+func warmUp(o options, load func(time.Duration) (wrkResult, error)) (int64, error) {
+	if o.warmup <= 0 {
+		return 0, nil
+	}
+	wr, err := load(o.warmup)
+	if err != nil {
+		return 0, fmt.Errorf("warm-up: %v", err)
+	}
+	return wr.StatusErrors + wr.SocketErrors, nil
 }
 
 // startUpstream starts the upstream of the proxied scenarios, if any is to run (nil otherwise):

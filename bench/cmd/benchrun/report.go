@@ -96,6 +96,12 @@ type row struct {
 	roundRPS                                      map[int]float64 // valid rounds: req/s, for same-round comparisons between variants
 }
 
+// counts reports whether a sample's round counts: in a within-quota scenario, only if every
+// response of its warm-up and measured run was 2xx.
+func (x sample) counts(within map[string]bool) bool {
+	return !within[x.scenario] || (x.wrk.StatusErrors == 0 && x.wrk.SocketErrors == 0 && x.warmBad == 0)
+}
+
 // aggregate groups the samples by scenario and variant; throughput ratios pair each sample with
 // plain Caddy's run of the same round and scenario.
 //
@@ -103,9 +109,7 @@ type row struct {
 // and measured runs was 2xx (and plain's were too): a limiter that rejects an app within its
 // quota, even once at a cold start, does not get a throughput figure for that round.
 func aggregate(samples []sample, within map[string]bool) map[[2]string]*row {
-	ok := func(x sample) bool {
-		return !within[x.scenario] || (x.wrk.StatusErrors == 0 && x.wrk.SocketErrors == 0 && x.warmBad == 0)
-	}
+	ok := func(x sample) bool { return x.counts(within) }
 	base := map[string]float64{} // scenario/round → plain req/s
 	baseP99 := map[string]float64{}
 	for _, x := range samples {
@@ -154,13 +158,18 @@ func aggregate(samples []sample, within map[string]bool) map[[2]string]*row {
 	return rows
 }
 
+// writeHeading writes a results file's title, the revision measured and the machine.
+func writeHeading(b *strings.Builder, title string, m machine) {
+	fmt.Fprintf(b, "# tierbucket %s, %s\n\n", title, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(b, "Repository revision: %s.\n\n", m.revision)
+	fmt.Fprintf(b, "Machine: %d CPUs, %s; %s; %s; %s; load average at start %s. Every Caddy's garbage collector: %s.\n\n",
+		m.cpus, m.cpuModel, m.kernel, m.goVer, m.redisVer, m.loadAvg, m.gcEnv)
+}
+
 // report renders the markdown results: one row per scenario × variant.
 func report(o options, m machine, samples []sample) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# tierbucket side-by-side load test, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "Repository revision: %s.\n\n", m.revision)
-	fmt.Fprintf(&b, "Machine: %d CPUs, %s; %s; %s; %s; load average at start %s. Every Caddy's garbage collector: %s.\n\n",
-		m.cpus, m.cpuModel, m.kernel, m.goVer, m.redisVer, m.loadAvg, m.gcEnv)
+	writeHeading(&b, "side-by-side load test", m)
 	fmt.Fprintf(&b, "Load: `wrk -t%d -c%d -d%s` (%s), Host `%s`, against `respond \"ok\" 200` behind the limiter (or `reverse_proxy` to a plain Caddy answering so, in scenario proxied), "+
 		"all on 127.0.0.1 on this one machine; %s unmeasured warm-up before each run; %d rounds, variants "+
 		"alternated round-robin; a fresh Caddy and an empty Redis for every run. Total %s.\n\n",
