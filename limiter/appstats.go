@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Per-app statistics travel with the app's own Store calls: each lease carries the requests the
@@ -27,20 +29,31 @@ import (
 type statsBatch struct {
 	seq      uint64
 	requests int64
-	at       time.Time // when the Store acknowledged it
+	sent, at time.Time // when the call that the Store acknowledged it with was sent, and answered
 }
 
 // appStatsState is an App's statistics delivery (statsMu).
 type appStatsState struct {
 	pend    *statsBatch  // sent, not acknowledged: sent again with its Seq
 	failed  bool         // the last call carrying pend failed: the next report sends it again
-	acked   []statsBatch // acknowledged in the last ackWindow, oldest first
+	acked   []statsBatch // acknowledged, not yet known to be on the Store's replicas; oldest first
 	statsAt time.Time    // when a call last delivered (or had nothing to deliver)
 }
 
-// ackWindow is how long an acknowledged batch is kept in case the Store loses it: longer than a
-// failover takes to be noticed (Sentinel, Redis Cluster), while replication lag is milliseconds.
+// ackWindow is how long after the Store acknowledged a batch it is taken to be on the Store's
+// replicas too (replication lag is milliseconds): an acknowledged batch is kept until a call
+// sent at least this long after its acknowledgement finds the Store still has it. Until then a
+// failover, however long it takes and however long the app then stays quiet, cannot lose it
+// unseen: the app's next call tells (statsDelivered).
 const ackWindow = 10 * time.Second
+
+// seqMemory is how long after an instance's last numbered call for an app the Store surely
+// still remembers its Seq there: the app's record lives store.RecordIdle(StatsInterval) after
+// a call, and the Seq store.ReportSeqTTL. Batches kept longer are dropped unjudged: a Store
+// that forgot the Seq answers 0 and would have them counted again, into a record made anew.
+func (l *Limiter) seqMemory() time.Duration {
+	return min(store.RecordIdle(l.snap().cfg.StatsInterval), store.ReportSeqTTL)
+}
 
 // nextSeq numbers a statistics batch: one counter per Limiter, so an app's Seqs increase
 // whichever call carries them. It starts at the time in µs (see newLimiter).
@@ -86,6 +99,8 @@ func (a *App) statsFailed(b statsBatch) {
 // one acknowledged at the very time the call was sent: a clock that did not move between the
 // two readings cannot order them (Windows' advances with the timer interrupt, every 0.5 to
 // 15.6 ms, and a lease of the in-process Store takes microseconds), and a later call judges it.
+// A batch the Store still has ackWindow after acknowledging it is on its replicas: no longer
+// kept. Batches older than the Store's memory of the Seq (seqMemory) are dropped unjudged.
 func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 	a.statsMu.Lock()
 	defer a.statsMu.Unlock()
@@ -93,23 +108,25 @@ func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 	if b.seq == 0 {
 		return
 	}
-	n := 0
-	for n < len(a.st.acked) && now.Sub(a.st.acked[n].at) >= ackWindow {
-		n++
+	if n := len(a.st.acked); n > 0 && now.Sub(a.st.acked[n-1].sent) >= a.l.seqMemory() {
+		a.st.acked = a.st.acked[:0]
 	}
 	kept := a.st.acked[:0]
-	for _, old := range a.st.acked[n:] {
-		if old.seq > prev && old.seq != b.seq && old.at.Before(sent) {
-			a.sentReqs.Add(-old.requests) // the next batch carries them again
+	for _, old := range a.st.acked {
+		switch {
+		case old.seq > prev && old.seq != b.seq && old.at.Before(sent):
+			a.sentReqs.Add(-old.requests) // lost: the next batch carries them again
 			a.l.lost.Add(old.requests)
-			continue
+		case old.seq <= prev && sent.Sub(old.at) >= ackWindow:
+			// on the replicas too
+		default:
+			kept = append(kept, old)
 		}
-		kept = append(kept, old)
 	}
 	a.st.acked = kept
 	if a.st.pend != nil && a.st.pend.seq == b.seq {
 		a.st.pend, a.st.failed = nil, false
-		b.at = now
+		b.sent, b.at = sent, now
 		a.st.acked = append(a.st.acked, b)
 	}
 }
@@ -145,8 +162,7 @@ func (l *Limiter) logLost() {
 	l.resent.Add(n)
 	times, requests, ok := l.lostStats.due(l.clock.Now(), n)
 	if log := l.logger(); log != nil && ok {
-		log.Warn("rate_limit: the Store lost statistics it had acknowledged ("+lossCauses+"); sending again "+
-			"those of the last "+ackWindow.String()+" (older ones are lost for good)",
+		log.Warn("rate_limit: the Store lost statistics it had acknowledged ("+lossCauses+"); sending them again",
 			zap.String("cluster", l.snap().cfg.Cluster.ID), zap.Int64("requests", requests), zap.Int64("times", times))
 	}
 }
