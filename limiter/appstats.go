@@ -35,7 +35,7 @@ type statsBatch struct {
 // appStatsState is an App's statistics delivery (statsMu).
 type appStatsState struct {
 	pend    *statsBatch  // sent, not acknowledged: sent again with its Seq
-	failed  bool         // the last call carrying pend failed: the next report sends it again
+	resend  bool         // the next report sends the app's statistics: the last call carrying pend failed, or the Store lost some
 	acked   []statsBatch // acknowledged, not yet known to be on the Store's replicas; oldest first
 	statsAt time.Time    // when a call last delivered (or had nothing to deliver)
 }
@@ -86,7 +86,7 @@ func (a *App) statsFailed(b statsBatch) {
 	a.statsMu.Lock()
 	defer a.statsMu.Unlock()
 	if b.seq != 0 && a.st.pend != nil && a.st.pend.seq == b.seq {
-		a.st.failed = true
+		a.st.resend = true
 	}
 }
 
@@ -111,12 +111,13 @@ func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 	if n := len(a.st.acked); n > 0 && now.Sub(a.st.acked[n-1].sent) >= a.l.seqMemory() {
 		a.st.acked = a.st.acked[:0]
 	}
-	kept := a.st.acked[:0]
+	kept, lost := a.st.acked[:0], false
 	for _, old := range a.st.acked {
 		switch {
 		case old.seq > prev && old.seq != b.seq && old.at.Before(sent):
 			a.sentReqs.Add(-old.requests) // lost: the next batch carries them again
 			a.l.lost.Add(old.requests)
+			lost = true
 		case old.seq <= prev && sent.Sub(old.at) >= ackWindow:
 			// on the replicas too
 		default:
@@ -125,15 +126,18 @@ func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 	}
 	a.st.acked = kept
 	if a.st.pend != nil && a.st.pend.seq == b.seq {
-		a.st.pend, a.st.failed = nil, false
+		a.st.pend, a.st.resend = nil, false
 		b.sent, b.at = sent, now
 		a.st.acked = append(a.st.acked, b)
+	}
+	if lost {
+		a.st.resend = true // not after StatsInterval: the app may have gone quiet
 	}
 }
 
 // statsDue reports whether the report must flush the app's statistics: some are unsent, and the
-// last call carrying them failed, or no call carried them for Config.StatsInterval, or SyncBatch
-// of them wait (or all is set: Close, a retired app).
+// last call carrying them failed or showed the Store lost some, or no call carried them for
+// Config.StatsInterval, or SyncBatch of them wait (or all is set: Close, a retired app).
 func (a *App) statsDue(now time.Time, all bool) bool {
 	a.statsMu.Lock()
 	defer a.statsMu.Unlock()
@@ -142,7 +146,7 @@ func (a *App) statsDue(now time.Time, all bool) bool {
 		return false
 	}
 	cfg := &a.l.snap().cfg
-	return all || a.st.failed || now.Sub(a.st.statsAt) >= cfg.StatsInterval || unsent >= cfg.SyncBatch
+	return all || a.st.resend || now.Sub(a.st.statsAt) >= cfg.StatsInterval || unsent >= cfg.SyncBatch
 }
 
 // statsSettled reports whether every admitted request's statistics were acknowledged.

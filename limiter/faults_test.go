@@ -316,6 +316,36 @@ func TestLostStatisticsSentAgainAfterSilence(t *testing.T) {
 	}
 }
 
+// Statistics found lost go out with the next report, not StatsInterval later: the app that
+// showed the loss may have gone quiet (black-box pass Z saw Redis 26 short for 35 s).
+func TestLostStatisticsSentAtOnce(t *testing.T) {
+	c := clock.NewManual()
+	fs := &forgetfulStore{probeStore: newProbe(c)}
+	cfg := baseConfig()
+	cfg.SyncBatch = 1 << 40 // only StatsInterval flushes: the app's statistics wait for it
+	l := testLimiter(t, cfg, fs, c, false)
+	a := mustApp(t, l, "a")
+	take := func(n int) {
+		for range n {
+			if !a.Take(context.Background(), 1, 0).Allowed {
+				t.Fatal("rejected")
+			}
+		}
+	}
+	take(5)
+	c.Advance(DefaultStatsInterval)
+	l.tick(c.Now()) // flushed and acknowledged: 5, then lost by a failover
+	fs.forget.Store(true)
+	take(3)
+	c.Advance(DefaultStatsInterval)
+	l.tick(c.Now()) // flushed: 3; the answer shows the 5 were lost
+	c.Advance(time.Second)
+	l.tick(c.Now()) // the 5 again, at once
+	if got := fs.reported.Load(); got != 13 || l.ResentRequests() != 5 {
+		t.Fatalf("reports carried %d requests, %d sent again; want 13 and 5", got, l.ResentRequests())
+	}
+}
+
 // A batch the Store still had ackWindow after acknowledging it is on its replicas: a Store that
 // forgets later has the newer batches sent again, not that one. And batches older than the
 // Store's memory of the app's Seq are not judged: a Store that forgot the Seq (the app's record
