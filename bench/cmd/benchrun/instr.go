@@ -2,9 +2,9 @@ package main
 
 // Instruction counts (-instructions): each Caddy runs under valgrind's callgrind, which counts
 // the instructions the process executes. Unlike time, the count hardly depends on what else the
-// shared machine is doing, so a difference of 1 % between two builds shows in one run where
-// throughput needs dozens of rounds to show 5 %. It counts work, not time: a cache miss costs
-// one instruction here and a hundred cycles on the CPU (docs/performance.md).
+// shared machine is doing (about 1 %), so a difference of 2 % between two builds shows in one
+// run where throughput needs dozens of rounds to show 5 %. It counts work, not time: a cache
+// miss costs one instruction here and a hundred cycles on the CPU (docs/performance.md).
 
 import (
 	"bufio"
