@@ -249,36 +249,61 @@ func (f *forgetfulStore) Report(ctx context.Context, r store.Report) (store.Clus
 	return st, err
 }
 
-// Statistics the Store acknowledged and then lost are sent again, once, and logged.
-func TestLostStatisticsSentAgain(t *testing.T) {
+// lossCase is a limiter with app "a" on a Store that can forget what it acknowledged.
+type lossCase struct {
+	t  *testing.T
+	c  *clock.Manual
+	fs *forgetfulStore
+	l  *Limiter
+	a  *App
+}
+
+func newLossCase(t *testing.T, cfg Config) *lossCase {
 	c := clock.NewManual()
 	fs := &forgetfulStore{probeStore: newProbe(c)}
+	l := testLimiter(t, cfg, fs, c, false)
+	return &lossCase{t: t, c: c, fs: fs, l: l, a: mustApp(t, l, "a")}
+}
+
+// take takes n requests of cost 1, each of which must be admitted.
+func (lc *lossCase) take(n int) {
+	lc.t.Helper()
+	for range n {
+		if !lc.a.Take(context.Background(), 1, 0).Allowed {
+			lc.t.Fatal("rejected")
+		}
+	}
+}
+
+// tickAfter advances the clock by d and runs the sync loop's tick.
+func (lc *lossCase) tickAfter(d time.Duration) {
+	lc.c.Advance(d)
+	lc.l.tick(lc.c.Now())
+}
+
+// want checks the requests the Store's successful reports carried and those sent again.
+func (lc *lossCase) want(reported, resent int64) {
+	lc.t.Helper()
+	if got := lc.fs.reported.Load(); got != reported || lc.l.ResentRequests() != resent {
+		lc.t.Fatalf("reports carried %d requests, %d sent again; want %d and %d",
+			got, lc.l.ResentRequests(), reported, resent)
+	}
+}
+
+// Statistics the Store acknowledged and then lost are sent again, once, and logged.
+func TestLostStatisticsSentAgain(t *testing.T) {
 	cfg := baseConfig()
 	logs := logTo(&cfg)
 	cfg.SyncBatch = 1 // every report flushes the app's statistics
-	l := testLimiter(t, cfg, fs, c, false)
-	a := mustApp(t, l, "a")
-	take := func(n int) {
-		for range n {
-			if !a.Take(context.Background(), 1, 0).Allowed {
-				t.Fatal("rejected")
-			}
-		}
-	}
-	take(5)
-	c.Advance(time.Second)
-	l.tick(c.Now()) // acknowledged: 5
-	take(3)
-	fs.forget.Store(true)
-	c.Advance(time.Second)
-	l.tick(c.Now()) // acknowledged: 3; the answer shows the 5 were lost
-	c.Advance(time.Second)
-	l.tick(c.Now()) // the 5 again
-	c.Advance(time.Second)
-	l.tick(c.Now()) // nothing more
-	if got := fs.reported.Load(); got != 13 || l.ResentRequests() != 5 {
-		t.Fatalf("reports carried %d requests, %d sent again; want 13 and 5", got, l.ResentRequests())
-	}
+	lc := newLossCase(t, cfg)
+	lc.take(5)
+	lc.tickAfter(time.Second) // acknowledged: 5
+	lc.take(3)
+	lc.fs.forget.Store(true)
+	lc.tickAfter(time.Second) // acknowledged: 3; the answer shows the 5 were lost
+	lc.tickAfter(time.Second) // the 5 again
+	lc.tickAfter(time.Second) // nothing more
+	lc.want(13, 5)
 	if n := logs.FilterMessageSnippet("lost statistics").Len(); n != 1 {
 		t.Fatalf("%d WARN lines about lost statistics, want 1", n)
 	}
@@ -289,61 +314,32 @@ func TestLostStatisticsSentAgain(t *testing.T) {
 // app quiet for 30 s. Black-box pass Y lost 54 to 166 requests of an app for good this way, with
 // nothing logged, when only the batches of the last 10 s were judged.
 func TestLostStatisticsSentAgainAfterSilence(t *testing.T) {
-	c := clock.NewManual()
-	fs := &forgetfulStore{probeStore: newProbe(c)}
 	cfg := baseConfig()
 	cfg.SyncBatch = 1
-	l := testLimiter(t, cfg, fs, c, false)
-	a := mustApp(t, l, "a")
-	take := func(n int) {
-		for range n {
-			if !a.Take(context.Background(), 1, 0).Allowed {
-				t.Fatal("rejected")
-			}
-		}
-	}
-	take(5)
-	c.Advance(time.Second)
-	l.tick(c.Now()) // acknowledged: 5, then lost by a failover
-	fs.forget.Store(true)
-	c.Advance(3 * ackWindow) // the app is quiet
-	take(3)
-	l.tick(c.Now()) // acknowledged: 3; the answer shows the 5 were lost
-	c.Advance(time.Second)
-	l.tick(c.Now()) // the 5 again
-	if got := fs.reported.Load(); got != 13 || l.ResentRequests() != 5 {
-		t.Fatalf("reports carried %d requests, %d sent again; want 13 and 5", got, l.ResentRequests())
-	}
+	lc := newLossCase(t, cfg)
+	lc.take(5)
+	lc.tickAfter(time.Second) // acknowledged: 5, then lost by a failover
+	lc.fs.forget.Store(true)
+	lc.c.Advance(3 * ackWindow) // the app is quiet
+	lc.take(3)
+	lc.tickAfter(0)           // acknowledged: 3; the answer shows the 5 were lost
+	lc.tickAfter(time.Second) // the 5 again
+	lc.want(13, 5)
 }
 
 // Statistics found lost go out with the next report, not StatsInterval later: the app that
 // showed the loss may have gone quiet (black-box pass Z saw Redis 26 short for 35 s).
 func TestLostStatisticsSentAtOnce(t *testing.T) {
-	c := clock.NewManual()
-	fs := &forgetfulStore{probeStore: newProbe(c)}
 	cfg := baseConfig()
 	cfg.SyncBatch = 1 << 40 // only StatsInterval flushes: the app's statistics wait for it
-	l := testLimiter(t, cfg, fs, c, false)
-	a := mustApp(t, l, "a")
-	take := func(n int) {
-		for range n {
-			if !a.Take(context.Background(), 1, 0).Allowed {
-				t.Fatal("rejected")
-			}
-		}
-	}
-	take(5)
-	c.Advance(DefaultStatsInterval)
-	l.tick(c.Now()) // flushed and acknowledged: 5, then lost by a failover
-	fs.forget.Store(true)
-	take(3)
-	c.Advance(DefaultStatsInterval)
-	l.tick(c.Now()) // flushed: 3; the answer shows the 5 were lost
-	c.Advance(time.Second)
-	l.tick(c.Now()) // the 5 again, at once
-	if got := fs.reported.Load(); got != 13 || l.ResentRequests() != 5 {
-		t.Fatalf("reports carried %d requests, %d sent again; want 13 and 5", got, l.ResentRequests())
-	}
+	lc := newLossCase(t, cfg)
+	lc.take(5)
+	lc.tickAfter(DefaultStatsInterval) // flushed and acknowledged: 5, then lost by a failover
+	lc.fs.forget.Store(true)
+	lc.take(3)
+	lc.tickAfter(DefaultStatsInterval) // flushed: 3; the answer shows the 5 were lost
+	lc.tickAfter(time.Second)          // the 5 again, at once
+	lc.want(13, 5)
 }
 
 // A batch the Store still had ackWindow after acknowledging it is on its replicas: a Store that
@@ -351,45 +347,25 @@ func TestLostStatisticsSentAtOnce(t *testing.T) {
 // Store's memory of the app's Seq are not judged: a Store that forgot the Seq (the app's record
 // expired and was made anew) answers 0, and sending them again would count them twice.
 func TestLostStatisticsOnlyUnconfirmed(t *testing.T) {
-	c := clock.NewManual()
-	fs := &forgetfulStore{probeStore: newProbe(c)}
 	cfg := baseConfig()
 	cfg.SyncBatch = 1
-	l := testLimiter(t, cfg, fs, c, false)
-	a := mustApp(t, l, "a")
-	take := func(n int) {
-		for range n {
-			if !a.Take(context.Background(), 1, 0).Allowed {
-				t.Fatal("rejected")
-			}
-		}
-	}
-	take(5)
-	c.Advance(time.Second)
-	l.tick(c.Now()) // acknowledged: 5
-	c.Advance(ackWindow)
-	take(2)
-	l.tick(c.Now()) // acknowledged: 2; the Store still has the 5, ackWindow later
-	fs.forget.Store(true)
-	c.Advance(time.Second)
-	take(1)
-	l.tick(c.Now()) // acknowledged: 1; the answer shows the 2 were lost, not the 5
-	c.Advance(time.Second)
-	l.tick(c.Now()) // the 2 again
-	if got := fs.reported.Load(); got != 10 || l.ResentRequests() != 2 {
-		t.Fatalf("reports carried %d requests, %d sent again; want 10 and 2", got, l.ResentRequests())
-	}
+	lc := newLossCase(t, cfg)
+	lc.take(5)
+	lc.tickAfter(time.Second) // acknowledged: 5
+	lc.take(2)
+	lc.tickAfter(ackWindow) // acknowledged: 2; the Store still has the 5, ackWindow later
+	lc.fs.forget.Store(true)
+	lc.take(1)
+	lc.tickAfter(time.Second) // acknowledged: 1; the answer shows the 2 were lost, not the 5
+	lc.tickAfter(time.Second) // the 2 again
+	lc.want(10, 2)
 
-	c.Advance(l.seqMemory()) // the Store's record of the app's Seq expired
-	fs.forget.Store(true)
-	take(4)
-	l.tick(c.Now()) // acknowledged: 4; the answer (0) says nothing about the batches before
-	c.Advance(time.Second)
-	l.tick(c.Now())
-	if got := fs.reported.Load(); got != 14 || l.ResentRequests() != 2 {
-		t.Fatalf("after the Store forgot the Seq: reports carried %d requests, %d sent again; want 14 and 2",
-			got, l.ResentRequests())
-	}
+	lc.c.Advance(lc.l.seqMemory()) // the Store's record of the app's Seq expired
+	lc.fs.forget.Store(true)
+	lc.take(4)
+	lc.tickAfter(0) // acknowledged: 4; the answer (0) says nothing about the batches before
+	lc.tickAfter(time.Second)
+	lc.want(14, 2)
 }
 
 // A permanent Store error (a refused password, a missing permission, an untrusted certificate)
