@@ -31,8 +31,7 @@ type memBucket struct {
 }
 
 const (
-	memMinIdleTTL = 60 * int64(time.Second/time.Microsecond)
-	memMaxIdleTTL = 30 * 24 * 3600 * int64(time.Second/time.Microsecond) // keeps the µs count far from overflow
+	memMaxIdleTTL = int64(store.MaxRecordIdle / time.Microsecond) // keeps the µs count far from overflow
 	memSweepEvery = 60 * int64(time.Second/time.Microsecond)
 	memMaxRetryUS = 1 << 53 // ≈ 285 years: any longer retry-after is capped (fits a time.Duration)
 )
@@ -250,9 +249,9 @@ func memIdleTTL(p store.AppPolicy, statsInterval time.Duration) int64 {
 	return max(memKeep(statsInterval), int64(us))
 }
 
-// memKeep is store.RecordIdle in µs, at least memMinIdleTTL.
+// memKeep is store.RecordIdle in µs: at least store.MinRecordIdle.
 func memKeep(statsInterval time.Duration) int64 {
-	return max(memMinIdleTTL, store.RecordIdle(statsInterval).Microseconds())
+	return store.RecordIdle(statsInterval).Microseconds()
 }
 
 func (b *memBucket) expired(now int64) bool { return now-b.touched >= b.ttl }
