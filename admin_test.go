@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/tierbucket/caddy-tierbucket/admin"
+	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
 )
 
 // adminGet serves GET target with the admin.api.rate_limit module as Caddy instantiates it
@@ -30,7 +31,7 @@ func adminGet(t *testing.T, target string, v any) {
 	}
 }
 
-// TestAdminSource: the admin API sees the root's cluster states through adminsource.go: the
+// TestAdminSource: the admin API sees the handlers' cluster states (package cluster): the
 // Store kind, the handler's decisions (those taken before there is an app under "*"), the
 // policies as configured.
 func TestAdminSource(t *testing.T) {
@@ -43,21 +44,21 @@ func TestAdminSource(t *testing.T) {
 	}
 
 	var found bool
-	for _, c := range adminClusters() {
+	for _, c := range cluster.Live() {
 		if c.ID() == "unit-admin" {
 			found = true
-			if c.Store() != "memory" || c.Limiter() != h.state.lim || c.Connections() != h.state.conns {
+			if c.Store() != "memory" || c.Limiter() != h.state.Limiter() || c.Connections() != h.state.Connections() {
 				t.Errorf("adapter: store %q", c.Store())
 			}
 		}
 	}
 	if !found {
-		t.Fatal("the cluster is not listed by adminClusters")
+		t.Fatal("the cluster is not listed by cluster.Live")
 	}
 
 	var cv admin.ClusterView
 	adminGet(t, "/rate_limit/?cluster=unit-admin", &cv)
-	if cv.Cluster != "unit-admin" || cv.Store != "memory" || cv.Instance != instanceID() || cv.UnknownApp != "shared" {
+	if cv.Cluster != "unit-admin" || cv.Store != "memory" || cv.Instance != cluster.InstanceID() || cv.UnknownApp != "shared" {
 		t.Errorf("overview %+v", cv)
 	}
 

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -31,8 +32,8 @@ const (
 	DefaultAppPriority   = store.MaxPriority
 )
 
-// DefaultEmergencyRatios are the refill factors per priority in emergency mode (P0 … P3).
-var DefaultEmergencyRatios = [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+// defaultEmergencyRatios are the refill factors per priority in emergency mode (P0 … P3).
+var defaultEmergencyRatios = [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
 
 // wildcardApp is the id of the template policy for app ids without their own block.
 const wildcardApp = "*"
@@ -112,33 +113,6 @@ func (c *ConnectionsConfig) limits() connlimit.Config {
 	}
 }
 
-// headerMode says which rate-limit headers the handler writes.
-type headerMode uint8
-
-const (
-	headersRejections headerMode = iota // the default: the draft fields on rejections only
-	headersDraft
-	headersLegacy
-	headersBoth
-	headersOff
-)
-
-func parseHeaderMode(s string) (headerMode, bool) {
-	switch s {
-	case "", "rejections":
-		return headersRejections, true
-	case "both":
-		return headersBoth, true
-	case "legacy":
-		return headersLegacy, true
-	case "draft":
-		return headersDraft, true
-	case "off":
-		return headersOff, true
-	}
-	return 0, false
-}
-
 func parseUnknownApp(s string) (limiter.UnknownAppMode, bool) {
 	switch s {
 	case "", "shared":
@@ -161,6 +135,45 @@ func parseFailureMode(s string) (limiter.FailureMode, bool) {
 		return limiter.FailClosed, true
 	}
 	return 0, false
+}
+
+// definition validates the shared-state fields of h and returns what they define.
+func (h *Handler) definition() (cluster.Definition, error) {
+	var def cluster.Definition
+	lc, err := h.limiterConfig()
+	if err != nil {
+		return def, err
+	}
+	def.Conns = h.Connections.limits()
+	if err := def.Conns.Validate(); err != nil {
+		return def, err
+	}
+	def.Key = cluster.Key{Cluster: lc.Cluster.ID, Store: "memory"}
+	if h.Redis != nil {
+		rc, err := h.Redis.resolve(h.ctxPtr())
+		if err != nil {
+			return def, err
+		}
+		def.Redis = &rc
+		def.Key.Store = redisIdentity(rc)
+		def.Key.Conn = redisConnDigest(rc, h.Redis.TrustPoolRaw)
+		lc.StoreTimeout = rc.Timeout
+	}
+	def.Limiter = lc
+
+	// The fingerprint is the configuration as written (not the resolved secrets), so it is
+	// stable and never carries a resolved password: the handler's fields less the per-handler
+	// ones (json skips the unexported runtime fields).
+	shared := *h
+	shared.Cluster = lc.Cluster.ID
+	shared.Key, shared.Cost, shared.MaxWait, shared.Headers, shared.Shadow, shared.Errors = "", nil, 0, "", false, false
+	shared.Format = ""
+	fp, err := json.Marshal(shared)
+	if err != nil {
+		return def, fmt.Errorf("cluster %q: %v", lc.Cluster.ID, err)
+	}
+	def.Fingerprint = string(fp)
+	return def, nil
 }
 
 // finite reports whether f is a real number (not NaN, not ±Inf).
@@ -194,38 +207,11 @@ func appPolicy(id string, a *AppConfig) (store.AppPolicy, error) {
 // they describe (defaults applied). Errors name the field as in JSON / the Caddyfile.
 func (h *Handler) limiterConfig() (limiter.Config, error) {
 	var cfg limiter.Config
-	cluster := h.Cluster
-	if cluster == "" {
-		cluster = DefaultCluster
-	}
-	if !limiter.ValidAppID(cluster) {
-		return cfg, fmt.Errorf("cluster: invalid id %q (1-128 characters of [A-Za-z0-9._:-])", cluster)
-	}
-	cp := store.ClusterPolicy{
-		ID:                 cluster,
-		Capacity:           h.Capacity,
-		ReservedRatio:      DefaultReservedRatio,
-		EmergencyThreshold: DefaultEmergencyThreshold,
-		EmergencyRatios:    DefaultEmergencyRatios,
-	}
-	if h.ReservedRatio != nil {
-		cp.ReservedRatio = *h.ReservedRatio
-	}
-	if h.EmergencyThreshold != nil {
-		cp.EmergencyThreshold = *h.EmergencyThreshold
-	}
-	if h.EmergencyRatios != nil {
-		if len(h.EmergencyRatios) != store.MaxPriority+1 {
-			return cfg, fmt.Errorf("emergency_ratios needs %d values (P0..P%d), got %d",
-				store.MaxPriority+1, store.MaxPriority, len(h.EmergencyRatios))
-		}
-		copy(cp.EmergencyRatios[:], h.EmergencyRatios)
-	}
-	if es := cp.Validate(); len(es) > 0 {
-		return cfg, es
+	cp, err := h.clusterPolicy()
+	if err != nil {
+		return cfg, err
 	}
 	cfg.Cluster = cp
-
 	unknown, ok := parseUnknownApp(h.UnknownApp)
 	if !ok {
 		return cfg, fmt.Errorf("unknown_app must be shared, isolated or reject, got %q", h.UnknownApp)
@@ -236,55 +222,106 @@ func (h *Handler) limiterConfig() (limiter.Config, error) {
 		return cfg, fmt.Errorf("on_redis_failure must be local, open or closed, got %q", h.OnRedisFailure)
 	}
 	cfg.OnStoreFailure = fail
+	if cfg.Apps, cfg.Default, err = h.appPolicies(); err != nil {
+		return cfg, err
+	}
+	if es := cfg.Admission(); len(es) > 0 {
+		return cfg, fmt.Errorf("apps: %s", es[0].Problem)
+	}
+	if err := h.Local.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	cfg.Instance = cluster.InstanceID()
+	return cfg, nil
+}
 
-	cfg.Apps = make(map[string]store.AppPolicy, len(h.Apps))
-	cfg.Default = store.AppPolicy{
+// clusterPolicy is the cluster's L1 policy: its id, capacity and emergency settings.
+func (h *Handler) clusterPolicy() (store.ClusterPolicy, error) {
+	id := h.Cluster
+	if id == "" {
+		id = DefaultCluster
+	}
+	if !limiter.ValidAppID(id) {
+		return store.ClusterPolicy{}, fmt.Errorf("cluster: invalid id %q (1-128 characters of [A-Za-z0-9._:-])", id)
+	}
+	cp := store.ClusterPolicy{
+		ID:                 id,
+		Capacity:           h.Capacity,
+		ReservedRatio:      DefaultReservedRatio,
+		EmergencyThreshold: DefaultEmergencyThreshold,
+		EmergencyRatios:    defaultEmergencyRatios,
+	}
+	if h.ReservedRatio != nil {
+		cp.ReservedRatio = *h.ReservedRatio
+	}
+	if h.EmergencyThreshold != nil {
+		cp.EmergencyThreshold = *h.EmergencyThreshold
+	}
+	if h.EmergencyRatios != nil {
+		if len(h.EmergencyRatios) != store.MaxPriority+1 {
+			return cp, fmt.Errorf("emergency_ratios needs %d values (P0..P%d), got %d",
+				store.MaxPriority+1, store.MaxPriority, len(h.EmergencyRatios))
+		}
+		copy(cp.EmergencyRatios[:], h.EmergencyRatios)
+	}
+	if es := cp.Validate(); len(es) > 0 {
+		return cp, es
+	}
+	return cp, nil
+}
+
+// appPolicies are the policies of the `app` blocks by id, and the template of the app ids
+// without their own (the `app *` block, or the built-in one).
+func (h *Handler) appPolicies() (map[string]store.AppPolicy, store.AppPolicy, error) {
+	apps := make(map[string]store.AppPolicy, len(h.Apps))
+	template := store.AppPolicy{
 		Guaranteed: DefaultAppGuaranteed,
 		Burst:      DefaultAppBurst,
 		Priority:   DefaultAppPriority,
 	}
 	for _, id := range sortedKeys(h.Apps) {
 		if id != wildcardApp && !limiter.ValidAppID(id) {
-			return cfg, fmt.Errorf("apps: invalid app id %q (1-128 characters of [A-Za-z0-9._:-], or *)", id)
+			return nil, template, fmt.Errorf("apps: invalid app id %q (1-128 characters of [A-Za-z0-9._:-], or *)", id)
 		}
 		p, err := appPolicy(id, h.Apps[id])
 		if err != nil {
-			return cfg, err
+			return nil, template, err
 		}
 		if id == wildcardApp {
-			cfg.Default = p
+			template = p
 			continue
 		}
-		cfg.Apps[id] = p
+		apps[id] = p
 	}
-	if es := cfg.Admission(); len(es) > 0 {
-		return cfg, fmt.Errorf("apps: %s", es[0].Problem)
-	}
+	return apps, template, nil
+}
 
-	if l := h.Local; l != nil {
-		switch {
-		case l.Reserve < 0:
-			return cfg, fmt.Errorf("local.reserve must be >= 0, got %d", l.Reserve)
-		case !finite(l.RefillThreshold) || l.RefillThreshold < 0 || l.RefillThreshold > 1:
-			return cfg, fmt.Errorf("local.refill_threshold must be in [0,1], got %v", l.RefillThreshold)
-		case l.SyncInterval < 0 || l.SyncInterval > 0 && time.Duration(l.SyncInterval) < minSyncInterval:
-			return cfg, fmt.Errorf("local.sync_interval must be >= %v (0: the default), got %v", minSyncInterval, time.Duration(l.SyncInterval))
-		case l.SyncBatch < 0:
-			return cfg, fmt.Errorf("local.sync_batch must be >= 0, got %d", l.SyncBatch)
-		case l.LeaseTTL < 0 || l.LeaseTTL > 0 && time.Duration(l.LeaseTTL) < minLeaseTTL:
-			return cfg, fmt.Errorf("local.lease_ttl must be >= %v (0: the default), got %v", minLeaseTTL, time.Duration(l.LeaseTTL))
-		case l.StatsInterval < 0 || l.StatsInterval > 0 && time.Duration(l.StatsInterval) < minStatsInterval:
-			return cfg, fmt.Errorf("local.stats_interval must be >= %v (0: the default), got %v", minStatsInterval, time.Duration(l.StatsInterval))
-		}
-		cfg.Reserve = l.Reserve
-		cfg.RefillThreshold = l.RefillThreshold
-		cfg.SyncInterval = time.Duration(l.SyncInterval)
-		cfg.SyncBatch = l.SyncBatch
-		cfg.LeaseTTL = time.Duration(l.LeaseTTL)
-		cfg.StatsInterval = time.Duration(l.StatsInterval)
+// apply validates the `local` block and sets its knobs in cfg (nil: every default).
+func (l *LocalConfig) apply(cfg *limiter.Config) error {
+	if l == nil {
+		return nil
 	}
-	cfg.Instance = instanceID()
-	return cfg, nil
+	switch {
+	case l.Reserve < 0:
+		return fmt.Errorf("local.reserve must be >= 0, got %d", l.Reserve)
+	case !finite(l.RefillThreshold) || l.RefillThreshold < 0 || l.RefillThreshold > 1:
+		return fmt.Errorf("local.refill_threshold must be in [0,1], got %v", l.RefillThreshold)
+	case l.SyncInterval < 0 || l.SyncInterval > 0 && time.Duration(l.SyncInterval) < minSyncInterval:
+		return fmt.Errorf("local.sync_interval must be >= %v (0: the default), got %v", minSyncInterval, time.Duration(l.SyncInterval))
+	case l.SyncBatch < 0:
+		return fmt.Errorf("local.sync_batch must be >= 0, got %d", l.SyncBatch)
+	case l.LeaseTTL < 0 || l.LeaseTTL > 0 && time.Duration(l.LeaseTTL) < minLeaseTTL:
+		return fmt.Errorf("local.lease_ttl must be >= %v (0: the default), got %v", minLeaseTTL, time.Duration(l.LeaseTTL))
+	case l.StatsInterval < 0 || l.StatsInterval > 0 && time.Duration(l.StatsInterval) < minStatsInterval:
+		return fmt.Errorf("local.stats_interval must be >= %v (0: the default), got %v", minStatsInterval, time.Duration(l.StatsInterval))
+	}
+	cfg.Reserve = l.Reserve
+	cfg.RefillThreshold = l.RefillThreshold
+	cfg.SyncInterval = time.Duration(l.SyncInterval)
+	cfg.SyncBatch = l.SyncBatch
+	cfg.LeaseTTL = time.Duration(l.LeaseTTL)
+	cfg.StatsInterval = time.Duration(l.StatsInterval)
+	return nil
 }
 
 // The shortest sync_interval and lease_ttl: below them an instance would report or give back

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
 )
 
 // TestProvisionRejectsInvalidConfig: every invalid config fails provisioning with
@@ -111,7 +113,7 @@ func TestLimiterConfigDefaults(t *testing.T) {
 	if d := cfg.Default; d.Guaranteed != DefaultAppGuaranteed || d.Burst != DefaultAppBurst || d.Priority != 3 {
 		t.Errorf("default app template: %+v", d)
 	}
-	if cfg.Instance == "" || cfg.Instance != instanceID() {
+	if cfg.Instance == "" || cfg.Instance != cluster.InstanceID() {
 		t.Errorf("instance id %q", cfg.Instance)
 	}
 	// an explicit `app *` replaces the template; burst defaults to guaranteed

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -25,7 +24,7 @@ import (
 
 // connCurrent returns the in-flight count of app ("" = the cluster) on h's cluster.
 func connCurrent(h *Handler, app string) int64 {
-	for _, s := range h.state.conns.Snapshot() {
+	for _, s := range h.state.Connections().Snapshot() {
 		if s.App == app {
 			return s.Current
 		}
@@ -176,34 +175,6 @@ func TestHijackedConnectionReleasesOnClose(t *testing.T) {
 	}
 }
 
-// pipeHijacker hijacks to one end of a net.Pipe, a connection that cannot half-close (as the
-// one Caddy's metrics hand over).
-type pipeHijacker struct {
-	http.ResponseWriter
-	conn net.Conn
-}
-
-func (p pipeHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return p.conn, bufio.NewReadWriter(bufio.NewReader(p.conn), bufio.NewWriter(p.conn)), nil
-}
-
-// The hijacked connection can half-close exactly when the one it wraps can: a proxy that sees
-// CloseWrite relies on it (TestUpgradedConnectionClosedByBackend in e2e).
-func TestHijackedConnectionWithoutHalfClose(t *testing.T) {
-	c1, c2 := net.Pipe()
-	defer c2.Close()
-	tw := getTrackedWriter(pipeHijacker{httptest.NewRecorder(), c1}, nil, nil)
-	defer putTrackedWriter(tw)
-	conn, _, err := tw.Hijack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, ok := conn.(interface{ CloseWrite() error }); ok {
-		t.Error("the hijacked connection offers CloseWrite over a connection that has none")
-	}
-}
-
 // remainingAfter sends one more cheap request and returns its X-RateLimit-Remaining.
 func remainingAfter(t *testing.T, h *Handler, app string) string {
 	t.Helper()
@@ -284,7 +255,7 @@ func TestResponseBytesCharged(t *testing.T) {
 	}
 }
 
-// TestTicketHandleIsGenerationSafe guards the assumption writer.go relies on: a Handle of a
+// TestTicketHandleIsGenerationSafe guards the assumption the tracked writer (internal/response) relies on: a Handle of a
 // released ticket never releases a later acquisition.
 func TestTicketHandleIsGenerationSafe(t *testing.T) {
 	c := connlimit.New(connlimit.Config{}, nil)
@@ -422,7 +393,7 @@ func TestShadowEmitsEventAndLetsThrough(t *testing.T) {
 		t.Errorf("in flight %d after shadow requests", n)
 	}
 	var rejected int64
-	for _, st := range h.state.lim.Stats() {
+	for _, st := range h.state.Limiter().Stats() {
 		if st.Label == "a" {
 			rejected = st.Requests[store.ReasonAppExhausted]
 		}
@@ -546,43 +517,6 @@ func TestDefaultHeaders(t *testing.T) {
 	}
 }
 
-// TestOutcomeValueOverflow: values beyond the record's room are allocated, never lost, whatever
-// room the record has (none, the one value of the default header, a rejection's), and values
-// that fit are cut from the record's own buffer.
-func TestOutcomeValueOverflow(t *testing.T) {
-	rooms := []struct {
-		name string
-		h    *Handler
-		res  result
-	}{
-		{"headers off", &Handler{headers: headersOff}, result{}},
-		{"default header", &Handler{headers: headersDraft}, result{}},
-		{"rejection", &Handler{headers: headersDraft}, result{decision: decisionRejected}},
-	}
-	for _, room := range rooms {
-		t.Run(room.name, func(t *testing.T) {
-			o := room.h.newOutcome(&room.res)
-			var want, got []string
-			for i := 0; i < cap(o.vals)+3; i++ {
-				s := strings.Repeat(strconv.Itoa(i), 30+i) // 30 bytes and more: fits at first, then not
-				v := o.value(func(b []byte) []byte { return append(b, s...) })
-				if len(v) != 1 || cap(v) != 1 {
-					t.Fatalf("value %d: %q (cap %d), want one value of cap 1", i, v, cap(v))
-				}
-				want, got = append(want, s), append(got, v[0])
-			}
-			for i := range got {
-				if got[i] != want[i] {
-					t.Fatalf("value %d corrupted: %q, want %q", i, got[i], want[i])
-				}
-			}
-			if cap(o.buf) > 0 && len(o.buf) == 0 {
-				t.Errorf("nothing was built in the record's buffer of %d bytes", cap(o.buf))
-			}
-		})
-	}
-}
-
 // TestPlaceholdersChain: with two rate_limit handlers on one request, the placeholders show
 // the last one that decided, also through another handler's writer wrapper and when the first
 // lets the request through in shadow mode; each request has its own values.
@@ -637,7 +571,7 @@ func TestPlaceholdersChain(t *testing.T) {
 // tokensOf returns app's local tokens and debt on h.
 func tokensOf(t *testing.T, h *Handler, app string) (tokens, debt int64) {
 	t.Helper()
-	a, _ := h.state.lim.App(app)
+	a, _ := h.state.Limiter().App(app)
 	if a == nil {
 		t.Fatalf("no app %q", app)
 	}

@@ -2,18 +2,20 @@ package tierbucket
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
 )
 
 // storeSeries counts the Store latency and error series of cluster.
-func storeSeries(t *testing.T, cluster string) int {
+func storeSeries(t *testing.T, id string) int {
 	t.Helper()
 	ch := make(chan prometheus.Metric, 4096)
-	storeLatency.Collect(ch)
-	storeErrors.Collect(ch)
+	cluster.Collector.Collect(ch)
 	close(ch)
 	n := 0
 	for m := range ch {
@@ -21,8 +23,11 @@ func storeSeries(t *testing.T, cluster string) int {
 		if err := m.Write(&d); err != nil {
 			t.Fatal(err)
 		}
+		if !strings.HasPrefix(m.Desc().String(), `Desc{fqName: "caddy_rate_limit_store_`) {
+			continue
+		}
 		for _, l := range d.GetLabel() {
-			if l.GetName() == "cluster" && l.GetValue() == cluster {
+			if l.GetName() == "cluster" && l.GetValue() == id {
 				n++
 			}
 		}
@@ -30,8 +35,8 @@ func storeSeries(t *testing.T, cluster string) int {
 	return n
 }
 
-// The Store series of a cluster id go with its last state (a reload renamed or removed it);
-// before, every cluster id a process ever had kept 49 series.
+// The Store series of a cluster id go with its last state (a reload renamed or removed it), so
+// that a process does not keep the series of every cluster id it ever had.
 func TestStoreMetricsForgottenWithTheCluster(t *testing.T) {
 	const cluster = "metrics-forgotten"
 	h := newTestHandler(t, &Handler{

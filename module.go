@@ -1,13 +1,11 @@
 // Package tierbucket is a Caddy HTTP handler that does hierarchical, cost-weighted, distributed
 // token-bucket rate limiting and concurrent-connection limiting. This package only wires the
-// concept packages (cost, limiter, connlimit, redislua) into Caddy.
+// concept packages (cost, limiter, connlimit, the Stores) and the internal ones (cluster,
+// response, metrics) into Caddy; docs/design.md, "Architecture", has the map.
 package tierbucket
 
 import (
 	"fmt"
-	"net/http"
-	"net/textproto"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -15,7 +13,12 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/tierbucket/caddy-tierbucket/admin"
 	"github.com/tierbucket/caddy-tierbucket/cost"
+	"github.com/tierbucket/caddy-tierbucket/history"
+	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
+	"github.com/tierbucket/caddy-tierbucket/internal/metrics"
+	"github.com/tierbucket/caddy-tierbucket/internal/response"
 )
 
 func init() {
@@ -68,27 +71,17 @@ type Handler struct {
 	// Return a Caddy error (for handle_errors) instead of writing the rejection body.
 	Errors bool `json:"errors,omitempty"`
 
-	state   *clusterState // shared buckets and counters of the cluster (pool.go)
-	release func()        // gives this handler's references back (Cleanup)
+	state   *cluster.State // shared buckets and counters of the cluster
+	release func()         // gives this handler's references back (Cleanup)
 	model   *cost.Model
 	key     keyMode
 	keyHdr  string // canonical header name for keyHeader
-	headers headerMode
+	style   response.Style
 	maxWait time.Duration
 	events  *caddyevents.App
 	ctx     caddy.Context
 	logger  *zap.Logger
 }
-
-// keyMode is how ServeHTTP computes the app id.
-type keyMode uint8
-
-const (
-	keyHost        keyMode = iota // {http.request.host}: r.Host without the port, no allocation
-	keyHeader                     // {http.request.header.X}: r.Header.Get, no allocation
-	keyLiteral                    // no placeholder at all
-	keyPlaceholder                // anything else: the replacer
-)
 
 // CaddyModule returns the Caddy module information.
 func (Handler) CaddyModule() caddy.ModuleInfo {
@@ -123,37 +116,42 @@ func (h *Handler) setup(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.state, h.release, err = acquireCluster(ctx, def, h.logger)
+	h.state, h.release, err = cluster.Acquire(ctx, def, cluster.Options{
+		Logger:     h.logger,
+		Validating: validating(),
+		Reading:    func(s *cluster.State) history.Reading { return admin.Read(s) },
+	})
 	if err != nil {
 		return err
 	}
-	registerMetrics(ctx, h.logger)
+	metrics.Register(ctx.GetMetricsRegistry(), cluster.Collector, h.logger)
 	return nil
 }
 
 // configure validates every field and builds the handler's own parts (key mode, headers, cost
 // model) and the definition of its cluster's shared state. It touches no shared state: an
 // invalid config can never reach the live buckets of a running one.
-func (h *Handler) configure() (definition, error) {
+func (h *Handler) configure() (cluster.Definition, error) {
 	if h.Key == "" {
 		h.Key = DefaultKey
 	}
 	if err := validateKey(h.Key); err != nil {
-		return definition{}, err
+		return cluster.Definition{}, err
 	}
 	h.key, h.keyHdr = parseKey(h.Key)
-	mode, ok := parseHeaderMode(h.Headers)
+	mode, ok := response.ParseHeaderMode(h.Headers)
 	if !ok {
-		return definition{}, fmt.Errorf("headers must be rejections, draft, legacy, both or off, got %q", h.Headers)
+		return cluster.Definition{}, fmt.Errorf("headers must be rejections, draft, legacy, both or off, got %q", h.Headers)
 	}
-	h.headers = mode
+	h.style.Headers = mode
 	switch h.Format {
-	case "", formatJSON, formatS3:
+	case "", response.FormatJSON, response.FormatS3:
+		h.style.S3 = h.Format == response.FormatS3
 	default:
-		return definition{}, fmt.Errorf("format must be json or s3, got %q", h.Format)
+		return cluster.Definition{}, fmt.Errorf("format must be json or s3, got %q", h.Format)
 	}
 	if h.MaxWait < 0 {
-		return definition{}, fmt.Errorf("max_wait must be >= 0, got %v", time.Duration(h.MaxWait))
+		return cluster.Definition{}, fmt.Errorf("max_wait must be >= 0, got %v", time.Duration(h.MaxWait))
 	}
 	h.maxWait = time.Duration(h.MaxWait)
 
@@ -163,7 +161,7 @@ func (h *Handler) configure() (definition, error) {
 	}
 	model, err := cost.New(costCfg)
 	if err != nil {
-		return definition{}, err
+		return cluster.Definition{}, err
 	}
 	h.model = model
 	return h.definition()
@@ -177,61 +175,6 @@ func (h *Handler) Cleanup() error {
 		h.release = nil
 	}
 	return nil
-}
-
-// parseKey recognises the key templates ServeHTTP can evaluate without the replacer.
-func parseKey(key string) (keyMode, string) {
-	switch {
-	case key == "{http.request.host}":
-		return keyHost, ""
-	case strings.HasPrefix(key, "{http.request.header.") && strings.HasSuffix(key, "}") &&
-		strings.Count(key, "{") == 1:
-		name := key[len("{http.request.header.") : len(key)-1]
-		if name != "" {
-			return keyHeader, textproto.CanonicalMIMEHeaderKey(name)
-		}
-	case !strings.Contains(key, "{"):
-		return keyLiteral, ""
-	}
-	return keyPlaceholder, ""
-}
-
-// appID evaluates the key for r. The fast paths do not allocate: r.Host and header values are
-// strings the request already holds.
-func (h *Handler) appID(r *http.Request, repl *caddy.Replacer) string {
-	switch h.key {
-	case keyHost:
-		return hostOnly(r.Host)
-	case keyHeader:
-		if v := r.Header[h.keyHdr]; len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	case keyLiteral:
-		return h.Key
-	}
-	if repl == nil {
-		return ""
-	}
-	return repl.ReplaceKnown(h.Key, "")
-}
-
-// hostOnly strips the port from a Host header value, like {http.request.host} does, without
-// allocating. IPv6 literals lose their brackets.
-func hostOnly(host string) string {
-	if host == "" {
-		return ""
-	}
-	if host[0] == '[' {
-		if i := strings.IndexByte(host, ']'); i > 0 {
-			return host[1:i]
-		}
-		return host
-	}
-	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.IndexByte(host, ':') == i {
-		return host[:i]
-	}
-	return host
 }
 
 // Interface guards

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
 )
 
@@ -73,7 +74,7 @@ func TestReloadAppliesAndFailedReloadRestores(t *testing.T) {
 	if err := setupOn(t, oldGen, old); err != nil {
 		t.Fatal(err)
 	}
-	app, _ := old.state.lim.App("a")
+	app, _ := old.state.Limiter().App("a")
 	if d := app.Take(context.Background(), 4, 0); !d.Allowed {
 		t.Fatalf("take: %+v", d)
 	}
@@ -85,23 +86,23 @@ func TestReloadAppliesAndFailedReloadRestores(t *testing.T) {
 	if h2.state != old.state {
 		t.Fatal("a reload of the same cluster got a new state")
 	}
-	if got := old.state.lim.Config().Apps["a"].Guaranteed; got != 30 {
+	if got := old.state.Limiter().Config().Apps["a"].Guaranteed; got != 30 {
 		t.Errorf("new policy not applied: guaranteed %v", got)
 	}
-	if app2, _ := h2.state.lim.App("a"); app2 != app {
+	if app2, _ := h2.state.Limiter().App("a"); app2 != app {
 		t.Error("the app's bucket was replaced on reload")
 	}
 	// the new config fails later and is cleaned up: the old policy comes back
 	_ = h2.Cleanup()
-	if got := old.state.lim.Config().Apps["a"].Guaranteed; got != 10 {
+	if got := old.state.Limiter().Config().Apps["a"].Guaranteed; got != 10 {
 		t.Errorf("failed reload left policy guaranteed %v, want 10", got)
 	}
-	if n, ok := clusters.References(old.state.key); !ok || n != 1 {
+	if n, ok := cluster.References(old.state.Key()); !ok || n != 1 {
 		t.Errorf("references %d %v, want 1", n, ok)
 	}
 	// last reference gone: the state is closed and removed
 	_ = old.Cleanup()
-	if _, ok := clusters.References(old.state.key); ok {
+	if _, ok := cluster.References(old.state.Key()); ok {
 		t.Error("state still in the pool after the last cleanup")
 	}
 	_ = old.Cleanup() // idempotent
@@ -121,8 +122,8 @@ func TestStoreChangeMakesNewState(t *testing.T) {
 	if err := setupOn(t, g2, h2); err != nil {
 		t.Fatal(err)
 	}
-	if h1.state == h2.state || h2.state.key.store == "memory" {
-		t.Errorf("states %v %v", h1.state.key, h2.state.key)
+	if h1.state == h2.state || h2.state.Key().Store == "memory" {
+		t.Errorf("states %v %v", h1.state.Key(), h2.state.Key())
 	}
 }
 
@@ -147,17 +148,17 @@ func TestCredentialChangeMakesNewState(t *testing.T) {
 		t.Fatal(err)
 	}
 	if h1.state != h2.state {
-		t.Errorf("a timeout change made a new state: %v %v", h1.state.key, h2.state.key)
+		t.Errorf("a timeout change made a new state: %v %v", h1.state.Key(), h2.state.Key())
 	}
 	g3 := newCtx(t)
 	h3 := redisPolicy("new-pw-b2", 80*time.Millisecond)
 	if err := setupOn(t, g3, h3); err != nil {
 		t.Fatal(err)
 	}
-	if h3.state == h2.state || h3.state.key.store != h2.state.key.store {
-		t.Errorf("a password change: states %v %v, want a new state on the same Store", h2.state.key, h3.state.key)
+	if h3.state == h2.state || h3.state.Key().Store != h2.state.Key().Store {
+		t.Errorf("a password change: states %v %v, want a new state on the same Store", h2.state.Key(), h3.state.Key())
 	}
-	if k := fmt.Sprint(h3.state.key); strings.Contains(k, "new-pw-b2") {
+	if k := fmt.Sprint(h3.state.Key()); strings.Contains(k, "new-pw-b2") {
 		t.Errorf("the pool key holds the password: %s", k)
 	}
 }

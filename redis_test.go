@@ -27,7 +27,7 @@ func TestRedisStoreWired(t *testing.T) {
 			KeyPrefix: "rltest",
 		}},
 	})
-	if h.state.key.store == "memory" {
+	if h.state.Key().Store == "memory" {
 		t.Fatal("the memory store is used despite the redis block")
 	}
 	var codes []int

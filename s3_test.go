@@ -12,6 +12,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/response"
 )
 
 // s3ErrorBody is S3's error document.
@@ -29,7 +31,7 @@ func s3Handler(t *testing.T, cluster, unknown string, errorsMode bool) *Handler 
 		Key:        "{http.request.header.X-App-Id}",
 		Apps:       map[string]*AppConfig{"a": {Guaranteed: 1, Burst: 2}},
 		UnknownApp: unknown,
-		Format:     formatS3,
+		Format:     response.FormatS3,
 		Errors:     errorsMode,
 	})
 }

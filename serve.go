@@ -3,7 +3,6 @@ package tierbucket
 import (
 	"errors"
 	"net/http"
-	"strings"
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/cost"
+	"github.com/tierbucket/caddy-tierbucket/internal/response"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -21,47 +21,48 @@ import (
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	s := h.state
-	o := result{app: h.appID(r, repl)}
+	o := response.Result{App: h.appID(r, repl)}
 
-	if !limiter.ValidAppID(o.app) {
-		s.invalidIDs.Add(1)
-		return h.refuse(w, r, repl, next, &o, store.ReasonInvalidAppID, nil)
+	if !limiter.ValidAppID(o.App) {
+		s.InvalidAppID()
+		return h.refuse(w, r, repl, next, &o, store.ReasonInvalidAppID)
 	}
-	app, reason := s.lim.App(o.app)
+	app, reason := s.Limiter().App(o.App)
 	if app == nil {
 		if reason == store.ReasonNone {
 			reason = store.ReasonUnknownApp
 		}
-		s.unknownRejects.Add(1)
-		return h.refuse(w, r, repl, next, &o, reason, nil)
+		s.UnknownApp()
+		return h.refuse(w, r, repl, next, &o, reason)
 	}
 
 	est := h.model.Estimate(r)
-	o.cost = est.Cost
+	o.Cost = est.Cost
 	pol := app.Policy()
-	o.limit, o.guaranteed = max(int64(pol.Burst), 1), pol.Guaranteed
+	o.Limit, o.Guaranteed = max(int64(pol.Burst), 1), pol.Guaranteed
 
-	ticket, reason := s.conns.Acquire(app.Label(), pol.MaxConnections)
+	conns := s.Connections()
+	ticket, reason := conns.Acquire(app.Label(), pol.MaxConnections)
 	if reason != store.ReasonNone {
 		app.Record(reason, est.Cost)
-		o.remaining = app.Remaining() // tokens are left: the connections ran out
+		o.Remaining = app.Remaining() // tokens are left: the connections ran out
 		if reason == store.ReasonClusterLimitExceeded {
-			o.connLimit, o.connCurrent = s.conns.Limits("", 0) // the cluster's figures
+			o.ConnLimit, o.ConnCurrent = conns.Limits("", 0) // the cluster's figures
 		} else {
-			o.connLimit, o.connCurrent = s.conns.Limits(app.Label(), pol.MaxConnections)
+			o.ConnLimit, o.ConnCurrent = conns.Limits(app.Label(), pol.MaxConnections)
 		}
-		return h.refuse(w, r, repl, next, &o, reason, app) // shadow: let through, nothing taken
+		return h.refuse(w, r, repl, next, &o, reason) // shadow: let through, nothing taken
 	}
 
 	// Up front a request is charged at most the app's burst; a body that costs more is charged
 	// as it arrives (touchingBody). Charged in full before a byte came, a declared size that
 	// nobody sends (Content-Length 10^18) would block the app, for as long as the lying client
 	// keeps the request open, behind a debt of cost.max.
-	charge := min(est.Cost, o.limit)
+	charge := min(est.Cost, o.Limit)
 	d := app.Take(r.Context(), charge, h.maxWait)
-	o.remaining, o.retryAfter = d.Remaining, d.RetryAfter
+	o.Remaining, o.RetryAfter = d.Remaining, d.RetryAfter
 	if d.Limit > 0 {
-		o.limit = d.Limit
+		o.Limit = d.Limit
 	}
 	if !d.Allowed {
 		app.Record(d.Reason, est.Cost)
@@ -70,11 +71,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		} else {
 			ticket.Release() // rollback: the slot was taken for a request that does not run
 		}
-		return h.refuse(w, r, repl, next, &o, d.Reason, app)
+		return h.refuse(w, r, repl, next, &o, d.Reason)
 	}
 
-	o.decision = decisionAllowed
-	out := h.publish(w, repl, &o)
+	o.Decision = response.Allowed
+	out := h.style.Publish(w, repl, &o)
 	return h.serveAdmitted(w, r, next, app, d, est, charge, ticket, out)
 }
 
@@ -90,15 +91,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // rejections such as a 401 from basic_auth would make brute force free.
 func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	app *limiter.App, d limiter.Decision, est cost.Estimate, charge int64, ticket *connlimit.Ticket,
-	out *outcome) (err error) {
-	tw := getTrackedWriter(w, ticket, out)
+	out *response.Outcome) (err error) {
+	tw := response.Track(w, ticket, out)
 	var body *touchingBody
 	orig := r.Body
 	// Content-Length 0 (a GET over HTTP/1.1 or 2) has nothing to count; Caddy wraps every
 	// request's body, so NoBody alone would not tell it, and this saves an allocation per GET.
 	if orig != nil && orig != http.NoBody && r.ContentLength != 0 {
 		// Not pooled: a proxy transport may still close the body after the chain returns.
-		body = &touchingBody{ticket: tw.ticket, app: app, model: h.model, est: est}
+		body = &touchingBody{ticket: ticket.Handle(), app: app, model: h.model, est: est}
 		body.charged.Store(charge)
 		body.Reset(orig)
 		body.CountObjects(est)
@@ -110,7 +111,7 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 		if body != nil {
 			charged = body.settle()
 		}
-		if tw.status == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests {
+		if tw.Status() == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests {
 			app.Settle(d, charged, 0) // rejected further down: roll back
 			app.Record(store.ReasonNone, 0)
 		} else {
@@ -118,18 +119,18 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 			if body != nil {
 				used = body.Usage()
 			}
-			used.ResponseBytes = tw.n
+			used.ResponseBytes = tw.Written()
 			actual := h.model.Settle(est, used)
 			app.Settle(d, charged, actual)
 			app.Record(store.ReasonNone, actual)
 			if out != nil {
-				out.cost = actual // {http.rate_limit.cost} in access logs: what the request cost
+				out.Cost = actual // {http.rate_limit.cost} in access logs: what the request cost
 			}
 		}
-		if !tw.hijacked {
+		if !tw.Hijacked() {
 			ticket.Release()
 		}
-		putTrackedWriter(tw)
+		tw.Done()
 	}()
 	return next.ServeHTTP(tw, r)
 }
@@ -190,102 +191,46 @@ func (b *touchingBody) chargeRead() {
 // settle ends the charging and returns what the request was charged in all.
 func (b *touchingBody) settle() int64 { return b.charged.Swap(-1) }
 
-// refuse answers a rejected request: headers, placeholders, the event, then the JSON body (or a
-// Caddy error for handle_errors when `errors` is set). In shadow mode invalid and unknown ids
-// are let through too (nothing was taken).
+// refuse answers a rejected request: headers, placeholders, the event, then the body (or a
+// Caddy error for handle_errors when `errors` is set). In shadow mode the request is let
+// through (nothing was taken).
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer,
-	next caddyhttp.Handler, o *result, reason store.Reason, app *limiter.App) error {
-	o.reason = reason
-	o.decision = decisionRejected
+	next caddyhttp.Handler, o *response.Result, reason store.Reason) error {
+	o.Reason = reason
+	o.Decision = response.Rejected
 	if h.Shadow {
-		o.decision = decisionShadow
+		o.Decision = response.ShadowRejected
 	}
-	out := h.publish(w, repl, o)
+	out := h.style.Publish(w, repl, o)
 	h.emit(o)
 	if h.Shadow {
 		if out == nil || repl == nil {
 			return next.ServeHTTP(w, r)
 		}
 		// wrapped so that a later rate_limit handler's outcome reaches the placeholders
-		tw := getTrackedWriter(w, nil, out)
-		defer putTrackedWriter(tw)
+		tw := response.Track(w, nil, out)
+		defer tw.Done()
 		return next.ServeHTTP(tw, r)
 	}
-	status := h.statusFor(reason)
 	if out == nil {
-		out = h.newOutcome(o)
+		out = h.style.NewOutcome(o)
 	}
-	if waitsForContinue(r) {
-		// The client sends its body only after "100 Continue", which a rejection never asks
-		// for. Go's server, finding the body unread once the answer is written, reads it to
-		// reuse the connection, bypassing the reader that would send the "100 Continue" (Caddy
-		// has replaced the request's body): both sides wait, and every throttled upload of
-		// boto3 or aws-cli over HTTPS stalled for their 60 s read timeout. Closing the
-		// connection after the answer skips that read; the client retries on a new one.
-		w.Header().Set("Connection", "close")
-	}
-	if h.Errors {
-		if h.Format == formatS3 {
-			setS3Headers(w.Header(), out) // an S3 client reads the throttle from them
-		}
-		return caddyhttp.Error(status, rejectionError{reason: reason})
-	}
-	if h.Format == formatS3 {
-		return writeS3Rejection(w, r, status, out)
-	}
-	return writeRejection(w, r, status, out)
-}
-
-// waitsForContinue reports whether r is an HTTP/1.1 request with a body that its client sends
-// only after a "100 Continue" (Expect: 100-continue).
-func waitsForContinue(r *http.Request) bool {
-	if r.ProtoMajor != 1 || r.ContentLength == 0 {
-		return false
-	}
-	for _, v := range r.Header["Expect"] {
-		if strings.EqualFold(strings.TrimSpace(v), "100-continue") {
-			return true
-		}
-	}
-	return false
+	return h.style.Reject(w, r, out, h.Errors)
 }
 
 // emit sends the rate_limit_exceeded event; building it is skipped when nothing listens.
-func (h *Handler) emit(o *result) {
+func (h *Handler) emit(o *response.Result) {
 	if h.events == nil || !h.events.ShouldEmit(eventName) {
 		return
 	}
 	h.events.Emit(h.ctx, eventName, map[string]any{
-		"cluster": h.state.key.cluster,
-		"app":     o.app,
-		"reason":  o.reason.String(),
-		"cost":    o.cost,
+		"cluster": h.state.ID(),
+		"app":     o.App,
+		"reason":  o.Reason.String(),
+		"cost":    o.Cost,
 		"shadow":  h.Shadow,
 	})
 }
 
 // eventName is the event emitted on every rejection.
 const eventName = "rate_limit_exceeded"
-
-// statusFor maps a rejection reason to its HTTP status in the handler's format (docs/s3.md
-// for s3).
-func (h *Handler) statusFor(r store.Reason) int {
-	if h.Format == formatS3 {
-		status, _, _ := s3Error(r)
-		return status
-	}
-	switch r {
-	case store.ReasonInvalidAppID:
-		return http.StatusBadRequest
-	case store.ReasonUnknownApp:
-		return http.StatusForbidden
-	case store.ReasonRedisUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusTooManyRequests
-}
-
-// rejectionError is the error handed to handle_errors in `errors` mode.
-type rejectionError struct{ reason store.Reason }
-
-func (e rejectionError) Error() string { return "rate limit exceeded: " + e.reason.String() }

@@ -5,12 +5,11 @@
 // every change is logged and emitted as the rate_limit_config_changed event. Caddy's admin
 // endpoint serves it with its own access control (listen address, origin checks, remote admin).
 //
-// The root package provides the data: it installs the function listing its live clusters with
-// SetSource. This package never imports the root.
+// It reads the live cluster states from package internal/cluster, as reverse_proxy's admin
+// routes read its upstream pool.
 package admin
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/history"
+	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
@@ -47,30 +47,20 @@ type PreAppCounter interface {
 	PreAppRejections() (invalidAppID, unknownApp int64)
 }
 
-var installed atomic.Pointer[func() []Cluster]
-
-// SetSource installs the function listing this process's live clusters (called by the root's
-// init). f must be safe for concurrent use; nil uninstalls it.
-func SetSource(f func() []Cluster) {
-	if f == nil {
-		installed.Store(nil)
-		return
-	}
-	installed.Store(&f)
-}
-
-// liveClusters calls the installed source (none: no clusters).
+// liveClusters lists this process's live cluster states.
 func liveClusters() []Cluster {
-	if f := installed.Load(); f != nil {
-		return (*f)()
+	live := cluster.Live()
+	out := make([]Cluster, len(live))
+	for i, s := range live {
+		out[i] = s
 	}
-	return nil
+	return out
 }
 
 // API is the admin.api.rate_limit module: Caddy instantiates it when it starts its admin
 // endpoint and serves its Routes.
 type API struct {
-	// source, when set, replaces the installed source (tests).
+	// source, when set, replaces the process's live clusters (tests).
 	source func() []Cluster
 
 	ctx    caddy.Context

@@ -151,7 +151,7 @@ func apiErr(t *testing.T, err error, status int) string {
 }
 
 // TestModuleRegistered: the module is registered under admin.api.rate_limit and is an
-// AdminRouter serving the /rate_limit/ subtree from the installed source.
+// AdminRouter serving the /rate_limit/ subtree from its source of clusters.
 func TestModuleRegistered(t *testing.T) {
 	info, err := caddy.GetModule("admin.api.rate_limit")
 	if err != nil {
@@ -167,14 +167,14 @@ func TestModuleRegistered(t *testing.T) {
 	}
 
 	c := newCluster(t, "installed", testConfig(), nil)
-	SetSource(func() []Cluster { return []Cluster{c} })
-	t.Cleanup(func() { SetSource(nil) })
+	api := router.(*API)
+	api.source = func() []Cluster { return []Cluster{c} }
 	var v ClusterView
-	get(t, *router.(*API), "/rate_limit/", &v)
+	get(t, *api, "/rate_limit/", &v)
 	if v.Cluster != "installed" {
-		t.Errorf("cluster %q, want the installed source's", v.Cluster)
+		t.Errorf("cluster %q, want the source's", v.Cluster)
 	}
-	SetSource(nil)
+	// the process's own clusters: none in this test binary
 	_, err = call(API{}, http.MethodGet, "/rate_limit/")
 	if msg := apiErr(t, err, http.StatusNotFound); !strings.Contains(msg, "no rate_limit cluster") {
 		t.Errorf("without a source: %q", msg)

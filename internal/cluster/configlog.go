@@ -1,4 +1,4 @@
-package tierbucket
+package cluster
 
 import (
 	"slices"

@@ -1,24 +1,36 @@
-package tierbucket
+package metrics
 
 import (
 	"errors"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// The metrics are read at scrape time from the limiters' and counters' own atomic
-// counters: the request path never calls into prometheus. Labels: cluster, and app = a
-// configured app id or "*" (every unknown app together), so cardinality is bounded by the
-// config.
-const metricsNS = "caddy_rate_limit_"
+// Namespace prefixes every series of the rate limiter.
+const Namespace = "caddy_rate_limit_"
+
+// WildcardApp is the app label of every app id without its own policy.
+const WildcardApp = "*"
+
+// Cluster is one cluster's state as the collector reads it.
+type Cluster interface {
+	// ID is the cluster id (the cluster label).
+	ID() string
+	// Limiter holds the per-app statistics and L1's last known state.
+	Limiter() *limiter.Limiter
+	// Connections holds the in-flight counts.
+	Connections() *connlimit.Counter
+	// PreAppRejections are the decisions taken before there is an app, shown under "*".
+	PreAppRejections() (invalidAppID, unknownApp int64)
+}
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(metricsNS+name, help, labels, nil)
+	return prometheus.NewDesc(Namespace+name, help, labels, nil)
 }
 
 var (
@@ -47,20 +59,23 @@ var (
 	descFlushes     = desc("stats_flushes_total", "Per-app statistics batches the cluster report sent on their own (no lease or return of the app carried them within stats_interval, or their call failed, or the app was removed): one Redis call each.", "cluster")
 )
 
-// collector reports every live cluster state.
-type collector struct{}
+// Collector reports every cluster that clusters lists, and the Store series.
+type Collector struct {
+	clusters func() []Cluster
+}
 
-// theCollector is registered on the metrics registry of every config load.
-var theCollector = collector{}
+// NewCollector returns the collector of the clusters that clusters lists at each scrape.
+func NewCollector(clusters func() []Cluster) *Collector {
+	return &Collector{clusters: clusters}
+}
 
-// registerMetrics registers the collector on the registry of this config load. Several handlers
-// register the same collector; like reverse_proxy, the duplicate registration is tolerated.
-func registerMetrics(ctx caddy.Context, logger *zap.Logger) {
-	reg := ctx.GetMetricsRegistry()
+// Register registers c on reg (nil: no registry). Every handler of a config registers a
+// collector of the same descriptors; like reverse_proxy, the duplicate is tolerated.
+func Register(reg *prometheus.Registry, c prometheus.Collector, logger *zap.Logger) {
 	if reg == nil {
 		return
 	}
-	if err := reg.Register(theCollector); err != nil {
+	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if !errors.As(err, &are) {
 			logger.Error("registering rate_limit metrics", zap.Error(err))
@@ -69,7 +84,7 @@ func registerMetrics(ctx caddy.Context, logger *zap.Logger) {
 }
 
 // Describe sends every descriptor.
-func (collector) Describe(ch chan<- *prometheus.Desc) {
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRequests, descCost, descLocalHits, descLocalTokens,
 		descBorrowed, descDebt, descLeases, descLeaseTokens, descLevel, descEmergency, descUsage, descLatency, descConns,
 		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej, descChanges, descFlushes} {
@@ -79,45 +94,31 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 	storeErrors.Describe(ch)
 }
 
-// Collect reads the counters of every live cluster.
-func (collector) Collect(ch chan<- prometheus.Metric) {
+// Collect reads the counters of every live cluster. During a reload that moves a cluster id to
+// another Store both states are live; the first listed is reported.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	seen := map[string]bool{}
-	for _, s := range liveClusters() {
-		cl := s.key.cluster
-		if seen[cl] {
-			continue // the same cluster on two Stores during a reload: report the first
+	for _, cl := range c.clusters() {
+		if seen[cl.ID()] {
+			continue
 		}
-		seen[cl] = true
-		collectCluster(ch, s)
+		seen[cl.ID()] = true
+		collectCluster(ch, cl)
 	}
 	storeLatency.Collect(ch)
 	storeErrors.Collect(ch)
 }
 
-func collectCluster(ch chan<- prometheus.Metric, s *clusterState) {
-	cl := s.key.cluster
+func collectCluster(ch chan<- prometheus.Metric, c Cluster) {
+	cl := c.ID()
 	counter := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	stats := s.lim.Stats()
-	var star *limiter.AppStats
-	for i := range stats {
-		st := &stats[i]
-		if st.Label == wildcardApp {
-			star = st
-		}
-	}
-	if star == nil {
-		// unknown apps are rejected: "*" still gets its invalid/unknown decisions
-		stats = append(stats, limiter.AppStats{Label: wildcardApp})
-		star = &stats[len(stats)-1]
-	}
-	star.Requests[store.ReasonInvalidAppID] += s.invalidIDs.Load()
-	star.Requests[store.ReasonUnknownApp] += s.unknownRejects.Load()
-	for _, st := range stats {
+	lim := c.Limiter()
+	for _, st := range appStats(c) {
 		for r, n := range st.Requests {
 			reason := store.Reason(r)
 			if n == 0 && reason != store.ReasonNone {
@@ -137,27 +138,47 @@ func collectCluster(ch chan<- prometheus.Metric, s *clusterState) {
 		counter(descLeases, st.Leases, cl, st.Label)
 		counter(descLeaseTokens, st.LeaseTokens, cl, st.Label)
 	}
-	state := s.lim.State()
-	gauge(descLevel, float64(s.lim.Level()), cl)
+	state := lim.State()
+	gauge(descLevel, float64(lim.Level()), cl)
 	emergency := 0.0
 	if state.Emergency {
 		emergency = 1
 	}
 	gauge(descEmergency, emergency, cl)
 	gauge(descUsage, state.Usage, cl)
-	gauge(descLatency, s.lim.Latency().Seconds(), cl)
-	counter(descChanges, s.lim.ConfigChanges(), cl)
-	counter(descFlushes, s.lim.StatsFlushes(), cl)
-	for _, c := range s.conns.Snapshot() {
-		if c.App == "" {
-			gauge(descClConns, float64(c.Current), cl)
-			gauge(descClConnsPeak, float64(c.Peak), cl)
-			counter(descClConnsRej, c.Rejected, cl)
+	gauge(descLatency, lim.Latency().Seconds(), cl)
+	counter(descChanges, lim.ConfigChanges(), cl)
+	counter(descFlushes, lim.StatsFlushes(), cl)
+	for _, cc := range c.Connections().Snapshot() {
+		if cc.App == "" {
+			gauge(descClConns, float64(cc.Current), cl)
+			gauge(descClConnsPeak, float64(cc.Peak), cl)
+			counter(descClConnsRej, cc.Rejected, cl)
 			continue
 		}
-		gauge(descConns, float64(c.Current), cl, c.App)
-		gauge(descConnsPeak, float64(c.Peak), cl, c.App)
-		counter(descConnsRej, c.Rejected, cl, c.App)
-		counter(descConnsLeak, c.Leaked, cl, c.App)
+		gauge(descConns, float64(cc.Current), cl, cc.App)
+		gauge(descConnsPeak, float64(cc.Peak), cl, cc.App)
+		counter(descConnsRej, cc.Rejected, cl, cc.App)
+		counter(descConnsLeak, cc.Leaked, cl, cc.App)
 	}
+}
+
+// appStats is the limiter's per-app statistics with the decisions taken before there is an
+// app added to "*" (which appears even when unknown apps are rejected).
+func appStats(c Cluster) []limiter.AppStats {
+	stats := c.Limiter().Stats()
+	star := -1
+	for i := range stats {
+		if stats[i].Label == WildcardApp {
+			star = i
+		}
+	}
+	if star < 0 {
+		stats = append(stats, limiter.AppStats{Label: WildcardApp})
+		star = len(stats) - 1
+	}
+	invalid, unknown := c.PreAppRejections()
+	stats[star].Requests[store.ReasonInvalidAppID] += invalid
+	stats[star].Requests[store.ReasonUnknownApp] += unknown
+	return stats
 }

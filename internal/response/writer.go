@@ -1,4 +1,4 @@
-package tierbucket
+package response
 
 import (
 	"bufio"
@@ -12,26 +12,26 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 )
 
-// trackedWriter wraps the ResponseWriter of an admitted request: it counts response bytes (for
+// TrackedWriter wraps the ResponseWriter of an admitted request: it counts response bytes (for
 // response_bytes) and intercepts Hijack, so that the in-flight slot of a hijacked connection
 // (a WebSocket, say) is released when that connection is closed rather than when the handler
 // returns. Flush, Push and the rest are reached through Unwrap (http.ResponseController), as
 // with Caddy's own wrappers. Pooled: nothing may keep it after the handler returns.
-type trackedWriter struct {
+type TrackedWriter struct {
 	caddyhttp.ResponseWriterWrapper
 	ticket   connlimit.Handle
 	n        int64 // response body bytes written
 	status   int   // the final status written (0 before WriteHeader)
 	hijacked bool
-	out      *outcome // the root outcome of the request's placeholders, for later rate_limit handlers
+	out      *Outcome // the root outcome of the request's placeholders, for later rate_limit handlers
 }
 
-var writerPool = sync.Pool{New: func() any { return new(trackedWriter) }}
+var writerPool = sync.Pool{New: func() any { return new(TrackedWriter) }}
 
-// getTrackedWriter wraps w for a request holding t (nil: no slot to track) whose placeholders
+// Track wraps w for a request holding t (nil: no slot to track) whose placeholders
 // are out's (nil: none).
-func getTrackedWriter(w http.ResponseWriter, t *connlimit.Ticket, out *outcome) *trackedWriter {
-	tw := writerPool.Get().(*trackedWriter)
+func Track(w http.ResponseWriter, t *connlimit.Ticket, out *Outcome) *TrackedWriter {
+	tw := writerPool.Get().(*TrackedWriter)
 	tw.ResponseWriter = w
 	if t != nil {
 		tw.ticket = t.Handle()
@@ -42,13 +42,23 @@ func getTrackedWriter(w http.ResponseWriter, t *connlimit.Ticket, out *outcome) 
 	return tw
 }
 
-func putTrackedWriter(tw *trackedWriter) {
-	*tw = trackedWriter{}
+// Done gives tw back to the pool: nothing may use it afterwards.
+func (tw *TrackedWriter) Done() {
+	*tw = TrackedWriter{}
 	writerPool.Put(tw)
 }
 
+// Status is the final status written (0 before WriteHeader).
+func (tw *TrackedWriter) Status() int { return tw.status }
+
+// Written is the number of response body bytes written.
+func (tw *TrackedWriter) Written() int64 { return tw.n }
+
+// Hijacked reports whether the connection was hijacked: its slot is released when it closes.
+func (tw *TrackedWriter) Hijacked() bool { return tw.hijacked }
+
 // WriteHeader records the final status (1xx responses are not final).
-func (tw *trackedWriter) WriteHeader(code int) {
+func (tw *TrackedWriter) WriteHeader(code int) {
 	if tw.status == 0 && code >= 200 {
 		tw.status = code
 	}
@@ -56,7 +66,7 @@ func (tw *trackedWriter) WriteHeader(code int) {
 }
 
 // Write counts the bytes written.
-func (tw *trackedWriter) Write(p []byte) (int, error) {
+func (tw *TrackedWriter) Write(p []byte) (int, error) {
 	n, err := tw.ResponseWriter.Write(p)
 	tw.n += int64(n)
 	tw.ticket.Touch() // a long download is activity, not a leak
@@ -64,7 +74,7 @@ func (tw *trackedWriter) Write(p []byte) (int, error) {
 }
 
 // ReadFrom counts the bytes copied (the file server and the proxy use it).
-func (tw *trackedWriter) ReadFrom(r io.Reader) (int64, error) {
+func (tw *TrackedWriter) ReadFrom(r io.Reader) (int64, error) {
 	n, err := tw.ResponseWriterWrapper.ReadFrom(r)
 	tw.n += n
 	tw.ticket.Touch()
@@ -72,7 +82,7 @@ func (tw *trackedWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // Hijack hands the connection over; the slot is now released when it is closed.
-func (tw *trackedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (tw *TrackedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(tw.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -117,8 +127,8 @@ func (c *releasingConn) Write(p []byte) (int, error) {
 // halfClosingConn is a releasingConn over a connection that can half-close, and only then:
 // a proxy tunnel (reverse_proxy's WebSockets) that sees CloseWrite relies on it to pass an
 // end of stream on and keeps waiting for the other direction. A CloseWrite that did nothing
-// left every client of a WebSocket the backend closed hanging, holding its slot, whenever the
-// hijacked connection could not half-close (Caddy with the global `metrics` option).
+// would leave every client of a WebSocket the backend closed hanging, holding its slot, when the
+// hijacked connection cannot half-close (Caddy with the global `metrics` option).
 type halfClosingConn struct{ *releasingConn }
 
 // CloseWrite half-closes the underlying connection.
@@ -126,6 +136,6 @@ func (c halfClosingConn) CloseWrite() error { return c.Conn.(halfCloser).CloseWr
 
 // Interface guards
 var (
-	_ http.Hijacker = (*trackedWriter)(nil)
-	_ io.ReaderFrom = (*trackedWriter)(nil)
+	_ http.Hijacker = (*TrackedWriter)(nil)
+	_ io.ReaderFrom = (*TrackedWriter)(nil)
 )

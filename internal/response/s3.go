@@ -1,4 +1,4 @@
-package tierbucket
+package response
 
 import (
 	"crypto/rand"
@@ -8,13 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/tierbucket/caddy-tierbucket/store"
-)
-
-// Rejection formats (the `format` option): json, the default, or s3, which answers the way S3
-// itself throttles so that S3 SDKs back off and retry on their own (docs/s3.md).
-const (
-	formatJSON = "json"
-	formatS3   = "s3"
 )
 
 // s3Error is the S3 error a rejection reason maps to: its HTTP status, code and message.
@@ -44,11 +37,13 @@ var requestIDs = func() *atomic.Uint64 {
 // <Error><Code>SlowDown</Code><Message>…</Message><Resource>/bucket/key</Resource><RequestId>…</RequestId></Error>
 // with Retry-After (s) and x-amz-retry-after (ms) on throttles, whatever the headers mode, since
 // SDKs read them. A HEAD response has no body.
-func writeS3Rejection(w http.ResponseWriter, r *http.Request, status int, o *outcome) error {
-	_, code, message := s3Error(o.reason)
+func writeS3Rejection(w http.ResponseWriter, r *http.Request, status int, o *Outcome) error {
+	_, code, message := s3Error(o.Reason)
 	hdr := w.Header()
-	hdr["Content-Type"] = o.value(func(b []byte) []byte { return append(b, "application/xml"...) })
-	hdr["X-Content-Type-Options"] = o.value(func(b []byte) []byte { return append(b, "nosniff"...) })
+	f := newFields(nil)
+	f.constant("Content-Type", "application/xml")
+	f.constant("X-Content-Type-Options", "nosniff")
+	f.set(hdr, o)
 	id := setS3Headers(hdr, o)
 	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
@@ -72,20 +67,24 @@ func writeS3Rejection(w http.ResponseWriter, r *http.Request, status int, o *out
 }
 
 // setS3Headers sets what an S3 rejection carries besides its document: the request id, which it
-// returns, and for a throttle Retry-After (seconds) and x-amz-retry-after (milliseconds). With
-// `errors`, handle_errors writes the body and these headers are all the handler adds.
-func setS3Headers(hdr http.Header, o *outcome) uint64 {
+// returns, and for a throttle Retry-After (seconds, unless the headers mode set it already) and
+// x-amz-retry-after (milliseconds). With `errors`, handle_errors writes the body and these
+// headers are all the handler adds.
+func setS3Headers(hdr http.Header, o *Outcome) uint64 {
 	id := requestIDs.Add(1)
-	hdr["X-Amz-Request-Id"] = o.value(func(b []byte) []byte { return appendHex16(b, id) })
-	if o.rejected() {
-		secs := retrySeconds(o.retryAfter)
+	var room [64]byte
+	f := newFields(room[:])
+	f.b = appendHex16(f.b, id)
+	f.built("X-Amz-Request-Id")
+	if o.retryable() {
 		if _, ok := hdr[hdrRetryAfter]; !ok {
-			hdr[hdrRetryAfter] = o.value(func(b []byte) []byte { return strconv.AppendInt(b, secs, 10) })
+			f.b = strconv.AppendInt(f.b, retrySeconds(o.RetryAfter), 10)
+			f.built(hdrRetryAfter)
 		}
-		hdr["X-Amz-Retry-After"] = o.value(func(b []byte) []byte {
-			return strconv.AppendInt(b, max(o.retryAfter.Milliseconds(), 1), 10)
-		})
+		f.b = strconv.AppendInt(f.b, max(o.RetryAfter.Milliseconds(), 1), 10)
+		f.built("X-Amz-Retry-After")
 	}
+	f.set(hdr, o)
 	return id
 }
 

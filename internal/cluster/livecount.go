@@ -1,4 +1,4 @@
-package tierbucket
+package cluster
 
 import (
 	"crypto/sha256"
@@ -14,10 +14,10 @@ import (
 
 // liveInstancesFile persists a cluster's live-instance count in Caddy's data directory, so that
 // a process that starts while Redis is down sizes its rescue buckets for the fleet it last saw
-// instead of assuming it is alone (docs/operations.md, "Faults"). It returns the count stored
+// instead of assuming it is alone (docs/operations.md, "Rescue buckets and their bound"). It returns the count stored
 // by a previous run (0 if none) and the function that stores a new one.
-func liveInstancesFile(key poolKey, logger *zap.Logger) (int, func(int)) {
-	sum := sha256.Sum256([]byte(key.cluster + "\x00" + key.store))
+func liveInstancesFile(key Key, logger *zap.Logger) (int, func(int)) {
+	sum := sha256.Sum256([]byte(key.Cluster + "\x00" + key.Store))
 	path := filepath.Join(caddy.AppDataDir(), "rate_limit", "live-"+hex.EncodeToString(sum[:8]))
 	known := 0
 	if b, err := os.ReadFile(path); err == nil {

@@ -1,15 +1,16 @@
-package tierbucket
+package cluster
 
 import (
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/admin"
 	"github.com/tierbucket/caddy-tierbucket/history"
 )
 
-// sampler feeds a cluster state's history (package history) once a second, just after each
-// whole second, with the figures the admin API shows (admin.Read). It runs from
-// newClusterState to Destruct.
+// Reading is the figures of a state that its history records each second.
+type Reading func(*State) history.Reading
+
+// sampler feeds a state's history once a second, just after each whole second. It runs from
+// the state's creation to Destruct.
 type sampler struct {
 	rec  *history.Recorder
 	stop chan struct{}
@@ -18,10 +19,10 @@ type sampler struct {
 
 // startSampler records the state's figures now (so the history has a sample at once) and
 // starts the goroutine that records them every second.
-func startSampler(s *clusterState) *sampler {
+func startSampler(s *State, read Reading) *sampler {
 	sm := &sampler{rec: history.New(), stop: make(chan struct{}), done: make(chan struct{})}
-	read := func(now time.Time) { sm.rec.Record(now, admin.Read(adminCluster{s})) }
-	read(time.Now())
+	record := func(now time.Time) { sm.rec.Record(now, read(s)) }
+	record(time.Now())
 	go func() {
 		defer close(sm.done)
 		t := time.NewTimer(untilNextSecond(time.Now()))
@@ -31,7 +32,7 @@ func startSampler(s *clusterState) *sampler {
 			case <-sm.stop:
 				return
 			case now := <-t.C:
-				read(now)
+				record(now)
 				t.Reset(untilNextSecond(time.Now()))
 			}
 		}

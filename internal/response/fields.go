@@ -1,0 +1,63 @@
+package response
+
+import "net/http"
+
+// maxFields is the most header fields one response gets from this package in one go: the
+// legacy fields with the in-flight ones, the draft fields and Retry-After (headers both, on an
+// in-flight rejection) are 9.
+const maxFields = 12
+
+// fields collects header fields and sets them in one go. The values built are appended to b
+// and become one string, so a response's built values cost one allocation together; each value
+// is a substring of it. Constant values cost nothing. The []string the header map holds are
+// cut from the outcome's room (a later handler, a deferred `header` replace, may rewrite header
+// values in place, so they are never shared between requests).
+type fields struct {
+	b      []byte
+	n      int
+	names  [maxFields]string
+	ends   [maxFields]int // the end in b of a built value; -1 for a constant
+	consts [maxFields]string
+}
+
+// newFields starts a set of fields whose values are built in room.
+func newFields(room []byte) fields { return fields{b: room[:0]} }
+
+// built ends a value appended to f.b since the previous field, as the value of name.
+func (f *fields) built(name string) {
+	f.names[f.n], f.ends[f.n] = name, len(f.b)
+	f.n++
+}
+
+// constant adds name with the constant value v.
+func (f *fields) constant(name, v string) {
+	f.names[f.n], f.ends[f.n], f.consts[f.n] = name, -1, v
+	f.n++
+}
+
+// set sets every field in hdr, with their value slices from o's room.
+func (f *fields) set(hdr http.Header, o *Outcome) {
+	var s string
+	if len(f.b) > 0 {
+		s = string(f.b)
+	}
+	start := 0
+	for i := range f.n {
+		v := f.consts[i]
+		if end := f.ends[i]; end >= 0 {
+			v, start = s[start:end], end
+		}
+		hdr[f.names[i]] = o.slot(v)
+	}
+}
+
+// slot returns a one-element slice holding v, from o's room while there is room (cap 1, so that
+// a later Header().Add copies instead of writing into the room).
+func (o *Outcome) slot(v string) []string {
+	if len(o.vals) == cap(o.vals) {
+		return []string{v}
+	}
+	o.vals = append(o.vals, v)
+	n := len(o.vals)
+	return o.vals[n-1 : n : n]
+}
