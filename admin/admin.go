@@ -64,12 +64,12 @@ type API struct {
 	source func() []Cluster
 
 	ctx    caddy.Context
-	logger *zap.Logger      // nil: Caddy's default logger (tests)
-	events *caddyevents.App // nil: no events (tests, or no events app)
+	logger *zap.Logger      // nil (not provisioned): Caddy's default logger, named as Provision names it
+	events *caddyevents.App // nil: no events app, no events
 }
 
 // Provision keeps the module's logger and Caddy's events app (for rate_limit_config_changed).
-// Without an events app (a bare context) the API works and emits nothing.
+// Without an events app the API works and emits nothing.
 func (a *API) Provision(ctx caddy.Context) error {
 	a.ctx = ctx
 	a.logger = ctx.Logger()
@@ -82,19 +82,16 @@ func (a *API) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// eventsApp is ctx's events app, or nil when there is none.
-func eventsApp(ctx caddy.Context, log *zap.Logger) (app *caddyevents.App) {
-	defer func() {
-		if r := recover(); r != nil { // a context without a config (unit tests)
-			app = nil
-		}
-	}()
+// eventsApp is ctx's events app, or nil when there is none. ctx is the context Caddy
+// provisions admin routers in, which always has a config: ctx.App loads the events app then,
+// configured or not, and fails only if its configuration does not load.
+func eventsApp(ctx caddy.Context, log *zap.Logger) *caddyevents.App {
 	v, err := ctx.App("events")
 	if err != nil {
 		log.Warn("rate_limit admin API: no events app: changes are logged but not emitted as events", zap.Error(err))
 		return nil
 	}
-	app, _ = v.(*caddyevents.App)
+	app, _ := v.(*caddyevents.App)
 	return app
 }
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -274,13 +273,22 @@ func (failingStore) SetEmergency(context.Context, store.ClusterPolicy, store.Eme
 	return context.DeadlineExceeded
 }
 
-// TestProvisionWithoutEvents: Provision on a bare context keeps a logger and no events app.
-func TestProvisionWithoutEvents(t *testing.T) {
-	var a API
-	if err := a.Provision(caddy.Context{}); err != nil {
-		t.Fatal(err)
+// TestWithoutEvents: an API without an events app (one not provisioned, or provisioned where
+// Caddy's events app does not load) keeps a logger named as the module's, and a change through
+// it is made, logged and not emitted.
+func TestWithoutEvents(t *testing.T) {
+	var bare API
+	if bare.events != nil || bare.log() == nil || bare.log().Name() != loggerName {
+		t.Errorf("events %v, logger %v", bare.events, bare.log())
 	}
-	if a.events != nil || a.log() == nil {
-		t.Errorf("events %v", a.events)
+	c, _, a, logs := overrideCluster(t)
+	if a.events != nil {
+		t.Fatal("the test API has an events app")
+	}
+	if w, err := send(a, http.MethodPut, "/rate_limit/apps/alpha", `{"guaranteed": 1}`); err != nil || w.Code != 200 {
+		t.Fatalf("PUT without events: %d %v", w.Code, err)
+	}
+	if c.lim.ConfigChanges() != 1 || logs.Len() != 1 {
+		t.Errorf("changes %d, logged %d, want 1 and 1", c.lim.ConfigChanges(), logs.Len())
 	}
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +26,8 @@ const prefix = "/rate_limit/"
 // wildcardApp is the app under which every unknown app is shown (as in the metrics).
 const wildcardApp = "*"
 
-// Routes returns the one route of the module: the /rate_limit/ subtree, dispatched by serve.
+// Routes returns the one route of the module: the /rate_limit/ subtree, which serve hands to a
+// ServeMux holding the routes below.
 //
 //	GET  /rate_limit/                        ClusterView
 //	GET  /rate_limit/apps                    AppsView
@@ -43,72 +45,142 @@ const wildcardApp = "*"
 // Every route takes ?cluster=<id>, which may be omitted when this process runs exactly one
 // cluster.
 func (a API) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: prefix, Handler: caddy.AdminHandlerFunc(a.serve)}}
+	mux := http.NewServeMux()
+	mux.Handle(prefix, muxHandler(noRoute)) // the paths no route below has
+	for _, rt := range a.routes() {
+		a.register(mux, rt)
+	}
+	return []caddy.AdminRoute{{Pattern: prefix, Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		return serve(mux, w, r)
+	})}}
 }
 
-// view builds one route's response from the selected cluster.
-type view func(c Cluster) (any, error)
-
-// action is a route that changes the selected cluster's state and returns the response.
+// action is one method of one route: it runs on the cluster the request selects and returns
+// the response (written: it wrote the response itself).
 type action func(w http.ResponseWriter, r *http.Request, c Cluster) (any, error)
 
-// route is what one path takes, by method.
+// route is one path below /rate_limit/ and the action of each method it takes.
 type route struct {
-	get             view
-	post, put, del  action
-	clusterFromPath string // clusters/<id>: the cluster is the path's, not ?cluster's
-	badPath         error  // the path names something that cannot exist (an invalid app id): 400
+	path                string // a ServeMux path pattern, below /rate_limit/
+	get, post, put, del action
+	pathCluster         bool                        // clusters/{id}: the cluster is the path's {id}, not ?cluster's
+	validate            func(r *http.Request) error // a 400 for a path naming something that cannot exist
 }
 
-// allow lists the route's methods (the Allow header of a 405).
-func (rt route) allow() []string {
-	var m []string
-	for _, x := range []struct {
-		ok   bool
-		name string
-	}{{rt.get != nil, http.MethodGet}, {rt.post != nil, http.MethodPost}, {rt.put != nil, http.MethodPut},
-		{rt.del != nil, http.MethodDelete}} {
-		if x.ok {
-			m = append(m, x.name)
-		}
+// routes is the API's routes.
+func (a API) routes() []route {
+	apps := show(func(c Cluster) AppsView { return AppsView{Cluster: c.ID(), Apps: appViews(c)} })
+	return []route{
+		{path: "{$}", get: show(clusterView)},
+		{path: "apps", get: apps},
+		{path: "apps/{$}", get: apps},
+		{path: "apps/{id}", validate: validAppPath,
+			get: func(_ http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+				return appView(c, r.PathValue("id"))
+			},
+			put: ofPathID(a.putApp), del: ofPathID(a.deleteApp),
+		},
+		{path: "clusters/{id}", pathCluster: true, get: show(clusterPolicyView), put: a.putCluster, del: a.deleteCluster},
+		{path: "connections", get: show(connectionsView)},
+		{path: "emergency", get: show(func(c Cluster) EmergencyView { return emergencyView(c.Limiter().State()) })},
+		{path: "emergency/activate", post: a.activate},
+		{path: "emergency/deactivate", post: a.deactivate},
+		{path: "history", get: func(_ http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+			return historyView(c, r.URL.Query())
+		}},
+		{path: "stream", get: a.stream},
 	}
-	return m
 }
 
-// match returns the route of a path below /rate_limit/ (ok false: none).
-func (a API) match(w http.ResponseWriter, r *http.Request, rest string) (rt route, ok bool) {
-	switch {
-	case rest == "":
-		rt.get = func(c Cluster) (any, error) { return clusterView(c), nil }
-	case rest == "apps" || rest == "apps/":
-		rt.get = func(c Cluster) (any, error) { return AppsView{Cluster: c.ID(), Apps: appViews(c)}, nil }
-	case strings.HasPrefix(rest, "apps/") && !strings.Contains(rest[len("apps/"):], "/"):
-		id := strings.TrimPrefix(rest, "apps/")
-		if id != wildcardApp && !limiter.ValidAppID(id) {
-			rt.badPath = invalidAppID(id)
-		}
-		rt.get = func(c Cluster) (any, error) { return appView(c, id) }
-		rt.put, rt.del = a.putApp(id), a.deleteApp(id)
-	case strings.HasPrefix(rest, "clusters/") && rest != "clusters/" && !strings.Contains(rest[len("clusters/"):], "/"):
-		rt.clusterFromPath = strings.TrimPrefix(rest, "clusters/")
-		rt.get = func(c Cluster) (any, error) { return clusterPolicyView(c), nil }
-		rt.put, rt.del = a.putCluster, a.deleteCluster
-	case rest == "connections":
-		rt.get = func(c Cluster) (any, error) { return connectionsView(c), nil }
-	case rest == "emergency":
-		rt.get = func(c Cluster) (any, error) { return emergencyView(c.Limiter().State()), nil }
-	case rest == "emergency/activate":
-		rt.post = a.activate
-	case rest == "emergency/deactivate":
-		rt.post = a.deactivate
-	case rest == "history":
-		rt.get = func(c Cluster) (any, error) { return historyView(c, r.URL.Query()) }
-	case rest == "stream":
-		rt.get = func(c Cluster) (any, error) { return a.stream(w, r, c) }
-	default:
-		return rt, false
+// show is the GET action answering view(c).
+func show[V any](view func(Cluster) V) action {
+	return func(_ http.ResponseWriter, _ *http.Request, c Cluster) (any, error) { return view(c), nil }
+}
+
+// ofPathID is the action that f gives for the path's {id}.
+func ofPathID(f func(id string) action) action {
+	return func(w http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+		return f(r.PathValue("id"))(w, r, c)
 	}
-	return rt, true
+}
+
+// register puts rt on mux: a pattern for each method it takes, and for every other method a
+// 405 whose Allow lists them in the order GET, POST, PUT, DELETE. HEAD is one of the others:
+// the routes answer JSON and take no HEAD, while ServeMux would serve HEAD with the GET
+// pattern. ServeMux's own 405 is never reached (every path has a pattern without a method):
+// its Allow is sorted by name and adds HEAD to GET, and its body is text/plain.
+func (a API) register(mux *http.ServeMux, rt route) {
+	pattern := prefix + rt.path
+	var allow []string
+	for _, m := range []struct {
+		method string
+		act    action
+	}{{http.MethodGet, rt.get}, {http.MethodPost, rt.post}, {http.MethodPut, rt.put}, {http.MethodDelete, rt.del}} {
+		if m.act != nil {
+			allow = append(allow, m.method)
+			mux.Handle(m.method+" "+pattern, muxHandler(a.run(rt, m.act)))
+		}
+	}
+	refuse := muxHandler(func(w http.ResponseWriter, r *http.Request) error {
+		list := strings.Join(allow, ", ")
+		w.Header().Set("Allow", list)
+		return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, list)
+	})
+	mux.Handle(pattern, refuse)
+	if rt.get != nil {
+		mux.Handle(http.MethodHead+" "+pattern, refuse)
+	}
+}
+
+// run answers a method rt takes: the path's validation (400), then the cluster selection
+// (400/404), then act on the cluster.
+func (a API) run(rt route, act action) caddy.AdminHandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if rt.validate != nil {
+			if err := rt.validate(r); err != nil {
+				return err
+			}
+		}
+		var id string
+		switch ids := r.URL.Query()["cluster"]; len(ids) {
+		case 0:
+		case 1:
+			id = ids[0]
+		default:
+			return apiError(http.StatusBadRequest, "?cluster given %d times: name one cluster", len(ids))
+		}
+		if rt.pathCluster {
+			fromPath := r.PathValue("id")
+			if id != "" && id != fromPath {
+				return apiError(http.StatusBadRequest, "?cluster=%q contradicts the path's cluster %q", id, fromPath)
+			}
+			id = fromPath
+		}
+		c, err := a.selectCluster(id)
+		if err != nil {
+			return err
+		}
+		body, err := act(w, r, c)
+		var fe fieldsError
+		if errors.As(err, &fe) {
+			return writeJSONStatus(w, http.StatusBadRequest, map[string]any{"error": fe.msg, "fields": fe.fields})
+		}
+		if err != nil {
+			return err
+		}
+		if _, ok := body.(written); ok {
+			return nil
+		}
+		return writeJSON(w, body)
+	}
+}
+
+// validAppPath is the 400 of apps/{id} naming an id that cannot exist ("*" is every unknown app).
+func validAppPath(r *http.Request) error {
+	if id := r.PathValue("id"); id != wildcardApp && !limiter.ValidAppID(id) {
+		return invalidAppID(id)
+	}
+	return nil
 }
 
 // invalidAppID is the 400 of a path naming an app id that cannot exist.
@@ -116,9 +188,15 @@ func invalidAppID(id string) error {
 	return apiError(http.StatusBadRequest, "invalid app id %q: an app id is 1-128 characters of [A-Za-z0-9._:-]", id)
 }
 
-// serve dispatches a request below /rate_limit/: unknown path 404, a method the route does not
-// take 405 (with Allow), then the cluster selection (400/404), then the route itself.
-func (a API) serve(w http.ResponseWriter, r *http.Request) error {
+// noRoute is the 404 of a path below /rate_limit/ that no route has, whatever the method.
+func noRoute(_ http.ResponseWriter, r *http.Request) error {
+	return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sclusters/<id>, %sconnections, %semergency, %shistory, %sstream, %sui/)",
+		r.URL.Path, prefix, prefix, prefix, prefix, prefix, prefix, prefix)
+}
+
+// serve answers a request below /rate_limit/: the console (ui.go) and an escaped slash in an
+// app id first, then the route mux finds for the decoded path (see routed).
+func serve(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) error {
 	rest, _ := strings.CutPrefix(r.URL.Path, prefix) // the route's pattern: always there
 	if isUI(rest) {                                  // the web console: static files, no cluster
 		return serveUI(w, r, rest, console.Files())
@@ -128,64 +206,41 @@ func (a API) serve(w http.ResponseWriter, r *http.Request) error {
 		p, _ := url.PathUnescape(id)
 		return invalidAppID(p)
 	}
-	rt, ok := a.match(w, r, rest)
-	if !ok {
-		return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sclusters/<id>, %sconnections, %semergency, %shistory, %sstream, %sui/)",
-			r.URL.Path, prefix, prefix, prefix, prefix, prefix, prefix, prefix)
+	if strings.HasPrefix(rest, "/") || strings.Contains(rest, "//") {
+		// An empty segment, which no route has (ServeMux would redirect to the path without it).
+		return noRoute(w, r)
 	}
-	var act action
-	switch r.Method {
-	case http.MethodGet:
-		if rt.get != nil {
-			get := rt.get
-			act = func(_ http.ResponseWriter, _ *http.Request, c Cluster) (any, error) { return get(c) }
-		}
-	case http.MethodPost:
-		act = rt.post
-	case http.MethodPut:
-		act = rt.put
-	case http.MethodDelete:
-		act = rt.del
+	var err error
+	mux.ServeHTTP(w, routed(r, &err))
+	return err
+}
+
+// errorSlot is the request context key of the *error where a route's handler leaves its error
+// for serve, which returns it to Caddy's admin endpoint (that writes {"error": "…"}).
+type errorSlot struct{}
+
+// muxHandler adapts h to ServeMux: h's error goes to the request's error slot.
+func muxHandler(h caddy.AdminHandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		*r.Context().Value(errorSlot{}).(*error) = h(w, r)
+	})
+}
+
+// routed is r as ServeMux is to route it, with err as its error slot. The routes match the
+// decoded path, r.URL.Path, split at every slash, an escaped one included; ServeMux matches
+// the escaped path, where an escaped slash is part of a segment, and cleans "." and ".."
+// segments away. So the escaped path ServeMux sees is r.URL.Path's segments, each escaped,
+// dots too: the segments ServeMux matches, and the {id} it decodes, are r.URL.Path's.
+func routed(r *http.Request, err *error) *http.Request {
+	segs := strings.Split(r.URL.Path, "/")
+	for i, s := range segs {
+		segs[i] = strings.ReplaceAll(url.PathEscape(s), ".", "%2E")
 	}
-	if act == nil {
-		allow := rt.allow()
-		w.Header().Set("Allow", strings.Join(allow, ", "))
-		return apiError(http.StatusMethodNotAllowed, "method %s not allowed on %s (allowed: %s)",
-			r.Method, r.URL.Path, strings.Join(allow, ", "))
-	}
-	if rt.badPath != nil {
-		return rt.badPath
-	}
-	var id string
-	switch ids := r.URL.Query()["cluster"]; len(ids) {
-	case 0:
-	case 1:
-		id = ids[0]
-	default:
-		return apiError(http.StatusBadRequest, "?cluster given %d times: name one cluster", len(ids))
-	}
-	if rt.clusterFromPath != "" {
-		if id != "" && id != rt.clusterFromPath {
-			return apiError(http.StatusBadRequest, "?cluster=%q contradicts the path's cluster %q", id, rt.clusterFromPath)
-		}
-		id = rt.clusterFromPath
-	}
-	c, err := a.selectCluster(id)
-	if err != nil {
-		return err
-	}
-	body, err := act(w, r, c)
-	var fe fieldsError
-	if errors.As(err, &fe) {
-		return writeJSONStatus(w, http.StatusBadRequest, map[string]any{"error": fe.msg, "fields": fe.fields})
-	}
-	if err != nil {
-		return err
-	}
-	if _, ok := body.(written); ok {
-		return nil
-	}
-	return writeJSON(w, body)
+	u := *r.URL
+	u.RawPath = strings.Join(segs, "/")
+	out := r.WithContext(context.WithValue(r.Context(), errorSlot{}, err))
+	out.URL = &u
+	return out
 }
 
 func apiError(status int, format string, args ...any) error {
