@@ -20,6 +20,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/history"
 	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 func init() {
@@ -190,6 +191,12 @@ type PolicyView struct {
 	MaxBorrow      float64 `json:"max_borrow"`
 	MaxConnections int64   `json:"max_connections"`
 	Warmup         string  `json:"warmup"` // a Caddy duration ("0s": off)
+}
+
+// newPolicyView is p as the API shows it.
+func newPolicyView(p store.AppPolicy) PolicyView {
+	return PolicyView{Guaranteed: num(p.Guaranteed), Burst: num(p.Burst), Priority: p.Priority,
+		MaxBorrow: num(p.MaxBorrow), MaxConnections: p.MaxConnections, Warmup: p.Warmup.String()}
 }
 
 // RequestsView counts final decisions: admitted, rejected, and the rejections by reason

@@ -331,8 +331,7 @@ func policyMap(p any) map[string]any {
 	switch p := p.(type) {
 	case *store.AppPolicy:
 		if p != nil {
-			return toMap(PolicyView{Guaranteed: num(p.Guaranteed), Burst: num(p.Burst), Priority: p.Priority,
-				MaxBorrow: num(p.MaxBorrow), MaxConnections: p.MaxConnections, Warmup: p.Warmup.String()})
+			return toMap(newPolicyView(*p))
 		}
 	case *store.ClusterPolicy:
 		if p != nil {

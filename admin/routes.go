@@ -499,14 +499,10 @@ func newAppView(id string, p *store.AppPolicy, s limiter.AppStats, cs connlimit.
 		}
 	}
 	if p != nil {
-		v.Policy = &PolicyView{
-			Guaranteed:     num(p.Guaranteed),
-			Burst:          num(p.Burst),
-			Priority:       p.Priority,
-			MaxBorrow:      num(p.MaxBorrow),
-			MaxConnections: maxConnections(id, *p, counter),
-			Warmup:         p.Warmup.String(),
-		}
+		q := *p
+		q.MaxConnections = maxConnections(id, q, counter)
+		pv := newPolicyView(q)
+		v.Policy = &pv
 	}
 	return v
 }
