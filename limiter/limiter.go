@@ -99,9 +99,12 @@ func unallocatedRate(cfg Config) float64 {
 	return u
 }
 
-// New validates cfg, builds the Limiter and starts its sync loop. The Limiter does not own the
-// Store: Close leaves it open. A nil clock means the system clock.
-func New(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
+// New validates cfg, builds the Limiter and starts its sync loop on the system clock. The
+// Limiter does not own the Store: Close leaves it open.
+func New(cfg Config, st store.Store) (*Limiter, error) { return newWithClock(cfg, st, nil) }
+
+// newWithClock is New on clk (nil: the system clock).
+func newWithClock(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 	l, err := newLimiter(cfg, st, clk)
 	if err != nil {
 		return nil, err

@@ -508,7 +508,7 @@ func TestSyncLoopRuns(t *testing.T) {
 	c := clock.NewManual()
 	ss := &signalStore{Store: newStore(c), reported: make(chan struct{}, 1)}
 	cfg := baseConfig()
-	l, err := New(cfg, ss, c)
+	l, err := newWithClock(cfg, ss, c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,27 +103,50 @@ type clusterBatch struct {
 // answer.
 func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	s := l.snap()
-	var inflight map[string]int64
 	rep := store.Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance, StatsInterval: s.cfg.StatsInterval}
+	var inflight map[string]int64
 	if src := s.cfg.Connections; src != nil {
 		inflight, rep.InFlight = src.InFlight()
 	}
-	if l.pending != nil || l.Level() == LevelFailOpen {
+	b := l.costBatch(now, apps)
+	rep.Seq, rep.Cost, rep.CostSpan = b.seq, b.cost, b.span
+	flushed := l.dueStats(&rep, now, apps, all)
+	addInFlight(&rep, inflight, l.prevIn)
+	away := l.Level() == LevelFailOpen
+	st, sent, answered, err := l.sendReport(rep)
+	if err != nil {
+		for _, f := range flushed {
+			f.a.statsFailed(f.b)
+		}
+		return err
+	}
+	l.statsReported(flushed, &st, sent, answered)
+	l.pending = nil
+	l.prevIn = nonZero(inflight)
+	l.applyState(s, st, away)
+	return nil
+}
+
+// costBatch returns the cost batch the report carries (tickMu held): the pending one again
+// while its report has not succeeded, otherwise a new one with the cost settled since the last,
+// under the next Seq.
+func (l *Limiter) costBatch(now time.Time, apps []*App) *clusterBatch {
+	failOpen := l.Level() == LevelFailOpen
+	if l.pending != nil || failOpen {
 		// The cost settled while the Store is away (a batch not acknowledged, or fail-open's
 		// probe) stays out of L1's usage window. Sent after the outage in one report, an
-		// outage's worth of cost would count as one interval's, and every failover would end in
-		// the automatic emergency (usage 1.2 after a 1.5 s outage in TestRedisFailure). L1's
-		// usage is a rate, not an account: only the statistics are exactly once.
+		// outage's worth of cost would count as one interval's and push the cluster into its
+		// automatic emergency after every failover. L1's usage is a rate, not an account:
+		// only the statistics are exactly once.
 		for _, a := range apps {
 			a.costSent = a.settledCost.Load()
 		}
 	}
-	if l.pending != nil && l.Level() == LevelFailOpen {
+	if l.pending != nil && failOpen {
 		// For the same reason, the batch that failed as the outage began is given up, its Seq
 		// with it (the Store may have applied it; if not, L1 misses a rate's worth, not an
-		// account's): delivered after the outage it landed in the interval after it, on top of
-		// the burst every app leases then (usage 0.96–1.03 after a 1.5 s outage that began
-		// right after a burst).
+		// account's): delivered after the outage it would land in the interval after it, on
+		// top of the burst every app leases then.
 		l.pending = nil
 	}
 	if l.pending == nil {
@@ -140,28 +163,41 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 		}
 		l.pending = b
 	}
-	rep.Seq, rep.Cost, rep.CostSpan = l.pending.seq, l.pending.cost, l.pending.span
+	return l.pending
+}
 
-	type flush struct {
-		a *App
-		b statsBatch
-	}
+// flush is one app's statistics batch carried by a report.
+type flush struct {
+	a *App
+	b statsBatch
+}
+
+// dueStats adds to rep the statistics of the apps whose flush is due (every app's with all,
+// and a retired app's always) and returns the batches taken.
+func (l *Limiter) dueStats(rep *store.Report, now time.Time, apps []*App, all bool) []flush {
 	var flushed []flush
 	retired := l.retiredApps()
-	seen := make(map[string]int, len(inflight))
 	for _, a := range apps {
 		if !a.statsDue(now, all || retired[a]) {
 			continue
 		}
 		if b := a.takeStats(); b.seq != 0 {
 			flushed = append(flushed, flush{a, b})
-			seen[a.id] = len(rep.Apps)
 			rep.Apps = append(rep.Apps, store.AppReport{App: a.id, Requests: b.requests, Seq: b.seq})
 		}
 	}
-	// In-flight counts of every id with requests in flight (including ids without a bucket of
-	// their own: shared unknown apps), and of ids that dropped to zero since the last report, so
-	// the Store forgets their old count.
+	return flushed
+}
+
+// addInFlight adds to rep the in-flight count of every id with requests in flight (including
+// ids without a bucket of their own: shared unknown apps), and a zero count for each id of prev
+// (those with requests in flight at the last report) that has none now, so that the Store
+// forgets its old count.
+func addInFlight(rep *store.Report, inflight map[string]int64, prev map[string]bool) {
+	seen := make(map[string]int, len(inflight))
+	for i, r := range rep.Apps {
+		seen[r.App] = i
+	}
 	for id, n := range inflight {
 		if i, ok := seen[id]; ok {
 			rep.Apps[i].InFlight = n
@@ -170,65 +206,60 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 			rep.Apps = append(rep.Apps, store.AppReport{App: id, InFlight: n})
 		}
 	}
-	for id := range l.prevIn {
+	for id := range prev {
 		if _, ok := seen[id]; !ok {
 			seen[id] = len(rep.Apps)
 			rep.Apps = append(rep.Apps, store.AppReport{App: id})
 		}
 	}
-	away := l.Level() == LevelFailOpen
-	start := l.clock.Now()
-	var st store.ClusterState
-	err := l.callStore(func(ctx context.Context) (err error) {
+}
+
+// nonZero is the set of ids with requests in flight.
+func nonZero(inflight map[string]int64) map[string]bool {
+	ids := make(map[string]bool, len(inflight))
+	for id, n := range inflight {
+		if n != 0 {
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+// sendReport makes the Store call, feeds its latency and outcome to the degradation level, and
+// returns L1's answer with when the call was sent and answered.
+func (l *Limiter) sendReport(rep store.Report) (st store.ClusterState, sent, answered time.Time, err error) {
+	sent = l.clock.Now()
+	err = l.callStore(func(ctx context.Context) (err error) {
 		st, err = l.store.Report(ctx, rep)
 		return err
 	})
-	l.observe(l.clock.Now().Sub(start), err, true)
-	if err != nil {
-		for _, f := range flushed {
-			f.a.statsFailed(f.b)
-		}
-		return err
-	}
-	answered := l.clock.Now()
+	answered = l.clock.Now()
+	l.observe(answered.Sub(sent), err, true)
+	return st, sent, answered, err
+}
+
+// statsReported records the delivery of the flushed batches by a report that succeeded, and
+// logs the statistics it showed the Store lost.
+func (l *Limiter) statsReported(flushed []flush, st *store.ClusterState, sent, answered time.Time) {
 	for _, f := range flushed {
-		f.a.statsDelivered(f.b, st.PrevSeq[f.a.id], start, answered)
+		f.a.statsDelivered(f.b, st.PrevSeq[f.a.id], sent, answered)
 	}
 	l.flushes.Add(int64(len(flushed)))
 	l.logLost()
-	l.pending = nil
-	nonzero := make(map[string]bool, len(inflight))
-	for id, n := range inflight {
-		if n != 0 {
-			nonzero[id] = true
-		}
-	}
-	l.prevIn = nonzero
+}
+
+// applyState makes L1's answer the state in force (tickMu held): an operator emergency the
+// Store lost is still enforced, the overrides' version is recorded, the live-instance count
+// and the other instances' connections are passed on. away says the report was fail_open's
+// probe.
+func (l *Limiter) applyState(s *snapshot, st store.ClusterState, away bool) {
 	st.LiveInstances = max(st.LiveInstances, 1)
 	prev := l.state.Load()
-	// The overrides' version only grows while the Store keeps its data: a lower one means it
-	// lost them (reloadOverrides writes them back), and the operator emergency with them. The
-	// Watch may have seen the loss first (refreshOverrides set lostEmergency and wrote the
-	// overrides back, so the version no longer shows it).
-	lost := st.ConfigVersion < l.storeVersion.Load() || l.lostEmergency != nil
-	switch {
-	case st.Emergency:
-		l.lostEmergency = nil // the Store has an emergency: nothing to restore
-	case lost && prev.Emergency && prev.EmergencySource == store.EmergencySourceOperator:
-		l.lostEmergency = &store.Emergency{Active: true, Reason: prev.EmergencyReason, Until: prev.EmergencyUntil}
-		// Enforced meanwhile as before: the emptied Store's answer would lift it until the
-		// next report (P3 requests admitted for a sync interval in a black-box run).
-		st.Emergency, st.EmergencySource, st.EmergencyReason, st.EmergencyUntil =
-			true, prev.EmergencySource, prev.EmergencyReason, prev.EmergencyUntil
-		st.Factors = prev.Factors
-	default:
-		l.lostEmergency = nil // no operator emergency to restore (it ended meanwhile)
-	}
+	l.keepLostEmergency(prev, &st)
 	l.storeVersion.Store(st.ConfigVersion)
-	prevLive := prev.LiveInstances
 	l.state.Store(&st)
 	l.logEmergency(prev, &st)
-	if first := !l.reached.Swap(true); (first || st.LiveInstances != prevLive) && s.cfg.OnLiveInstances != nil {
+	if first := !l.reached.Swap(true); (first || st.LiveInstances != prev.LiveInstances) && s.cfg.OnLiveInstances != nil {
 		s.cfg.OnLiveInstances(st.LiveInstances)
 	}
 	if src := s.cfg.Connections; src != nil {
@@ -241,7 +272,29 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 			src.Rejoined()
 		}
 	}
-	return nil
+}
+
+// keepLostEmergency notices that the Store lost the operator emergency in force (tickMu held)
+// and keeps enforcing it in st until the sync loop has set it again (restoreEmergency). The
+// overrides' version only grows while the Store keeps its data: a lower one means it lost them
+// (reloadOverrides writes them back), and the operator emergency with them. The Watch may have
+// seen the loss first (refreshOverrides set lostEmergency and wrote the overrides back, so the
+// version no longer shows it).
+func (l *Limiter) keepLostEmergency(prev, st *store.ClusterState) {
+	lost := st.ConfigVersion < l.storeVersion.Load() || l.lostEmergency != nil
+	switch {
+	case st.Emergency:
+		l.lostEmergency = nil // the Store has an emergency: nothing to restore
+	case lost && prev.Emergency && prev.EmergencySource == store.EmergencySourceOperator:
+		l.lostEmergency = &store.Emergency{Active: true, Reason: prev.EmergencyReason, Until: prev.EmergencyUntil}
+		// Enforced meanwhile as before: the emptied Store's answer would lift it until the
+		// next report.
+		st.Emergency, st.EmergencySource, st.EmergencyReason, st.EmergencyUntil =
+			true, prev.EmergencySource, prev.EmergencyReason, prev.EmergencyUntil
+		st.Factors = prev.Factors
+	default:
+		l.lostEmergency = nil // no operator emergency to restore (it ended meanwhile)
+	}
 }
 
 // repayDebts starts a background lease for every app in local debt that has none in flight
