@@ -495,7 +495,7 @@ func TestSlowStoreIsOneEpisode(t *testing.T) {
 	l := testLimiter(t, cfg, ps, c, false)
 	calls := func(lat, d time.Duration) {
 		for end := c.Now().Add(d); c.Now().Before(end); c.Advance(100 * time.Millisecond) {
-			l.observe(lat, nil, true)
+			l.deg.observe(lat, nil, true)
 		}
 	}
 	for range 4 { // 20 s slow, 20 s fast, four times: the level goes up and down each time
@@ -549,7 +549,7 @@ func TestLevelHysteresis(t *testing.T) {
 		if i%2 == 1 {
 			lat = 14 * time.Millisecond
 		}
-		l.observe(lat, nil, true)
+		l.deg.observe(lat, nil, true)
 		if l.Level() != prev {
 			changes++
 			prev = l.Level()
@@ -567,7 +567,7 @@ func TestLevelHysteresis(t *testing.T) {
 		if c.Now().Sub(fast) > time.Minute {
 			t.Fatalf("a 3 ms Store: level %v after %v, want normal", l.Level(), c.Now().Sub(fast))
 		}
-		l.observe(3*time.Millisecond, nil, true)
+		l.deg.observe(3*time.Millisecond, nil, true)
 		c.Advance(100 * time.Millisecond)
 	}
 	if held := c.Now().Sub(fast); held < levelHold {
@@ -576,7 +576,7 @@ func TestLevelHysteresis(t *testing.T) {
 	// A Store whose latency swings across the thresholds several times a second (a starved
 	// machine: 53 changes in 15 s per instance, each a WARN or an INFO) goes up once and stays.
 	for end := c.Now().Add(slowHold); !c.Now().After(end); c.Advance(100 * time.Millisecond) {
-		l.observe(3*time.Millisecond, nil, true) // normal for slowHold: the episode ends
+		l.deg.observe(3*time.Millisecond, nil, true) // normal for slowHold: the episode ends
 	}
 	if n := logs.FilterMessageSnippet("latency back to normal").Len(); n != 1 {
 		t.Fatalf("%d lines ending the slow episode after %v at normal, want 1", n, slowHold)
@@ -587,7 +587,7 @@ func TestLevelHysteresis(t *testing.T) {
 		if i%6 < 3 {
 			lat = 40 * time.Millisecond
 		}
-		l.observe(lat, nil, true)
+		l.deg.observe(lat, nil, true)
 		c.Advance(100 * time.Millisecond)
 	}
 	if n := logs.Len() - before; n != 1 || l.Level() != LevelMild {

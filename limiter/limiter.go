@@ -24,18 +24,7 @@ type Limiter struct {
 	cur   atomic.Pointer[snapshot]           // configuration and configured apps: read-mostly
 	state atomic.Pointer[store.ClusterState] // L1's state from the last report
 
-	level   atomic.Uint32
-	levelMu sync.Mutex
-	latency time.Duration // moving average of Store call latency (levelMu)
-	// fasterSince is when the average last went below what the level needs (zero while it is
-	// not): the level goes down only levelHold after (levelMu).
-	fasterSince time.Time
-	episode     failEpisode // the current or last fail_open episode (levelMu)
-	slow        slowEpisode // the current stretch of a slow Store, if any (levelMu)
-	reached     atomic.Bool // a report has succeeded since New
-
-	// Requests admitted (and their cost) and rejected without the Store: rescue and fail-open.
-	rescuedReqs, rescuedCost, rescueRejects atomic.Int64
+	deg degrader // the degradation level (level.go)
 
 	mu       sync.Mutex // serialises install; guards retired
 	retired  []*App     // removed apps whose statistics or tokens are not yet settled
@@ -136,6 +125,9 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 		done:  make(chan struct{}),
 		spawn: func(f func()) { go f() },
 	}
+	l.deg.clock = l.clock
+	l.deg.cfg = func() *Config { return &l.snap().cfg }
+	l.deg.live = func() int { return l.state.Load().LiveInstances }
 	l.state.Store(&store.ClusterState{Factors: [store.MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: max(cfg.KnownInstances, 1)})
 	now := l.clock.Now()
 	l.lastReport, l.lastRate = now, now
@@ -386,9 +378,7 @@ func (l *Limiter) Close() error {
 		}
 		lost, losers = lost+n, losers+1
 	}
-	l.levelMu.Lock()
-	l.endEpisode(true) // a recovery still within its hold ends in the log now
-	l.levelMu.Unlock()
+	l.deg.closing()
 	if err == nil {
 		return nil
 	}

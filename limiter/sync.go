@@ -234,7 +234,7 @@ func (l *Limiter) sendReport(rep store.Report) (st store.ClusterState, sent, ans
 		return err
 	})
 	answered = l.clock.Now()
-	l.observe(answered.Sub(sent), err, true)
+	l.deg.observe(answered.Sub(sent), err, true)
 	return st, sent, answered, err
 }
 
@@ -259,7 +259,7 @@ func (l *Limiter) applyState(s *snapshot, st store.ClusterState, away bool) {
 	l.storeVersion.Store(st.ConfigVersion)
 	l.state.Store(&st)
 	l.logEmergency(prev, &st)
-	if first := !l.reached.Swap(true); (first || st.LiveInstances != prev.LiveInstances) && s.cfg.OnLiveInstances != nil {
+	if first := !l.deg.reached.Swap(true); (first || st.LiveInstances != prev.LiveInstances) && s.cfg.OnLiveInstances != nil {
 		s.cfg.OnLiveInstances(st.LiveInstances)
 	}
 	if src := s.cfg.Connections; src != nil {
