@@ -411,15 +411,15 @@ func TestLateAnswerDoesNotResendNewerBatch(t *testing.T) {
 	// The report's answer: the Store had applied the first batch when its part ran.
 	a.statsDelivered(first, first.seq, reportSent, tick())
 
-	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.lost.Load() != 0 {
-		t.Fatalf("after the late answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.lost.Load())
+	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.tally.lost.Load() != 0 {
+		t.Fatalf("after the late answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.tally.lost.Load())
 	}
 	// A batch acknowledged before a call was sent, above the call's PrevSeq, is lost for real.
 	a.requests.Add(1)
 	third := a.takeStats()
 	a.statsDelivered(third, first.seq, tick(), tick())
-	if l.lost.Load() != second.requests {
-		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.lost.Load(), second.requests)
+	if l.tally.lost.Load() != second.requests {
+		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.tally.lost.Load(), second.requests)
 	}
 }
 
@@ -443,16 +443,16 @@ func TestAnswerDoesNotJudgeBatchAckedAtItsSendTime(t *testing.T) {
 	second := a.takeStats() // the lease after it delivers a newer batch
 	a.statsDelivered(second, first.seq, now, now)
 	a.statsDelivered(first, first.seq-1, now, now) // the report's answer
-	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.lost.Load() != 0 {
-		t.Fatalf("after the report's answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.lost.Load())
+	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.tally.lost.Load() != 0 {
+		t.Fatalf("after the report's answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.tally.lost.Load())
 	}
 	// Once the clock has moved, a call whose PrevSeq is below the second batch finds it lost.
 	c.Advance(time.Millisecond)
 	a.requests.Add(1)
 	third := a.takeStats()
 	a.statsDelivered(third, first.seq, c.Now(), c.Now())
-	if l.lost.Load() != second.requests {
-		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.lost.Load(), second.requests)
+	if l.tally.lost.Load() != second.requests {
+		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.tally.lost.Load(), second.requests)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -35,27 +34,18 @@ type Limiter struct {
 	activeMu sync.Mutex
 	active   []*App // the apps the sync loop visits: all but the quiet ones (active.go)
 
-	tickMu          sync.Mutex // serialises tick and Close
-	lastReport      time.Time
-	lastRate        time.Time
-	prevIn          map[string]bool  // apps with in-flight requests in the last report
-	seq             uint64           // the last report Seq used
-	pending         *clusterBatch    // the cost whose report has not succeeded yet
-	costSince       time.Time        // when the last cost batch was taken (tickMu)
-	lostEmergency   *store.Emergency // the operator emergency the Store lost with its data (restoreEmergency)
-	statsSeq        atomic.Uint64    // the last statistics Seq used (nextSeq)
-	lost            atomic.Int64     // requests whose statistics the Store lost, not yet logged
-	resent          atomic.Int64     // requests whose statistics were sent again (the Store lost them)
-	flushes         atomic.Int64     // per-app statistics batches carried by reports (StatsFlushes)
-	lostStats       notice           // the WARN of lost statistics
-	lostOverrides   notice           // the WARN of lost overrides
-	lostEmergencies notice           // the WARN of a lost operator emergency
-	isolatedFull    notice           // the WARN of unknown ids beyond MaxIsolated
+	syncer syncer        // the sync loop's state (report.go)
+	tally  statsTally    // statistics Seqs and delivery counts (appstats.go)
+	lostEm lostEmergency // the operator emergency the Store lost (emergency.go)
+
+	isolatedFull notice // the WARN of unknown ids beyond MaxIsolated
 
 	overrides // the admin API's overrides (overrides_limiter.go)
 
 	stop    chan struct{}
 	done    chan struct{}
+	reload  chan struct{} // the Store's Watch: read the overrides again
+	kick    chan struct{} // SyncNow: report and read the overrides now
 	closed  atomic.Bool
 	looping bool // the loop goroutine was started (New); Close waits for it
 
@@ -117,24 +107,22 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 		clock:    clock.Or(clk),
 		isolated: make(map[string]*App),
 		unknown:  new(appStats),
-		overrides: overrides{
-			reload: make(chan struct{}, 1),
-			kick:   make(chan struct{}, 1),
-		},
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		spawn: func(f func()) { go f() },
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		reload:   make(chan struct{}, 1),
+		kick:     make(chan struct{}, 1),
+		spawn:    func(f func()) { go f() },
 	}
 	l.deg.clock = l.clock
 	l.deg.cfg = func() *Config { return &l.snap().cfg }
 	l.deg.live = func() int { return l.state.Load().LiveInstances }
 	l.state.Store(&store.ClusterState{Factors: [store.MaxPriority + 1]float64{1, 1, 1, 1}, LiveInstances: max(cfg.KnownInstances, 1)})
 	now := l.clock.Now()
-	l.lastReport, l.lastRate = now, now
+	l.syncer.lastReport, l.syncer.lastRate = now, now
 	// Report Seqs start at the time in µs, so that a later Limiter with the same instance id
 	// (a restart, a rebuilt pool) continues above its predecessor's (about 10 reports a second).
-	l.seq = uint64(max(now.UnixMicro(), 0))
-	l.statsSeq.Store(l.seq)
+	l.syncer.seq = uint64(max(now.UnixMicro(), 0))
+	l.tally.seq.Store(l.syncer.seq)
 	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg)}
 	for id, p := range cfg.Apps {
 		s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
@@ -321,12 +309,12 @@ func (l *Limiter) apps() []*App {
 
 // ResentRequests is how many admitted requests' statistics were sent a second time because the
 // Store had lost them after acknowledging them (a failover to a lagging replica, a restart).
-func (l *Limiter) ResentRequests() int64 { return l.resent.Load() }
+func (l *Limiter) ResentRequests() int64 { return l.tally.resent.Load() }
 
 // StatsFlushes is how many per-app statistics batches the cluster reports delivered: apps whose
 // statistics no lease or return carried within StatsInterval (or SyncBatch of them waited, or
 // the app was removed, or the limiter closed). Each is one Store call of its own for the app.
-func (l *Limiter) StatsFlushes() int64 { return l.flushes.Load() }
+func (l *Limiter) StatsFlushes() int64 { return l.tally.flushes.Load() }
 
 // Close stops the sync loop, sends the pending statistics and returns every unspent token to
 // L2. After Close, takes are served from local tokens only (there are none left), so they are
@@ -339,10 +327,10 @@ func (l *Limiter) Close() error {
 	if l.looping {
 		<-l.done // a tick in progress finishes first (its Store calls are bounded)
 	}
-	l.tickMu.Lock()
-	defer l.tickMu.Unlock()
-	if l.unwatch != nil {
-		l.unwatch()
+	l.syncer.mu.Lock()
+	defer l.syncer.mu.Unlock()
+	if l.syncer.unwatch != nil {
+		l.syncer.unwatch()
 	}
 	now := l.clock.Now()
 	// The pending cost batch is sent first (with its Seq), then what was admitted since, with
@@ -354,7 +342,7 @@ func (l *Limiter) Close() error {
 		// handshake, which go-redis bounds by its socket timeout (1 s), not by the call's: a
 		// reload away from a frozen Redis took 1.5 s, 2.9 s with two states to close.
 		err = errFailOpen
-	} else if (l.pending != nil && l.pending.cost > 0) || l.unsent() {
+	} else if (l.syncer.pending != nil && l.syncer.pending.cost > 0) || l.unsent() {
 		err = l.report(now, l.apps(), true)
 		if err == nil && l.unsent() {
 			err = l.report(now, l.apps(), true)
@@ -392,7 +380,7 @@ func (l *Limiter) Close() error {
 	return fmt.Errorf("the Store failed while closing and was not asked again: %s: %w", strings.Join(what, "; "), err)
 }
 
-// unsent reports whether some app has statistics or cost not yet acknowledged (tickMu held).
+// unsent reports whether some app has statistics or cost not yet acknowledged (syncer.mu held).
 func (l *Limiter) unsent() bool {
 	for _, a := range l.apps() {
 		if !a.statsSettled() || a.settledCost.Load() > a.costSent {

@@ -26,10 +26,8 @@ type overrides struct {
 	skipped map[string]error // overrides left out of the configuration in force
 
 	storeVersion atomic.Uint64 // ClusterState.ConfigVersion of the last report
-	reload       chan struct{} // Watch: read the overrides again
-	kick         chan struct{} // SyncNow: report and read the overrides now
-	unwatch      func()        // set by the loop once a report succeeded (tickMu)
 	changes      atomic.Int64  // changes made through this Limiter (overrides, emergency)
+	ovLost       notice        // the WARN of overrides the Store lost
 }
 
 // Source of an app's or the cluster's policy (AppSource, ClusterSource).
@@ -272,7 +270,7 @@ func (l *Limiter) reloadOverrides(ctx context.Context) (lost bool, err error) {
 		// back, or a change made since, is what the fleet enforces).
 		n, reached, err := l.writeBack(ctx, l.base.Cluster.ID, read.version)
 		if n > 0 || err != nil { // 0: another instance writes them
-			times, written, ok := l.lostOverrides.due(l.clock.Now(), int64(n))
+			times, written, ok := l.ovLost.due(l.clock.Now(), int64(n))
 			if log := l.logger(); log != nil && ok {
 				fields := []zap.Field{zap.String("cluster", l.base.Cluster.ID), zap.Int64("written_back", written),
 					zap.Int64("times", times)}
@@ -323,7 +321,7 @@ func (l *Limiter) refreshOverrides() {
 		// by the overrides' version, which this write-back has just restored: without this the
 		// next report lifted the emergency for good (a Redis restart seen first by the Watch).
 		// The report decides: restored if the Store no longer has it.
-		l.lostEmergency = &store.Emergency{Active: true, Reason: st.EmergencyReason, Until: st.EmergencyUntil}
+		l.lostEm.remember(store.Emergency{Active: true, Reason: st.EmergencyReason, Until: st.EmergencyUntil})
 	}
 }
 
@@ -361,10 +359,10 @@ func (l *Limiter) applyOverrides(ov overrideSet) error {
 // watchOverrides starts the Store's Watch once (the sync loop, after the first successful
 // report, so that provisioning alone never connects); Close stops it.
 func (l *Limiter) watchOverrides() {
-	if l.unwatch != nil {
+	if l.syncer.unwatch != nil {
 		return
 	}
-	l.unwatch = l.store.Watch(l.snap().cfg.Cluster.ID, func() {
+	l.syncer.unwatch = l.store.Watch(l.snap().cfg.Cluster.ID, func() {
 		select {
 		case l.reload <- struct{}{}:
 		default:
@@ -380,27 +378,6 @@ func isNilPointer(v any) bool {
 		return p == nil
 	}
 	return v == nil
-}
-
-// restoreEmergency sets again the operator emergency a Store lost with its data (the report
-// that found the overrides' version gone backwards no longer had it), unless it has ended.
-// Every instance that saw it does the same; setting it twice is harmless. Sync loop only.
-func (l *Limiter) restoreEmergency(e store.Emergency) {
-	if !e.Until.IsZero() && !e.Until.After(l.clock.Now()) {
-		return
-	}
-	cluster := l.snap().cfg.Cluster
-	_, err := l.storeCall(context.Background(), func(ctx context.Context) (uint64, error) {
-		return 0, l.store.SetEmergency(ctx, cluster, e)
-	})
-	times, _, ok := l.lostEmergencies.due(l.clock.Now(), 0)
-	if log := l.logger(); log != nil && ok {
-		fields := []zap.Field{zap.String("cluster", cluster.ID), zap.String("reason", e.Reason), zap.Int64("times", times)}
-		if err != nil {
-			fields = append(fields, zap.Error(err))
-		}
-		log.Warn("rate_limit: the Store lost the operator emergency ("+lossCauses+"); setting it again", fields...)
-	}
 }
 
 // writeBack writes the overrides in force back to a Store that lost them (their version went

@@ -1,0 +1,138 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// repayDebts starts a background lease for every app in local debt that has none in flight
+// (refill: not while the Store refused it recently): the debt is paid as L2 refills, whether
+// requests come or not. Paid only by the leases of later requests, the debt of one large upload
+// outlived any idle period (L2 holds at most a burst, so the refill of the idle time was lost)
+// and the app's first requests after it were refused.
+func (l *Limiter) repayDebts(apps []*App) {
+	for _, a := range apps {
+		if a.balance.Load() < 0 {
+			a.refill()
+		}
+	}
+}
+
+// retiredApps is the set of apps a reload removed (their statistics are flushed at once).
+func (l *Limiter) retiredApps() map[*App]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.retired) == 0 {
+		return nil
+	}
+	m := make(map[*App]bool, len(l.retired))
+	for _, a := range l.retired {
+		m[a] = true
+	}
+	return m
+}
+
+// rateTau is the time constant of the consumption-rate moving average.
+const rateTau = time.Second
+
+// updateRates refreshes each app's consumption rate, its rate-based lease target (rate ×
+// horizon) and the balance below which a background refill starts.
+func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
+	dt := now.Sub(l.syncer.lastRate)
+	if dt <= 0 {
+		return
+	}
+	l.syncer.lastRate = now
+	alpha := 1 - math.Exp(-float64(dt)/float64(rateTau))
+	st := l.state.Load()
+	s := l.snap()
+	for _, a := range apps {
+		c := a.consumed.Load()
+		inst := float64(c-a.lastCons.Load()) / dt.Seconds()
+		a.lastCons.Store(c)
+		a.rate = max(alpha*inst+(1-alpha)*a.rate, 0)
+		if inst == 0 && a.rate < idleRate {
+			a.rate = 0
+		}
+		a.rateTgt.Store(int64(math.Ceil(a.rate * a.horizon(cfg).Seconds())))
+		t := a.want(0, 0, a.pol.Load(), st, s)
+		a.refillAt.Store(a.refillPoint(t, cfg))
+	}
+}
+
+// expireLeases returns the unspent tokens of apps that stopped using them: the last lease is
+// older than LeaseTTL and the app is idle (its rate would not spend one token in LeaseTTL). An
+// app that is still spending keeps its lease, which lasts about LeaseHorizon at its rate (a
+// lease returned while being spent would only be leased again). Tokens above the app's current
+// target go back; the kept ones start a new TTL.
+func (l *Limiter) expireLeases(now time.Time, apps []*App, cfg Config) {
+	for _, a := range apps {
+		if a.balance.Load() <= 0 || now.UnixNano()-a.lastLease.Load() < int64(cfg.LeaseTTL) ||
+			a.rate*cfg.LeaseTTL.Seconds() >= 1 {
+			continue
+		}
+		_ = a.returnTokens(now, a.rateTgt.Load())
+	}
+}
+
+// returnExcess gives L2 back the local tokens above an app's fairness cap (burst / (2 × live
+// instances)): tokens a settlement refunded (a declared body that was never read), or a lease
+// from when fewer instances were live. Local tokens are outside L2's burst bound; keeping no
+// more than the cap locally keeps an app's tokens, local and L2 together, close to its burst.
+func (l *Limiter) returnExcess(now time.Time, apps []*App) {
+	live := int64(max(l.state.Load().LiveInstances, 1))
+	for _, a := range apps {
+		p := a.pol.Load()
+		limit := max(int64(p.Burst/float64(2*live)), 1)
+		if a.balance.Load() > limit {
+			_ = a.returnTokens(now, limit)
+		}
+	}
+}
+
+// expireIsolated retires isolated buckets idle longer than IsolatedTTL whose statistics are
+// delivered or due. A retired app's statistics are flushed at once: retired while they may
+// still wait, an isolated tenant's would cost a flush of their own a minute after its last
+// request whatever the StatsInterval (600 flushes in a black-box run with stats_interval 10m).
+func (l *Limiter) expireIsolated(now time.Time, cfg Config) {
+	var gone []*App
+	l.isoMu.Lock()
+	for id, a := range l.isolated {
+		idle := now.UnixNano()-a.lastUse.Load() > int64(cfg.IsolatedTTL)
+		if idle && (a.statsSettled() || a.statsDue(now, false)) {
+			delete(l.isolated, id)
+			a.retiredAt = now
+			gone = append(gone, a)
+		}
+	}
+	l.isoMu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.retired = append(l.retired, gone...)
+	l.mu.Unlock()
+	if l.Level() != LevelFailOpen {
+		l.settleRetired(now)
+	}
+}
+
+// settleRetired returns the tokens of removed apps and forgets those with nothing left to
+// return or report. A take still holding a removed app (a request in flight during a reload)
+// may lease again; its tokens are returned here on a later tick.
+func (l *Limiter) settleRetired(now time.Time) {
+	l.mu.Lock()
+	retired := append([]*App(nil), l.retired...)
+	l.mu.Unlock()
+	var keep []*App
+	for _, a := range retired {
+		_ = a.returnTokens(now, 0)
+		if !a.settled() || now.Sub(a.retiredAt) < time.Minute {
+			keep = append(keep, a)
+		}
+	}
+	l.mu.Lock()
+	// Apps retired while we worked are appended after the ones we looked at.
+	l.retired = append(keep, l.retired[len(retired):]...)
+	l.mu.Unlock()
+}
