@@ -4,10 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
-
-	"go.uber.org/zap"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
@@ -20,25 +17,14 @@ type Limiter struct {
 	store store.Store
 	clock clock.Clock
 
-	cur   atomic.Pointer[snapshot]           // configuration and configured apps: read-mostly
 	state atomic.Pointer[store.ClusterState] // L1's state from the last report
 
-	deg degrader // the degradation level (level.go)
-
-	mu       sync.Mutex // serialises install; guards retired
-	retired  []*App     // removed apps whose statistics or tokens are not yet settled
-	isoMu    sync.RWMutex
-	isolated map[string]*App
-	unknown  *appStats // statistics of every unknown app (label "*")
-
-	activeMu sync.Mutex
-	active   []*App // the apps the sync loop visits: all but the quiet ones (active.go)
-
+	cat    catalog       // the buckets and the configuration in force (catalog.go)
+	active activeList    // the apps the sync loop visits (active.go)
+	deg    degrader      // the degradation level (level.go)
 	syncer syncer        // the sync loop's state (report.go)
 	tally  statsTally    // statistics Seqs and delivery counts (appstats.go)
 	lostEm lostEmergency // the operator emergency the Store lost (emergency.go)
-
-	isolatedFull notice // the WARN of unknown ids beyond MaxIsolated
 
 	overrides // the admin API's overrides (overrides_limiter.go)
 
@@ -50,32 +36,6 @@ type Limiter struct {
 	looping bool // the loop goroutine was started (New); Close waits for it
 
 	spawn func(func()) // runs a lease; tests run it inline
-}
-
-// snapshot is one immutable configuration with its apps.
-type snapshot struct {
-	cfg    Config
-	apps   map[string]*App
-	shared *App // the bucket of unknown apps; nil with UnknownReject
-
-	unallocated float64 // LeaseRequest.Unallocated of this config (see unallocatedRate)
-}
-
-// unallocatedRate is the borrow pool's refill rate (LeaseRequest.Unallocated):
-// (1 - reserved_ratio) × capacity - Σ the configured apps' guaranteed, at least 0; 0 without L1.
-func unallocatedRate(cfg Config) float64 {
-	if cfg.Cluster.Capacity <= 0 {
-		return 0
-	}
-	sum := 0.0
-	for _, p := range cfg.Apps {
-		sum += p.Guaranteed
-	}
-	u := (1-cfg.Cluster.ReservedRatio)*cfg.Cluster.Capacity - sum
-	if !(u > 0) {
-		return 0
-	}
-	return u
 }
 
 // New validates cfg, builds the Limiter and starts its sync loop on the system clock. The
@@ -103,16 +63,17 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{
-		store:    st,
-		clock:    clock.Or(clk),
-		isolated: make(map[string]*App),
-		unknown:  new(appStats),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		reload:   make(chan struct{}, 1),
-		kick:     make(chan struct{}, 1),
-		spawn:    func(f func()) { go f() },
+		store:  st,
+		clock:  clock.Or(clk),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		reload: make(chan struct{}, 1),
+		kick:   make(chan struct{}, 1),
+		spawn:  func(f func()) { go f() },
 	}
+	l.cat.isolated.m = make(map[string]*App)
+	l.cat.unknown = new(appStats)
+	l.cat.newApp = l.newApp
 	l.deg.clock = l.clock
 	l.deg.cfg = func() *Config { return &l.snap().cfg }
 	l.deg.live = func() int { return l.state.Load().LiveInstances }
@@ -128,14 +89,15 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 		s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
 	}
 	if cfg.UnknownApp != UnknownReject {
-		s.shared = l.newApp("*", "*", cfg.Default, l.unknown, false, &cfg)
+		s.shared = l.newApp("*", "*", cfg.Default, l.cat.unknown, false, &cfg)
 	}
-	l.cur.Store(s)
+	l.cat.cur.Store(s)
 	l.base = cfg
 	return l, nil
 }
 
-func (l *Limiter) snap() *snapshot { return l.cur.Load() }
+// snap returns the configuration in force with its apps.
+func (l *Limiter) snap() *snapshot { return l.cat.cur.Load() }
 
 // Config returns the configuration in force, defaults applied.
 func (l *Limiter) Config() Config { return l.snap().cfg }
@@ -157,7 +119,7 @@ func (l *Limiter) State() store.ClusterState { return *l.state.Load() }
 // isolated bucket, or nil with ReasonInvalidAppID / ReasonUnknownApp. It does not allocate for
 // configured ids.
 func (l *Limiter) App(id string) (*App, store.Reason) {
-	s := l.cur.Load()
+	s := l.cat.cur.Load()
 	if a, ok := s.apps[id]; ok {
 		return a, store.ReasonNone
 	}
@@ -168,46 +130,9 @@ func (l *Limiter) App(id string) (*App, store.Reason) {
 	case UnknownReject:
 		return nil, store.ReasonUnknownApp
 	case UnknownIsolated:
-		return l.isolatedApp(id, s), store.ReasonNone
+		return l.cat.isolatedApp(id, s, l.clock), store.ReasonNone
 	}
 	return s.shared, store.ReasonNone
-}
-
-// isolatedApp returns id's own bucket, creating it while fewer than MaxIsolated exist; beyond
-// the bound new ids share the "*" bucket, so that rotating ids can never buy more quota.
-func (l *Limiter) isolatedApp(id string, s *snapshot) *App {
-	l.isoMu.RLock()
-	a := l.isolated[id]
-	l.isoMu.RUnlock()
-	if a != nil {
-		return a
-	}
-	l.isoMu.Lock()
-	defer l.isoMu.Unlock()
-	if a = l.isolated[id]; a != nil {
-		return a
-	}
-	if len(l.isolated) >= s.cfg.MaxIsolated {
-		l.noteIsolatedFull(s)
-		return s.shared
-	}
-	id = strings.Clone(id) // the caller's string may alias request memory
-	a = l.newApp(id, "*", s.cfg.Default, l.unknown, true, &s.cfg)
-	a.lastUse.Store(l.clock.Now().UnixNano())
-	l.isolated[id] = a
-	return a
-}
-
-// noteIsolatedFull logs that new unknown ids share the "*" bucket because MaxIsolated buckets
-// exist: at once, then at most once per noticeEvery with the count since (isoMu held). Without
-// it an operator had no signal: every isolated id is counted under "*" in the metrics anyway.
-func (l *Limiter) noteIsolatedFull(s *snapshot) {
-	times, _, ok := l.isolatedFull.due(l.clock.Now(), 0)
-	if log := l.logger(); log != nil && ok {
-		log.Warn("rate_limit: the bound on isolated buckets is reached: new unknown app ids share the \"*\" bucket "+
-			"until idle ones expire",
-			zap.String("cluster", s.cfg.Cluster.ID), zap.Int("max_isolated", s.cfg.MaxIsolated), zap.Int64("times", times))
-	}
 }
 
 // Update applies a new configuration (a reload): buckets, their tokens and statistics are kept,
@@ -218,7 +143,7 @@ func (l *Limiter) noteIsolatedFull(s *snapshot) {
 func (l *Limiter) Update(cfg Config) error {
 	l.ovMu.Lock()
 	defer l.ovMu.Unlock()
-	old := l.cur.Load().cfg
+	old := l.snap().cfg
 	cfg.Instance, cfg.KnownInstances, cfg.OnLiveInstances = old.Instance, old.KnownInstances, old.OnLiveInstances
 	if _, err := cfg.withDefaults(); err != nil {
 		return err
@@ -228,84 +153,10 @@ func (l *Limiter) Update(cfg Config) error {
 }
 
 // install makes cfg (overrides merged) the configuration in force (ovMu held).
-func (l *Limiter) install(cfg Config) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	old := l.cur.Load()
-	cfg.Instance, cfg.KnownInstances, cfg.OnLiveInstances = old.cfg.Instance, old.cfg.KnownInstances, old.cfg.OnLiveInstances
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return err
-	}
-	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg)}
-	var gone []*App
-	for id, p := range cfg.Apps {
-		if a := old.apps[id]; a != nil {
-			a.setPolicy(p)
-			s.apps[id] = a
-		} else {
-			s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
-		}
-	}
-	for id, a := range old.apps {
-		if _, ok := s.apps[id]; !ok {
-			gone = append(gone, a)
-		}
-	}
-	// Unknown apps: keep the buckets while the mode stays; otherwise settle them.
-	l.isoMu.Lock()
-	if cfg.UnknownApp != old.cfg.UnknownApp {
-		if old.shared != nil {
-			gone = append(gone, old.shared)
-		}
-		for id, a := range l.isolated {
-			gone = append(gone, a)
-			delete(l.isolated, id)
-		}
-		if cfg.UnknownApp != UnknownReject {
-			s.shared = l.newApp("*", "*", cfg.Default, l.unknown, false, &cfg)
-		}
-	} else {
-		s.shared = old.shared
-		if s.shared != nil {
-			s.shared.setPolicy(cfg.Default)
-		}
-		for _, a := range l.isolated {
-			a.setPolicy(cfg.Default)
-		}
-	}
-	l.isoMu.Unlock()
-	l.cur.Store(s)
-	// Their tokens go back to L2 at the next tick (settleRetired), not here: a reload must not
-	// wait on the Store, least of all while it is down.
-	now := l.clock.Now()
-	for _, a := range gone {
-		a.retiredAt = now
-	}
-	l.retired = append(l.retired, gone...)
-	return nil
-}
+func (l *Limiter) install(cfg Config) error { return l.cat.install(cfg, l.clock.Now()) }
 
 // apps returns every bucket that may hold tokens or unsent statistics, in no particular order.
-func (l *Limiter) apps() []*App {
-	s := l.cur.Load()
-	all := make([]*App, 0, len(s.apps)+1)
-	for _, a := range s.apps {
-		all = append(all, a)
-	}
-	if s.shared != nil {
-		all = append(all, s.shared)
-	}
-	l.isoMu.RLock()
-	for _, a := range l.isolated {
-		all = append(all, a)
-	}
-	l.isoMu.RUnlock()
-	l.mu.Lock()
-	all = append(all, l.retired...)
-	l.mu.Unlock()
-	return all // in no particular order: sorting 20 000 apps was most of a tick's CPU
-}
+func (l *Limiter) apps() []*App { return l.cat.all() }
 
 // ResentRequests is how many admitted requests' statistics were sent a second time because the
 // Store had lost them after acknowledging them (a failover to a lagging replica, a restart).

@@ -77,8 +77,8 @@ func (l *Limiter) tick(now time.Time) {
 		l.expireLeases(now, apps, cfg)
 		l.returnExcess(now, apps)
 		l.repayDebts(apps)
-		l.settleRetired(now)
-		l.dropQuiet()
+		l.cat.retired.settle(now)
+		l.active.dropQuiet()
 	}
 	l.expireIsolated(now, cfg)
 }

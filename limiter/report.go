@@ -108,7 +108,7 @@ type flush struct {
 // and a retired app's always) and returns the batches taken.
 func (l *Limiter) dueStats(rep *store.Report, now time.Time, apps []*App, all bool) []flush {
 	var flushed []flush
-	retired := l.retiredApps()
+	retired := l.cat.retired.set()
 	for _, a := range apps {
 		if !a.statsDue(now, all || retired[a]) {
 			continue

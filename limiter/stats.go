@@ -43,7 +43,7 @@ func (a *App) Record(r store.Reason, cost int64) {
 // Stats returns the counters of every configured app, then of "*" (all unknown apps together)
 // unless unknown apps are rejected.
 func (l *Limiter) Stats() []AppStats {
-	s := l.cur.Load()
+	s := l.snap()
 	out := make([]AppStats, 0, len(s.apps)+1)
 	for id, a := range s.apps {
 		b := a.balance.Load()
@@ -56,16 +56,8 @@ func (l *Limiter) Stats() []AppStats {
 		b := s.shared.balance.Load()
 		held, debt := max(b, 0), max(-b, 0)
 		borrowed, l2Debt := s.shared.Borrowing()
-		l.isoMu.RLock()
-		for _, a := range l.isolated {
-			b := a.balance.Load()
-			held += max(b, 0)
-			debt += max(-b, 0)
-			ab, ad := a.Borrowing()
-			borrowed, l2Debt = borrowed+ab, l2Debt+ad
-		}
-		l.isoMu.RUnlock()
-		st := l.unknown.snapshot("*", held, debt)
+		l.cat.isolated.addTotals(&held, &debt, &borrowed, &l2Debt)
+		st := l.cat.unknown.snapshot("*", held, debt)
 		st.Borrowed, st.Debt = borrowed, l2Debt
 		out = append(out, st)
 	}

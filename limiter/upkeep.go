@@ -18,20 +18,6 @@ func (l *Limiter) repayDebts(apps []*App) {
 	}
 }
 
-// retiredApps is the set of apps a reload removed (their statistics are flushed at once).
-func (l *Limiter) retiredApps() map[*App]bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.retired) == 0 {
-		return nil
-	}
-	m := make(map[*App]bool, len(l.retired))
-	for _, a := range l.retired {
-		m[a] = true
-	}
-	return m
-}
-
 // rateTau is the time constant of the consumption-rate moving average.
 const rateTau = time.Second
 
@@ -90,49 +76,15 @@ func (l *Limiter) returnExcess(now time.Time, apps []*App) {
 	}
 }
 
-// expireIsolated retires isolated buckets idle longer than IsolatedTTL whose statistics are
-// delivered or due. A retired app's statistics are flushed at once: retired while they may
-// still wait, an isolated tenant's would cost a flush of their own a minute after its last
-// request whatever the StatsInterval (600 flushes in a black-box run with stats_interval 10m).
+// expireIsolated retires the isolated buckets idle longer than IsolatedTTL whose statistics
+// are delivered or due, and settles them at once unless the Store is away.
 func (l *Limiter) expireIsolated(now time.Time, cfg Config) {
-	var gone []*App
-	l.isoMu.Lock()
-	for id, a := range l.isolated {
-		idle := now.UnixNano()-a.lastUse.Load() > int64(cfg.IsolatedTTL)
-		if idle && (a.statsSettled() || a.statsDue(now, false)) {
-			delete(l.isolated, id)
-			a.retiredAt = now
-			gone = append(gone, a)
-		}
-	}
-	l.isoMu.Unlock()
+	gone := l.cat.isolated.expire(now, cfg.IsolatedTTL)
 	if len(gone) == 0 {
 		return
 	}
-	l.mu.Lock()
-	l.retired = append(l.retired, gone...)
-	l.mu.Unlock()
+	l.cat.retired.add(now, gone)
 	if l.Level() != LevelFailOpen {
-		l.settleRetired(now)
+		l.cat.retired.settle(now)
 	}
-}
-
-// settleRetired returns the tokens of removed apps and forgets those with nothing left to
-// return or report. A take still holding a removed app (a request in flight during a reload)
-// may lease again; its tokens are returned here on a later tick.
-func (l *Limiter) settleRetired(now time.Time) {
-	l.mu.Lock()
-	retired := append([]*App(nil), l.retired...)
-	l.mu.Unlock()
-	var keep []*App
-	for _, a := range retired {
-		_ = a.returnTokens(now, 0)
-		if !a.settled() || now.Sub(a.retiredAt) < time.Minute {
-			keep = append(keep, a)
-		}
-	}
-	l.mu.Lock()
-	// Apps retired while we worked are appended after the ones we looked at.
-	l.retired = append(keep, l.retired[len(retired):]...)
-	l.mu.Unlock()
 }
