@@ -39,7 +39,7 @@ func (l *Limiter) SetEmergency(ctx context.Context, e store.Emergency) error {
 	if err != nil {
 		return err
 	}
-	l.changes.Add(1)
+	l.ovr.changes.Add(1)
 	l.syncer.mu.Lock()
 	defer l.syncer.mu.Unlock()
 	if !l.closed.Load() {

@@ -2,8 +2,6 @@ package limiter
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 	"sync/atomic"
 
 	"github.com/tierbucket/caddy-tierbucket/internal/clock"
@@ -26,7 +24,7 @@ type Limiter struct {
 	tally  statsTally    // statistics Seqs and delivery counts (appstats.go)
 	lostEm lostEmergency // the operator emergency the Store lost (emergency.go)
 
-	overrides // the admin API's overrides (overrides_limiter.go)
+	ovr overrides // the admin API's overrides (overrides_limiter.go)
 
 	stop    chan struct{}
 	done    chan struct{}
@@ -92,7 +90,7 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 		s.shared = l.newApp("*", "*", cfg.Default, l.cat.unknown, false, &cfg)
 	}
 	l.cat.cur.Store(s)
-	l.base = cfg
+	l.ovr.base = cfg
 	return l, nil
 }
 
@@ -141,18 +139,18 @@ func (l *Limiter) App(id string) (*App, store.Reason) {
 // tokens back to L2 at the next tick. Update makes no Store call. The instance id,
 // KnownInstances and OnLiveInstances cannot change.
 func (l *Limiter) Update(cfg Config) error {
-	l.ovMu.Lock()
-	defer l.ovMu.Unlock()
+	l.ovr.mu.Lock()
+	defer l.ovr.mu.Unlock()
 	old := l.snap().cfg
 	cfg.Instance, cfg.KnownInstances, cfg.OnLiveInstances = old.Instance, old.KnownInstances, old.OnLiveInstances
 	if _, err := cfg.withDefaults(); err != nil {
 		return err
 	}
-	l.base = cfg
-	return l.applyOverrides(l.ov)
+	l.ovr.base = cfg
+	return l.applyOverrides(l.ovr.set)
 }
 
-// install makes cfg (overrides merged) the configuration in force (ovMu held).
+// install makes cfg (overrides merged) the configuration in force (ovr.mu held).
 func (l *Limiter) install(cfg Config) error { return l.cat.install(cfg, l.clock.Now()) }
 
 // apps returns every bucket that may hold tokens or unsent statistics, in no particular order.
@@ -166,77 +164,3 @@ func (l *Limiter) ResentRequests() int64 { return l.tally.resent.Load() }
 // statistics no lease or return carried within StatsInterval (or SyncBatch of them waited, or
 // the app was removed, or the limiter closed). Each is one Store call of its own for the app.
 func (l *Limiter) StatsFlushes() int64 { return l.tally.flushes.Load() }
-
-// Close stops the sync loop, sends the pending statistics and returns every unspent token to
-// L2. After Close, takes are served from local tokens only (there are none left), so they are
-// rejected with ReasonRedisUnavailable. The Store is not closed.
-func (l *Limiter) Close() error {
-	if !l.closed.CompareAndSwap(false, true) {
-		return nil
-	}
-	close(l.stop)
-	if l.looping {
-		<-l.done // a tick in progress finishes first (its Store calls are bounded)
-	}
-	l.syncer.mu.Lock()
-	defer l.syncer.mu.Unlock()
-	if l.syncer.unwatch != nil {
-		l.syncer.unwatch()
-	}
-	now := l.clock.Now()
-	// The pending cost batch is sent first (with its Seq), then what was admitted since, with
-	// every app's statistics. A Limiter with nothing to send makes no Store call (`caddy
-	// validate` provisions and closes one; a state a reload replaces after its reports failed).
-	var err error
-	if l.Level() == LevelFailOpen {
-		// Known to be away: not asked at all. A call would wait for a new connection's
-		// handshake, which go-redis bounds by its socket timeout (1 s), not by the call's: a
-		// reload away from a frozen Redis took 1.5 s, 2.9 s with two states to close.
-		err = errFailOpen
-	} else if (l.syncer.pending != nil && l.syncer.pending.cost > 0) || l.unsent() {
-		err = l.report(now, l.apps(), true)
-		if err == nil && l.unsent() {
-			err = l.report(now, l.apps(), true)
-		}
-	}
-	statsLost := err != nil
-	// After one failed call the Store is not asked again: a shutdown during an outage would
-	// otherwise wait a timeout per app holding tokens (a frozen Redis: a second each).
-	var lost, losers int64
-	for _, a := range l.apps() {
-		n := a.takeTokens(0)
-		if n == 0 {
-			continue
-		}
-		if err == nil {
-			if err = a.giveBack(now, n); err == nil {
-				continue
-			}
-		} else {
-			a.dropped.Add(n)
-		}
-		lost, losers = lost+n, losers+1
-	}
-	l.deg.closing()
-	if err == nil {
-		return nil
-	}
-	var what []string
-	if losers > 0 {
-		what = append(what, fmt.Sprintf("%d unspent tokens of %d apps were not returned (their buckets refill them)", lost, losers))
-	}
-	if statsLost {
-		what = append(what, "the statistics not yet sent are lost")
-	}
-	return fmt.Errorf("the Store failed while closing and was not asked again: %s: %w", strings.Join(what, "; "), err)
-}
-
-// unsent reports whether some app has statistics or cost not yet acknowledged (syncer.mu held).
-func (l *Limiter) unsent() bool {
-	for _, a := range l.apps() {
-		if !a.statsSettled() || a.settledCost.Load() > a.costSent {
-			return true
-		}
-	}
-	return false
-}

@@ -187,8 +187,8 @@ func (l *Limiter) statsReported(flushed []flush, st *store.ClusterState, sent, a
 func (l *Limiter) applyState(s *snapshot, st store.ClusterState, away bool) {
 	st.LiveInstances = max(st.LiveInstances, 1)
 	prev := l.state.Load()
-	l.lostEm.keep(st.ConfigVersion < l.storeVersion.Load(), prev, &st)
-	l.storeVersion.Store(st.ConfigVersion)
+	l.lostEm.keep(st.ConfigVersion < l.ovr.storeVersion.Load(), prev, &st)
+	l.ovr.storeVersion.Store(st.ConfigVersion)
 	l.state.Store(&st)
 	l.logEmergency(prev, &st)
 	if first := !l.deg.reached.Swap(true); (first || st.LiveInstances != prev.LiveInstances) && s.cfg.OnLiveInstances != nil {
