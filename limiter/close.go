@@ -28,8 +28,8 @@ func (l *Limiter) Close() error {
 	var err error
 	if l.Level() == LevelFailOpen {
 		// Known to be away: not asked at all. A call would wait for a new connection's
-		// handshake, which go-redis bounds by its socket timeout (1 s), not by the call's: a
-		// reload away from a frozen Redis took 1.5 s, 2.9 s with two states to close.
+		// handshake, which go-redis bounds by its socket timeout (1 s), not by the call's, and
+		// a reload away from a frozen Redis would wait that long per state it closes.
 		err = errFailOpen
 	} else if (l.syncer.pending != nil && l.syncer.pending.cost > 0) || l.unsent() {
 		err = l.report(now, l.apps(), true)

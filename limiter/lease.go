@@ -56,9 +56,9 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	// The Store grants a lease only when L2 holds its Need (then up to Want). Need is what the
 	// request lacks beyond the local tokens, leaving out local debt, which Want carries and
 	// the grant pays first. A Need that included the debt would wait for L2 to hold debt and
-	// cost at once, which it never does while a peer keeps taking small leases: that starved
-	// an indebted instance for minutes after a Store hiccup (TestDebtorIsNotStarvedByPeer).
-	// Every grant now pays part of the debt, and the request is admitted once it is paid.
+	// cost at once, which it never does while a peer keeps taking small leases, and an
+	// indebted instance would starve. Every grant pays part of the debt, and the request is
+	// admitted once it is paid.
 	short := min(max(need-max(b, 0), 0), p.burst)
 	req := store.LeaseRequest{
 		Cluster:  s.cfg.Cluster,

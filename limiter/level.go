@@ -32,16 +32,16 @@ const (
 	// recoveryHold is how long the Store must answer without a failure after fail_open is
 	// left before the episode ends in the log. A failure sooner resumes the same episode: the
 	// probe (the cluster report) can succeed while the slot of some app is still down (a Redis
-	// Cluster master failing over), and every lease for that app fails again. Without the hold
-	// each such round logged a WARN and an INFO, about once a second.
+	// Cluster master failing over), and every lease for that app fails again: the hold keeps
+	// such rounds to one WARN and one INFO per episode.
 	recoveryHold = 5 * time.Second
 	// levelHold is how long the latency average must stay low enough for a lower level before
-	// the level goes down (it goes up at once). On a starved machine the average crossed the
-	// thresholds several times a second, and each change logged a WARN or an INFO.
+	// the level goes down (it goes up at once), so that an average crossing the thresholds
+	// several times a second (a starved machine) does not log each crossing.
 	levelHold = 5 * time.Second
 	// slowHold is how long the level must stay normal before a slow-Store episode ends in the
-	// log. On a CPU-bound host the latency level went up and back down every 20–30 s, each time
-	// past levelHold, and every round logged a WARN and an INFO.
+	// log: a latency level that goes up and back down every few tens of seconds (a CPU-bound
+	// host), each time past levelHold, is one episode, not a WARN and an INFO per round.
 	slowHold     = time.Minute
 	latencyAlpha = 0.2 // weight of one observation in the latency moving average
 	// latencyAlphaDown is the weight of an observation below the average: the level follows a
@@ -78,8 +78,8 @@ func levelFor(avg time.Duration) Level {
 
 // nextLevel is the level after cur for a latency moving average, with hysteresis: a level is
 // left downwards only once the average is below 70 % of its threshold (and, in observe, has
-// stayed there for levelHold). An average hovering at a threshold flapped the level, and each
-// flap logged a WARN and an INFO microseconds apart.
+// stayed there for levelHold), so that an average hovering at a threshold does not flap the
+// level.
 func nextLevel(avg time.Duration, cur Level) Level {
 	if next := levelFor(avg); next >= cur {
 		return next

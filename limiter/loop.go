@@ -28,9 +28,8 @@ func (l *Limiter) loop() {
 
 // SyncNow makes the sync loop report and read the overrides now instead of at the end of its
 // interval. A new instance calls it when it starts: it then enforces the fleet's overrides and
-// emergency after one round trip to the Store, not after a sync interval (a restarted gateway
-// served about 120 ms under its config alone, during an operator emergency too). It does not
-// wait for the report.
+// emergency after one round trip to the Store, not after a sync interval during which it
+// would serve under its config alone. It does not wait for the report.
 func (l *Limiter) SyncNow() {
 	select {
 	case l.kick <- struct{}{}:

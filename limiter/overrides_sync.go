@@ -97,9 +97,9 @@ func (l *Limiter) refreshOverrides() {
 	lost, _ := l.reloadOverrides(context.Background()) // on error the next report tries again
 	if st := l.state.Load(); lost && st.Emergency && st.EmergencySource == store.EmergencySourceOperator {
 		// The operator emergency may have gone with the overrides. The report notices a loss
-		// by the overrides' version, which this write-back has just restored: without this the
-		// next report lifted the emergency for good (a Redis restart seen first by the Watch).
-		// The report decides: restored if the Store no longer has it.
+		// by the overrides' version, which this write-back has just restored, so it could not
+		// tell on its own and would lift the emergency for good. The report decides: restored
+		// if the Store no longer has it.
 		l.lostEm.remember(store.Emergency{Active: true, Reason: st.EmergencyReason, Until: st.EmergencyUntil})
 	}
 }

@@ -8,8 +8,8 @@ import (
 // repayDebts starts a background lease for every app in local debt that has none in flight
 // (refill: not while the Store refused it recently): the debt is paid as L2 refills, whether
 // requests come or not. Paid only by the leases of later requests, the debt of one large upload
-// outlived any idle period (L2 holds at most a burst, so the refill of the idle time was lost)
-// and the app's first requests after it were refused.
+// would outlive any idle period (L2 holds at most a burst, so the refill of the idle time is
+// lost) and the app's first requests after it would be refused.
 func (l *Limiter) repayDebts(apps []*App) {
 	for _, a := range apps {
 		if a.balance.Load() < 0 {
