@@ -12,7 +12,7 @@ import (
 
 // Decision is the answer to one Take.
 type Decision struct {
-	Allowed    bool
+	Allowed    bool          // the request may proceed
 	Reason     store.Reason  // why not (ReasonNone when allowed)
 	Remaining  int64         // local tokens left plus what L2 had at the last lease (for headers)
 	RetryAfter time.Duration // when rejected: when tokens are expected again

@@ -16,16 +16,16 @@ type appStats struct {
 
 // AppStats is a snapshot of one metric label's counters.
 type AppStats struct {
-	Label       string
+	Label       string                  // the metric label: a configured id or "*"
 	Requests    [store.NumReasons]int64 // final decisions by reason (ReasonNone = admitted), from Record
 	Cost        int64                   // admitted cost, from Record
-	LocalHits   int64
-	Leases      int64
-	LeaseTokens int64
-	LocalTokens int64   // tokens held locally now
-	LocalDebt   int64   // local debt now (tokens owed, paid first by the next lease)
-	Borrowed    float64 // L2's borrowed tokens at this instance's last lease (App.Borrowing)
-	Debt        float64 // L2's debt at this instance's last lease (App.Borrowing)
+	LocalHits   int64                   // admitted from local tokens without waiting on the Store
+	Leases      int64                   // leases that granted tokens
+	LeaseTokens int64                   // tokens those leases granted
+	LocalTokens int64                   // tokens held locally now
+	LocalDebt   int64                   // local debt now (tokens owed, paid first by the next lease)
+	Borrowed    float64                 // L2's borrowed tokens at this instance's last lease (App.Borrowing)
+	Debt        float64                 // L2's debt at this instance's last lease (App.Borrowing)
 }
 
 // Record counts one final decision for metrics: r is ReasonNone for an admitted request, whose
