@@ -60,7 +60,7 @@ func newCluster(t *testing.T, id string, cfg limiter.Config, shared store.Store)
 	}
 	cfg.Cluster.ID = id
 	cfg.Connections = conns
-	lim, err := limiter.New(cfg, shared, nil)
+	lim, err := limiter.New(cfg, shared)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,7 @@
 package limiter
 
+import "sync"
+
 // The sync loop visits only the apps that may have work for it. An app is quiet when the loop
 // has nothing left to do for it: its rate has decayed to zero, it holds no local tokens, no
 // lease is in flight, and its cost and statistics were all acknowledged. A quiet app leaves the
@@ -17,55 +19,33 @@ package limiter
 // follow (one token in 17 minutes), and it lets the moving average end at zero.
 const idleRate = 1e-3
 
-// list puts a on the sync loop's list unless it is on it. It is called after the change that
-// gave the loop work.
-func (a *App) list() {
-	if a.listed.Load() || !a.listed.CompareAndSwap(false, true) {
-		return
-	}
-	l := a.l
-	l.activeMu.Lock()
-	l.active = append(l.active, a)
-	l.activeMu.Unlock()
+// activeList is the apps the sync loop visits: every app but the quiet ones. mu guards apps.
+type activeList struct {
+	mu   sync.Mutex
+	apps []*App
 }
 
-// settled reports whether a holds no tokens, owes nothing and has nothing left to send: no local
-// debt (the loop repays it, see repayDebts), no lease in flight, all its statistics acknowledged
-// and all its cost reported.
-func (a *App) settled() bool {
-	a.mu.Lock()
-	busy := a.call != nil
-	a.mu.Unlock()
-	return a.balance.Load() == 0 && !busy && a.statsSettled() && a.settledCost.Load() == a.costSent
+// add appends a (whose listed flag the caller has just set).
+func (al *activeList) add(a *App) {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	al.apps = append(al.apps, a)
 }
 
-// quiet reports whether the sync loop has nothing to do for a (tickMu held).
-func (a *App) quiet() bool {
-	return a.rate == 0 && a.consumed.Load() == a.lastCons.Load() && a.settled()
+// appendTo appends the listed apps to dst.
+func (al *activeList) appendTo(dst []*App) []*App {
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	return append(dst, al.apps...)
 }
 
-// visited is what one tick visits: the listed apps and the retired ones (tickMu held).
-func (l *Limiter) visited() []*App {
-	l.activeMu.Lock()
-	apps := append([]*App(nil), l.active...)
-	l.activeMu.Unlock()
-	l.mu.Lock()
-	for _, a := range l.retired {
-		if !a.listed.Load() {
-			apps = append(apps, a)
-		}
-	}
-	l.mu.Unlock()
-	return apps
-}
-
-// dropQuiet takes the quiet apps off the list at the end of a tick (tickMu held). Apps listed
+// dropQuiet takes the quiet apps off the list at the end of a tick (syncer.mu held). Apps listed
 // meanwhile are kept after the ones looked at.
-func (l *Limiter) dropQuiet() {
-	l.activeMu.Lock()
-	cur := l.active
-	l.active = nil
-	l.activeMu.Unlock()
+func (al *activeList) dropQuiet() {
+	al.mu.Lock()
+	cur := al.apps
+	al.apps = nil
+	al.mu.Unlock()
 	keep := cur[:0]
 	for _, a := range cur {
 		if a.quiet() {
@@ -78,7 +58,36 @@ func (l *Limiter) dropQuiet() {
 		keep = append(keep, a)
 	}
 	clear(cur[len(keep):]) // let the dropped apps be collected
-	l.activeMu.Lock()
-	l.active = append(keep, l.active...)
-	l.activeMu.Unlock()
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	al.apps = append(keep, al.apps...)
+}
+
+// list puts a on the sync loop's list unless it is on it. It is called after the change that
+// gave the loop work.
+func (a *App) list() {
+	if a.listed.Load() || !a.listed.CompareAndSwap(false, true) {
+		return
+	}
+	a.l.active.add(a)
+}
+
+// settled reports whether a holds no tokens, owes nothing and has nothing left to send: no local
+// debt (the loop repays it, see repayDebts), no lease in flight, all its statistics acknowledged
+// and all its cost reported.
+func (a *App) settled() bool {
+	a.mu.Lock()
+	busy := a.call != nil
+	a.mu.Unlock()
+	return a.balance.Load() == 0 && !busy && a.statsSettled() && a.settledCost.Load() == a.costSent
+}
+
+// quiet reports whether the sync loop has nothing to do for a (syncer.mu held).
+func (a *App) quiet() bool {
+	return a.rate == 0 && a.consumed.Load() == a.lastCons.Load() && a.settled()
+}
+
+// visited is what one tick visits: the listed apps and the retired ones (syncer.mu held).
+func (l *Limiter) visited() []*App {
+	return l.cat.retired.appendUnlisted(l.active.appendTo(nil))
 }

@@ -12,7 +12,7 @@ import (
 
 // Decision is the answer to one Take.
 type Decision struct {
-	Allowed    bool
+	Allowed    bool          // the request may proceed
 	Reason     store.Reason  // why not (ReasonNone when allowed)
 	Remaining  int64         // local tokens left plus what L2 had at the last lease (for headers)
 	RetryAfter time.Duration // when rejected: when tokens are expected again
@@ -259,7 +259,7 @@ func (a *App) admitted(cost int64, l *Limiter) {
 // storeAway reports whether the app's shortfalls go to the rescue bucket: the limiter is in
 // fail_open and the app's own last lease failed (or it has not leased yet). In a partial
 // outage, a Redis Cluster master down, the other apps' leases still succeed: they keep leasing
-// instead of taking the rescue bucket too, which admitted them 1.5–2 × their quota (the
+// instead of taking the rescue bucket too, which would admit them up to twice their quota (the
 // report, on the cluster's slot, ends fail_open every second and the next failure resumes it).
 // In a whole outage each app finds out with one lease of its own: its first shortfall waits at
 // most the Redis timeout (then it is admitted on credit or by the rescue bucket), and the
@@ -344,8 +344,8 @@ func (a *App) refused(now, need int64) (time.Duration, bool) {
 // untilCovered is how long L2's refill, at the app's rate, takes to cover what need lacks
 // beyond the local balance and what L2 held at the last lease: what a refused client is told.
 // The refusal itself may end sooner (this instance asks the Store again then, and a lease that
-// brought the last tokens sets a short one): a client told that instead retried into another
-// 429 (guaranteed 0.1: "retry in 280 ms", then "9.5 s").
+// brought the last tokens sets a short one): a client told that would retry into another
+// refusal.
 func (a *App) untilCovered(now, need int64) time.Duration {
 	p, st := a.pol.Load(), a.l.state.Load()
 	rate := p.Guaranteed * st.Factors[p.Priority]

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -55,9 +56,20 @@ func (l *Limiter) seqMemory() time.Duration {
 	return min(store.RecordIdle(l.snap().cfg.StatsInterval), store.ReportSeqTTL)
 }
 
-// nextSeq numbers a statistics batch: one counter per Limiter, so an app's Seqs increase
+// statsTally numbers the Limiter's statistics batches and counts what their delivery did:
+// batches flushed by reports, and requests whose statistics the Store lost and that were sent
+// again. Its counters are atomics; the notice throttles the WARN of lost statistics.
+type statsTally struct {
+	seq     atomic.Uint64 // the last statistics Seq used (next)
+	lost    atomic.Int64  // requests whose statistics the Store lost, not yet logged
+	resent  atomic.Int64  // requests whose statistics were sent again
+	flushes atomic.Int64  // per-app statistics batches carried by reports
+	notice  notice        // the WARN of lost statistics
+}
+
+// next numbers a statistics batch: one counter per Limiter, so an app's Seqs increase
 // whichever call carries them. It starts at the time in µs (see newLimiter).
-func (l *Limiter) nextSeq() uint64 { return l.statsSeq.Add(1) }
+func (s *statsTally) next() uint64 { return s.seq.Add(1) }
 
 // takeStats returns the batch the app's next call carries: the unacknowledged one again, or the
 // requests admitted since the last batch under a new Seq (a zero batch when there are none).
@@ -71,7 +83,7 @@ func (a *App) takeStats() statsBatch {
 	if n <= 0 {
 		return statsBatch{}
 	}
-	b := statsBatch{seq: a.l.nextSeq(), requests: n}
+	b := statsBatch{seq: a.l.tally.next(), requests: n}
 	a.sentReqs.Add(n)
 	a.st.pend = &b
 	return b
@@ -116,7 +128,7 @@ func (a *App) statsDelivered(b statsBatch, prev uint64, sent, now time.Time) {
 		switch {
 		case old.seq > prev && old.seq != b.seq && old.at.Before(sent):
 			a.sentReqs.Add(-old.requests) // lost: the next batch carries them again
-			a.l.lost.Add(old.requests)
+			a.l.tally.lost.Add(old.requests)
 			lost = true
 		case old.seq <= prev && sent.Sub(old.at) >= ackWindow:
 			// on the replicas too
@@ -156,17 +168,17 @@ func (a *App) statsSettled() bool {
 	return a.st.pend == nil && a.requests.Load() == a.sentReqs.Load()
 }
 
-// logLost logs the statistics the Store lost and that go out again: at most once per
+// logLost counts the statistics the Store lost as sent again, and logs them: at most once per
 // noticeEvery, with the counts since the last line.
-func (l *Limiter) logLost() {
-	n := l.lost.Swap(0)
+func (s *statsTally) logLost(now time.Time, log *zap.Logger, cluster string) {
+	n := s.lost.Swap(0)
 	if n == 0 {
 		return
 	}
-	l.resent.Add(n)
-	times, requests, ok := l.lostStats.due(l.clock.Now(), n)
-	if log := l.logger(); log != nil && ok {
+	s.resent.Add(n)
+	times, requests, ok := s.notice.due(now, n)
+	if log != nil && ok {
 		log.Warn("rate_limit: the Store lost statistics it had acknowledged ("+lossCauses+"); sending them again",
-			zap.String("cluster", l.snap().cfg.Cluster.ID), zap.Int64("requests", requests), zap.Int64("times", times))
+			zap.String("cluster", cluster), zap.Int64("requests", requests), zap.Int64("times", times))
 	}
 }

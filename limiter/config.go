@@ -101,23 +101,23 @@ const AtQuotaSpacing = 30 * time.Millisecond
 
 // Config is the configuration of one cluster's Limiter. Zero fields take their defaults.
 type Config struct {
-	Cluster         store.ClusterPolicy
+	Cluster         store.ClusterPolicy        // the cluster id and its L1 policy
 	Apps            map[string]store.AppPolicy // configured apps by id
 	Default         store.AppPolicy            // the `app *` template used for unknown apps
-	UnknownApp      UnknownAppMode
-	MaxIsolated     int           // bound on isolated buckets (default 10000)
-	IsolatedTTL     time.Duration // an isolated bucket idle this long expires (default 60 s)
-	Reserve         int64         // lease target before the app's rate is measured (default 1000)
-	RefillThreshold float64       // refill in the background below this share of the lease target (0.2)
-	SyncInterval    time.Duration // report interval (default 100 ms)
-	SyncBatch       int64         // flush an app's statistics at the next report once this many wait (100 000)
-	LeaseTTL        time.Duration // unspent leased tokens older than this go back to L2 (10 s)
-	StatsInterval   time.Duration // statistics no call carried this long go in a report (60 s)
-	StoreTimeout    time.Duration // a request never waits longer on the Store (50 ms)
-	OnStoreFailure  FailureMode
-	RescueRatio     float64        // share of guaranteed allowed in rescue mode (default 1.0)
-	Instance        string         // unique per process (default: random); fixed at New
-	Connections     InFlightSource // optional: connlimit's counts carried in reports
+	UnknownApp      UnknownAppMode             // what happens to ids without a policy of their own
+	MaxIsolated     int                        // bound on isolated buckets (default 10000)
+	IsolatedTTL     time.Duration              // an isolated bucket idle this long expires (default 60 s)
+	Reserve         int64                      // lease target before the app's rate is measured (default 1000)
+	RefillThreshold float64                    // refill in the background below this share of the lease target (0.2)
+	SyncInterval    time.Duration              // report interval (default 100 ms)
+	SyncBatch       int64                      // flush an app's statistics at the next report once this many wait (100 000)
+	LeaseTTL        time.Duration              // unspent leased tokens older than this go back to L2 (10 s)
+	StatsInterval   time.Duration              // statistics no call carried this long go in a report (60 s)
+	StoreTimeout    time.Duration              // a request never waits longer on the Store (50 ms)
+	OnStoreFailure  FailureMode                // what happens while the Store is unavailable
+	RescueRatio     float64                    // share of guaranteed allowed in rescue mode (default 1.0)
+	Instance        string                     // unique per process (default: random); fixed at New
+	Connections     InFlightSource             // optional: connlimit's counts carried in reports
 
 	// KnownInstances is the live-instance count this cluster had when the process last reached
 	// the Store (persisted by the caller); 0 = unknown. It sizes the rescue buckets until the

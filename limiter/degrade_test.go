@@ -411,15 +411,15 @@ func TestLateAnswerDoesNotResendNewerBatch(t *testing.T) {
 	// The report's answer: the Store had applied the first batch when its part ran.
 	a.statsDelivered(first, first.seq, reportSent, tick())
 
-	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.lost.Load() != 0 {
-		t.Fatalf("after the late answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.lost.Load())
+	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.tally.lost.Load() != 0 {
+		t.Fatalf("after the late answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.tally.lost.Load())
 	}
 	// A batch acknowledged before a call was sent, above the call's PrevSeq, is lost for real.
 	a.requests.Add(1)
 	third := a.takeStats()
 	a.statsDelivered(third, first.seq, tick(), tick())
-	if l.lost.Load() != second.requests {
-		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.lost.Load(), second.requests)
+	if l.tally.lost.Load() != second.requests {
+		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.tally.lost.Load(), second.requests)
 	}
 }
 
@@ -443,16 +443,16 @@ func TestAnswerDoesNotJudgeBatchAckedAtItsSendTime(t *testing.T) {
 	second := a.takeStats() // the lease after it delivers a newer batch
 	a.statsDelivered(second, first.seq, now, now)
 	a.statsDelivered(first, first.seq-1, now, now) // the report's answer
-	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.lost.Load() != 0 {
-		t.Fatalf("after the report's answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.lost.Load())
+	if unsent := a.requests.Load() - a.sentReqs.Load(); unsent != 0 || l.tally.lost.Load() != 0 {
+		t.Fatalf("after the report's answer: %d requests to send again, %d counted lost; want 0 and 0", unsent, l.tally.lost.Load())
 	}
 	// Once the clock has moved, a call whose PrevSeq is below the second batch finds it lost.
 	c.Advance(time.Millisecond)
 	a.requests.Add(1)
 	third := a.takeStats()
 	a.statsDelivered(third, first.seq, c.Now(), c.Now())
-	if l.lost.Load() != second.requests {
-		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.lost.Load(), second.requests)
+	if l.tally.lost.Load() != second.requests {
+		t.Fatalf("a Store that forgot the second batch: %d requests counted lost, want %d", l.tally.lost.Load(), second.requests)
 	}
 }
 
@@ -495,7 +495,7 @@ func TestSlowStoreIsOneEpisode(t *testing.T) {
 	l := testLimiter(t, cfg, ps, c, false)
 	calls := func(lat, d time.Duration) {
 		for end := c.Now().Add(d); c.Now().Before(end); c.Advance(100 * time.Millisecond) {
-			l.observe(lat, nil, true)
+			l.deg.observe(lat, nil, true)
 		}
 	}
 	for range 4 { // 20 s slow, 20 s fast, four times: the level goes up and down each time
@@ -549,7 +549,7 @@ func TestLevelHysteresis(t *testing.T) {
 		if i%2 == 1 {
 			lat = 14 * time.Millisecond
 		}
-		l.observe(lat, nil, true)
+		l.deg.observe(lat, nil, true)
 		if l.Level() != prev {
 			changes++
 			prev = l.Level()
@@ -567,7 +567,7 @@ func TestLevelHysteresis(t *testing.T) {
 		if c.Now().Sub(fast) > time.Minute {
 			t.Fatalf("a 3 ms Store: level %v after %v, want normal", l.Level(), c.Now().Sub(fast))
 		}
-		l.observe(3*time.Millisecond, nil, true)
+		l.deg.observe(3*time.Millisecond, nil, true)
 		c.Advance(100 * time.Millisecond)
 	}
 	if held := c.Now().Sub(fast); held < levelHold {
@@ -576,7 +576,7 @@ func TestLevelHysteresis(t *testing.T) {
 	// A Store whose latency swings across the thresholds several times a second (a starved
 	// machine: 53 changes in 15 s per instance, each a WARN or an INFO) goes up once and stays.
 	for end := c.Now().Add(slowHold); !c.Now().After(end); c.Advance(100 * time.Millisecond) {
-		l.observe(3*time.Millisecond, nil, true) // normal for slowHold: the episode ends
+		l.deg.observe(3*time.Millisecond, nil, true) // normal for slowHold: the episode ends
 	}
 	if n := logs.FilterMessageSnippet("latency back to normal").Len(); n != 1 {
 		t.Fatalf("%d lines ending the slow episode after %v at normal, want 1", n, slowHold)
@@ -587,7 +587,7 @@ func TestLevelHysteresis(t *testing.T) {
 		if i%6 < 3 {
 			lat = 40 * time.Millisecond
 		}
-		l.observe(lat, nil, true)
+		l.deg.observe(lat, nil, true)
 		c.Advance(100 * time.Millisecond)
 	}
 	if n := logs.Len() - before; n != 1 || l.Level() != LevelMild {

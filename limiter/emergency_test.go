@@ -108,7 +108,7 @@ func TestSyncNowLoadsFleetState(t *testing.T) {
 	shared := memstore.New(nil)
 	cfg := baseConfig()
 	cfg.Apps = map[string]store.AppPolicy{"a": pol(10, 10, 3)}
-	first, err := New(cfg, shared, nil)
+	first, err := New(cfg, shared)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestSyncNowLoadsFleetState(t *testing.T) {
 	}
 	cfg.SyncInterval = time.Hour
 	cfg.Instance = "i2"
-	second, err := New(cfg, shared, nil)
+	second, err := New(cfg, shared)
 	if err != nil {
 		t.Fatal(err)
 	}

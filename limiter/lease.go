@@ -56,9 +56,9 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	// The Store grants a lease only when L2 holds its Need (then up to Want). Need is what the
 	// request lacks beyond the local tokens, leaving out local debt, which Want carries and
 	// the grant pays first. A Need that included the debt would wait for L2 to hold debt and
-	// cost at once, which it never does while a peer keeps taking small leases: that starved
-	// an indebted instance for minutes after a Store hiccup (TestDebtorIsNotStarvedByPeer).
-	// Every grant now pays part of the debt, and the request is admitted once it is paid.
+	// cost at once, which it never does while a peer keeps taking small leases, and an
+	// indebted instance would starve. Every grant pays part of the debt, and the request is
+	// admitted once it is paid.
 	short := min(max(need-max(b, 0), 0), p.burst)
 	req := store.LeaseRequest{
 		Cluster:  s.cfg.Cluster,
@@ -85,7 +85,7 @@ func (a *App) runLease(c *leaseCall, need int64) {
 		return err
 	})
 	now := l.clock.Now()
-	l.observe(now.Sub(start), err, false)
+	l.deg.observe(now.Sub(start), err, false)
 	a.answered.Store(err == nil)
 	if err == nil {
 		a.statsDelivered(stats, c.res.PrevSeq, start, now)
@@ -220,7 +220,7 @@ func (a *App) giveBack(now time.Time, n int64) error {
 	start := l.clock.Now()
 	err := l.callStore(func(ctx context.Context) error { return l.store.Return(ctx, ret) })
 	done := l.clock.Now()
-	l.observe(done.Sub(start), err, false)
+	l.deg.observe(done.Sub(start), err, false)
 	if err != nil {
 		a.dropped.Add(n)
 		a.statsFailed(stats) // pending: the next report sends them again
@@ -311,12 +311,12 @@ func (a *App) failTake(cost, need int64, p *appPolicy, st *store.ClusterState) D
 		a.mint(cost)
 		return Decision{Allowed: true, Limit: p.burst, Minted: true}
 	case FailClosed:
-		a.l.rescueRejects.Add(1)
+		a.l.deg.rescue.rejects.Add(1)
 		return a.reject(p, st, store.ReasonRedisUnavailable, probeInterval)
 	}
 	ok, left, retry := a.rescueTake(cost, need, p, st)
 	if !ok {
-		a.l.rescueRejects.Add(1)
+		a.l.deg.rescue.rejects.Add(1)
 		return a.reject(p, st, store.ReasonAppExhausted, retry)
 	}
 	a.mint(cost)
@@ -342,8 +342,8 @@ func (a *App) creditTake(cost, need int64, p *appPolicy, st *store.ClusterState)
 // mint admits cost tokens that were never leased (rescue or fail-open).
 func (a *App) mint(cost int64) {
 	a.minted.Add(cost)
-	a.l.rescuedReqs.Add(1)
-	a.l.rescuedCost.Add(cost)
+	a.l.deg.rescue.reqs.Add(1)
+	a.l.deg.rescue.cost.Add(cost)
 	a.admitted(cost, a.l)
 }
 
@@ -352,7 +352,7 @@ func (a *App) mint(cost int64) {
 func (a *App) unmint(n int64) {
 	a.minted.Add(-n)
 	a.consumed.Add(-n)
-	a.l.rescuedCost.Add(-n)
+	a.l.deg.rescue.cost.Add(-n)
 	a.mu.Lock()
 	if a.rescue.ts != 0 {
 		a.rescue.tokens += float64(n)

@@ -117,9 +117,7 @@ func TestUnknownAppModes(t *testing.T) {
 		// Idle isolated buckets expire and return their tokens.
 		c.Advance(l.Config().IsolatedTTL + time.Second)
 		l.tick(c.Now())
-		l.isoMu.RLock()
-		n := len(l.isolated)
-		l.isoMu.RUnlock()
+		n := l.cat.isolated.len()
 		if n != 0 {
 			t.Fatalf("%d isolated buckets left after expiry", n)
 		}
@@ -424,9 +422,7 @@ func TestIsolatedBucketWaitsForItsStatistics(t *testing.T) {
 		t.Fatalf("request: %+v, balance %d; want admitted with nothing left", d, a.balance.Load())
 	}
 	isolated := func() int {
-		l.isoMu.RLock()
-		defer l.isoMu.RUnlock()
-		return len(l.isolated)
+		return l.cat.isolated.len()
 	}
 	c.Advance(l.Config().IsolatedTTL + time.Second)
 	l.tick(c.Now())
@@ -508,7 +504,7 @@ func TestSyncLoopRuns(t *testing.T) {
 	c := clock.NewManual()
 	ss := &signalStore{Store: newStore(c), reported: make(chan struct{}, 1)}
 	cfg := baseConfig()
-	l, err := New(cfg, ss, c)
+	l, err := newWithClock(cfg, ss, c)
 	if err != nil {
 		t.Fatal(err)
 	}

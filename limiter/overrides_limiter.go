@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"go.uber.org/zap"
-
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -18,18 +16,19 @@ import (
 // configuration as loaded (base) and the overrides last read from the Store; the configuration
 // in force is their merge. They are read at the first report and again whenever a report
 // brings another version or the Store's Watch says they changed.
+//
+// mu serialises Update and override changes and guards base, set, loaded and skipped; it is
+// held across the Store calls that read and write the overrides.
 type overrides struct {
-	ovMu    sync.Mutex // serialises Update and override changes; held across Store calls
-	base    Config     // the configuration as loaded (New, Update), without overrides
-	ov      overrideSet
-	loaded  bool             // ov was read from the Store at least once
+	mu      sync.Mutex
+	base    Config           // the configuration as loaded (New, Update), without overrides
+	set     overrideSet      // the overrides last read from (or written to) the Store
+	loaded  bool             // set was read from the Store at least once
 	skipped map[string]error // overrides left out of the configuration in force
 
 	storeVersion atomic.Uint64 // ClusterState.ConfigVersion of the last report
-	reload       chan struct{} // Watch: read the overrides again
-	kick         chan struct{} // SyncNow: report and read the overrides now
-	unwatch      func()        // set by the loop once a report succeeded (tickMu)
 	changes      atomic.Int64  // changes made through this Limiter (overrides, emergency)
+	lost         notice        // the WARN of overrides the Store lost
 }
 
 // Source of an app's or the cluster's policy (AppSource, ClusterSource).
@@ -48,10 +47,10 @@ type OverrideChangeResult struct {
 
 // AppOverride returns the app's admin override in force, if any.
 func (l *Limiter) AppOverride(id string) (AppOverride, bool) {
-	l.ovMu.Lock()
-	defer l.ovMu.Unlock()
-	o, ok := l.ov.apps[id]
-	if ok && l.skipped[store.OverrideAppKey(id)] != nil {
+	l.ovr.mu.Lock()
+	defer l.ovr.mu.Unlock()
+	o, ok := l.ovr.set.apps[id]
+	if ok && l.ovr.skipped[store.OverrideAppKey(id)] != nil {
 		return AppOverride{}, false
 	}
 	return o, ok
@@ -59,41 +58,41 @@ func (l *Limiter) AppOverride(id string) (AppOverride, bool) {
 
 // ClusterOverride returns the cluster's admin override in force, if any.
 func (l *Limiter) ClusterOverride() (ClusterOverride, bool) {
-	l.ovMu.Lock()
-	defer l.ovMu.Unlock()
-	if l.ov.cluster == nil || l.skipped[store.OverrideClusterKey] != nil {
+	l.ovr.mu.Lock()
+	defer l.ovr.mu.Unlock()
+	if l.ovr.set.cluster == nil || l.ovr.skipped[store.OverrideClusterKey] != nil {
 		return ClusterOverride{}, false
 	}
-	return *l.ov.cluster, true
+	return *l.ovr.set.cluster, true
 }
 
 // StoredAppOverride returns the app's override as the Store holds it, in force or not, and
 // when this instance leaves it out of its configuration (it does not fit the loaded config),
 // why. Removing it (SetAppOverride with nil) works either way.
 func (l *Limiter) StoredAppOverride(id string) (o AppOverride, ok bool, notApplied error) {
-	l.ovMu.Lock()
-	defer l.ovMu.Unlock()
-	o, ok = l.ov.apps[id]
-	return o, ok, l.skipped[store.OverrideAppKey(id)]
+	l.ovr.mu.Lock()
+	defer l.ovr.mu.Unlock()
+	o, ok = l.ovr.set.apps[id]
+	return o, ok, l.ovr.skipped[store.OverrideAppKey(id)]
 }
 
 // StoredClusterOverride is StoredAppOverride for the cluster's override.
 func (l *Limiter) StoredClusterOverride() (o ClusterOverride, ok bool, notApplied error) {
-	l.ovMu.Lock()
-	defer l.ovMu.Unlock()
-	if l.ov.cluster == nil {
+	l.ovr.mu.Lock()
+	defer l.ovr.mu.Unlock()
+	if l.ovr.set.cluster == nil {
 		return ClusterOverride{}, false, nil
 	}
-	return *l.ov.cluster, true, l.skipped[store.OverrideClusterKey]
+	return *l.ovr.set.cluster, true, l.ovr.skipped[store.OverrideClusterKey]
 }
 
 // AppSource says where the policy in force of a configured app comes from (SourceConfig,
 // SourceOverride, SourceAPI), or "" for an id without a policy of its own.
 func (l *Limiter) AppSource(id string) string {
 	_, over := l.AppOverride(id)
-	l.ovMu.Lock()
-	_, configured := l.base.Apps[id]
-	l.ovMu.Unlock()
+	l.ovr.mu.Lock()
+	_, configured := l.ovr.base.Apps[id]
+	l.ovr.mu.Unlock()
 	switch {
 	case configured && over:
 		return SourceOverride
@@ -115,15 +114,15 @@ func (l *Limiter) ClusterSource() string {
 
 // ConfigChanges is how many changes were made through this Limiter (overrides set or removed,
 // operator emergencies set or cleared).
-func (l *Limiter) ConfigChanges() int64 { return l.changes.Load() }
+func (l *Limiter) ConfigChanges() int64 { return l.ovr.changes.Load() }
 
 // SkippedOverrides lists the Store keys of overrides that are not in force, with the reason:
 // values the loaded configuration makes invalid (say, guarantees beyond a lowered capacity).
 func (l *Limiter) SkippedOverrides() map[string]error {
-	l.ovMu.Lock()
-	defer l.ovMu.Unlock()
-	out := make(map[string]error, len(l.skipped))
-	for k, v := range l.skipped {
+	l.ovr.mu.Lock()
+	defer l.ovr.mu.Unlock()
+	out := make(map[string]error, len(l.ovr.skipped))
+	for k, v := range l.ovr.skipped {
 		out[k] = v
 	}
 	return out
@@ -175,53 +174,53 @@ func (l *Limiter) change(ctx context.Context, key string, value any, next func(o
 		}
 		raw = b
 	}
-	l.ovMu.Lock()
-	defer l.ovMu.Unlock()
+	l.ovr.mu.Lock()
+	defer l.ovr.mu.Unlock()
 	for attempt := 0; ; attempt++ {
-		if !l.loaded {
+		if !l.ovr.loaded {
 			if _, err := l.reloadOverrides(ctx); err != nil {
 				return OverrideChangeResult{}, err
 			}
 		}
-		before, _ := merge(l.base, l.ov)
-		want := next(l.ov)
-		after, skipped := merge(l.base, want)
+		before, _ := merge(l.ovr.base, l.ovr.set)
+		want := next(l.ovr.set)
+		after, skipped := merge(l.ovr.base, want)
 		if err := skipped[key]; err != nil {
 			return OverrideChangeResult{}, err
 		}
-		if err := l.newlySkipped(skipped, key); err != nil {
+		if err := l.ovr.newlySkipped(skipped, key); err != nil {
 			return OverrideChangeResult{}, err
 		}
 		if _, err := after.withDefaults(); err != nil {
 			return OverrideChangeResult{}, err
 		}
 		version, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-			return l.store.SetOverride(ctx, l.base.Cluster.ID, store.OverrideChange{Key: key, Value: raw, IfVersion: l.ov.version})
+			return l.store.SetOverride(ctx, l.ovr.base.Cluster.ID, store.OverrideChange{Key: key, Value: raw, IfVersion: l.ovr.set.version})
 		})
 		if errors.Is(err, store.ErrVersionConflict) && attempt < maxConflicts {
-			l.loaded = false // another instance changed them: read them and decide again
+			l.ovr.loaded = false // another instance changed them: read them and decide again
 			continue
 		}
 		if err != nil {
 			return OverrideChangeResult{}, err
 		}
 		want.version = version
-		l.storeVersion.Store(version)
+		l.ovr.storeVersion.Store(version)
 		if err := l.applyOverrides(want); err != nil {
 			return OverrideChangeResult{}, err
 		}
-		l.changes.Add(1)
+		l.ovr.changes.Add(1)
 		return OverrideChangeResult{Before: policy(before), After: policy(after), Version: version}, nil
 	}
 }
 
 // newlySkipped reports an override in force that the change would push out of the
 // configuration (the guarantees of another app no longer fitting), as a FieldErrors on the
-// changed override's fields (ovMu held).
-func (l *Limiter) newlySkipped(skipped map[string]error, key string) error {
+// changed override's fields (o.mu held).
+func (o *overrides) newlySkipped(skipped map[string]error, key string) error {
 	var pushed []string
 	for k := range skipped {
-		if k != key && l.skipped[k] == nil {
+		if k != key && o.skipped[k] == nil {
 			pushed = append(pushed, k)
 		}
 	}
@@ -237,141 +236,6 @@ func (l *Limiter) newlySkipped(skipped map[string]error, key string) error {
 		"of the configuration (%v)", pushed, skipped[pushed[0]])}}
 }
 
-// storeCall runs a Store call bounded by ctx and the background timeout, turning a panic into
-// an error.
-func (l *Limiter) storeCall(ctx context.Context, f func(ctx context.Context) (uint64, error)) (v uint64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, l.bgTimeout())
-	defer cancel()
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("limiter: store panicked: %v", r)
-		}
-	}()
-	return f(ctx)
-}
-
-// reloadOverrides reads the overrides from the Store and puts them in force unless the
-// version read is the one already in force (ovMu held). A change that is refused after reading
-// them (a conflict, then a value that no longer fits) still leaves this instance on what the
-// fleet enforces. lost reports that the Store had lost them (their version went backwards).
-func (l *Limiter) reloadOverrides(ctx context.Context) (lost bool, err error) {
-	var o store.Overrides
-	_, err = l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-		var err error
-		o, err = l.store.Overrides(ctx, l.base.Cluster.ID)
-		return 0, err
-	})
-	if err != nil {
-		return false, err
-	}
-	read, was, wasLoaded := decodeOverrides(o), l.ov.version, l.loaded
-	if wasLoaded && read.version < was {
-		lost = true
-		// The version only grows while the Store keeps its data: it lost the overrides. They
-		// are written back rather than dropped, then read again (another instance's writing
-		// back, or a change made since, is what the fleet enforces).
-		n, reached, err := l.writeBack(ctx, l.base.Cluster.ID, read.version)
-		if n > 0 || err != nil { // 0: another instance writes them
-			times, written, ok := l.lostOverrides.due(l.clock.Now(), int64(n))
-			if log := l.logger(); log != nil && ok {
-				fields := []zap.Field{zap.String("cluster", l.base.Cluster.ID), zap.Int64("written_back", written),
-					zap.Int64("times", times)}
-				if err != nil {
-					fields = append(fields, zap.Error(err))
-				}
-				log.Warn("rate_limit: the Store lost the cluster's overrides ("+lossCauses+"); writing back the ones "+
-					"this instance enforces", fields...)
-			}
-		}
-		if err != nil {
-			return lost, err // kept in force; the next report tries again
-		}
-		if _, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-			var err error
-			o, err = l.store.Overrides(ctx, l.base.Cluster.ID)
-			return 0, err
-		}); err != nil {
-			return lost, err
-		}
-		read = decodeOverrides(o)
-		if read.version < reached || (read.version == 0 && l.ov.holdsAny()) {
-			// Lost again since they were written back (a Redis evicting under memory
-			// pressure): applying this read would drop them. Kept in force; the next report
-			// writes them back again.
-			return lost, nil
-		}
-	}
-	l.loaded = true
-	if wasLoaded && read.version == was {
-		return lost, nil
-	}
-	l.storeVersion.Store(read.version)
-	return lost, l.applyOverrides(read)
-}
-
-// refreshOverrides reads the overrides again and applies them if their version changed (the
-// sync loop, after a report that brought another version or a Watch notification).
-func (l *Limiter) refreshOverrides() {
-	l.ovMu.Lock()
-	defer l.ovMu.Unlock()
-	if l.closed.Load() {
-		return
-	}
-	lost, _ := l.reloadOverrides(context.Background()) // on error the next report tries again
-	if st := l.state.Load(); lost && st.Emergency && st.EmergencySource == store.EmergencySourceOperator {
-		// The operator emergency may have gone with the overrides. The report notices a loss
-		// by the overrides' version, which this write-back has just restored: without this the
-		// next report lifted the emergency for good (a Redis restart seen first by the Watch).
-		// The report decides: restored if the Store no longer has it.
-		l.lostEmergency = &store.Emergency{Active: true, Reason: st.EmergencyReason, Until: st.EmergencyUntil}
-	}
-}
-
-// outdated reports whether the overrides must be read again: never read, or the last report
-// saw another version.
-func (l *Limiter) outdated() bool {
-	l.ovMu.Lock()
-	defer l.ovMu.Unlock()
-	return !l.loaded || l.storeVersion.Load() != l.ov.version
-}
-
-// applyOverrides makes base merged with ov the configuration in force, and logs the overrides
-// that are newly left out (ovMu held).
-func (l *Limiter) applyOverrides(ov overrideSet) error {
-	cfg, skipped := merge(l.base, ov)
-	if err := l.install(cfg); err != nil {
-		// Cannot happen (merge only keeps what validates); keep the loaded configuration.
-		if err2 := l.install(l.base); err2 != nil {
-			return err
-		}
-		skipped = map[string]error{"*": err}
-	}
-	log := l.base.Logger
-	for k, err := range skipped {
-		if l.skipped[k] == nil && log != nil {
-			log.Error("rate_limit: admin override not applied: it does not fit the loaded configuration; "+
-				"change or remove it through the admin API",
-				zap.String("cluster", l.base.Cluster.ID), zap.String("override", k), zap.Error(err))
-		}
-	}
-	l.ov, l.skipped = ov, skipped
-	return nil
-}
-
-// watchOverrides starts the Store's Watch once (the sync loop, after the first successful
-// report, so that provisioning alone never connects); Close stops it.
-func (l *Limiter) watchOverrides() {
-	if l.unwatch != nil {
-		return
-	}
-	l.unwatch = l.store.Watch(l.snap().cfg.Cluster.ID, func() {
-		select {
-		case l.reload <- struct{}{}:
-		default:
-		}
-	})
-}
-
 func isNilPointer(v any) bool {
 	switch p := v.(type) {
 	case *AppOverride:
@@ -380,60 +244,4 @@ func isNilPointer(v any) bool {
 		return p == nil
 	}
 	return v == nil
-}
-
-// restoreEmergency sets again the operator emergency a Store lost with its data (the report
-// that found the overrides' version gone backwards no longer had it), unless it has ended.
-// Every instance that saw it does the same; setting it twice is harmless. Sync loop only.
-func (l *Limiter) restoreEmergency(e store.Emergency) {
-	if !e.Until.IsZero() && !e.Until.After(l.clock.Now()) {
-		return
-	}
-	cluster := l.snap().cfg.Cluster
-	_, err := l.storeCall(context.Background(), func(ctx context.Context) (uint64, error) {
-		return 0, l.store.SetEmergency(ctx, cluster, e)
-	})
-	times, _, ok := l.lostEmergencies.due(l.clock.Now(), 0)
-	if log := l.logger(); log != nil && ok {
-		fields := []zap.Field{zap.String("cluster", cluster.ID), zap.String("reason", e.Reason), zap.Int64("times", times)}
-		if err != nil {
-			fields = append(fields, zap.Error(err))
-		}
-		log.Warn("rate_limit: the Store lost the operator emergency ("+lossCauses+"); setting it again", fields...)
-	}
-}
-
-// writeBack writes the overrides in force back to a Store that lost them (their version went
-// backwards: a restart without persistence, a failover to a replica that had not received
-// them), from the version it holds now, and returns how many it wrote and the version its
-// last write made (version itself when none did). Every instance holds them: the first to
-// notice writes them back, and an instance that meets a conflict stops there, another one is
-// writing them (ovMu held).
-func (l *Limiter) writeBack(ctx context.Context, cluster string, version uint64) (n int, reached uint64, err error) {
-	entries := map[string]any{}
-	if l.ov.cluster != nil {
-		entries[store.OverrideClusterKey] = l.ov.cluster
-	}
-	for id, a := range l.ov.apps {
-		entries[store.OverrideAppKey(id)] = a
-	}
-	reached = version
-	for key, value := range entries {
-		raw, err := json.Marshal(value)
-		if err != nil {
-			return n, reached, err
-		}
-		v, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-			return l.store.SetOverride(ctx, cluster, store.OverrideChange{Key: key, Value: raw, IfVersion: reached})
-		})
-		if errors.Is(err, store.ErrVersionConflict) {
-			return n, reached, nil
-		}
-		if err != nil {
-			return n, reached, err
-		}
-		reached = v
-		n++
-	}
-	return n, reached, nil
 }

@@ -291,7 +291,7 @@ func TestPropOverridesConverge(t *testing.T) {
 		}
 		syncAll(ls, c)
 		stored, _ := st.Overrides(context.Background(), "c1")
-		want, _ := merge(ls[0].base, decodeOverrides(stored))
+		want, _ := merge(ls[0].ovr.base, decodeOverrides(stored))
 		for i, l := range ls {
 			if got := l.Config().Apps; !reflect.DeepEqual(got, want.Apps) {
 				rt.Fatalf("instance %d enforces %v, want %v", i, got, want.Apps)

@@ -21,7 +21,7 @@ func TestRefillPointFollowsStoreLatency(t *testing.T) {
 		t.Fatalf("no latency measured: refill point %d, want the threshold share %d", got, want)
 	}
 	for range 50 {
-		l.observe(60*time.Millisecond, nil, false) // average converges to 60 ms
+		l.deg.observe(60*time.Millisecond, nil, false) // average converges to 60 ms
 	}
 	// 1000/s × 2 × ~60 ms ≈ 120 tokens: above the threshold share (100), below half the target.
 	if got := a.refillPoint(500, cfg); got < 110 || got > 120 {

@@ -28,9 +28,9 @@ func (l *Limiter) LeaseSlots(ctx context.Context, app string, want, inUse, limit
 		return store.SlotLease{}, errFailOpen // the probe brings the Store back; no request waits on it
 	}
 	s := l.snap()
-	// Slot leases do not feed the degradation level: token leases and reports do. (Fed with
-	// slot leases, which requests stop waiting for at the Store timeout, the level under a slow
-	// Store misjudged the Store and the fleet over-admitted tokens in the fault matrix.)
+	// Slot leases do not feed the degradation level: token leases and reports do. Requests stop
+	// waiting for a slot lease at the Store timeout, so its latency would misjudge a slow Store,
+	// and the level sizes token leases.
 	var res store.SlotLease
 	err := l.callStore(func(context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, l.bgTimeout())

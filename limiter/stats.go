@@ -16,16 +16,16 @@ type appStats struct {
 
 // AppStats is a snapshot of one metric label's counters.
 type AppStats struct {
-	Label       string
+	Label       string                  // the metric label: a configured id or "*"
 	Requests    [store.NumReasons]int64 // final decisions by reason (ReasonNone = admitted), from Record
 	Cost        int64                   // admitted cost, from Record
-	LocalHits   int64
-	Leases      int64
-	LeaseTokens int64
-	LocalTokens int64   // tokens held locally now
-	LocalDebt   int64   // local debt now (tokens owed, paid first by the next lease)
-	Borrowed    float64 // L2's borrowed tokens at this instance's last lease (App.Borrowing)
-	Debt        float64 // L2's debt at this instance's last lease (App.Borrowing)
+	LocalHits   int64                   // admitted from local tokens without waiting on the Store
+	Leases      int64                   // leases that granted tokens
+	LeaseTokens int64                   // tokens those leases granted
+	LocalTokens int64                   // tokens held locally now
+	LocalDebt   int64                   // local debt now (tokens owed, paid first by the next lease)
+	Borrowed    float64                 // L2's borrowed tokens at this instance's last lease (App.Borrowing)
+	Debt        float64                 // L2's debt at this instance's last lease (App.Borrowing)
 }
 
 // Record counts one final decision for metrics: r is ReasonNone for an admitted request, whose
@@ -43,7 +43,7 @@ func (a *App) Record(r store.Reason, cost int64) {
 // Stats returns the counters of every configured app, then of "*" (all unknown apps together)
 // unless unknown apps are rejected.
 func (l *Limiter) Stats() []AppStats {
-	s := l.cur.Load()
+	s := l.snap()
 	out := make([]AppStats, 0, len(s.apps)+1)
 	for id, a := range s.apps {
 		b := a.balance.Load()
@@ -56,16 +56,8 @@ func (l *Limiter) Stats() []AppStats {
 		b := s.shared.balance.Load()
 		held, debt := max(b, 0), max(-b, 0)
 		borrowed, l2Debt := s.shared.Borrowing()
-		l.isoMu.RLock()
-		for _, a := range l.isolated {
-			b := a.balance.Load()
-			held += max(b, 0)
-			debt += max(-b, 0)
-			ab, ad := a.Borrowing()
-			borrowed, l2Debt = borrowed+ab, l2Debt+ad
-		}
-		l.isoMu.RUnlock()
-		st := l.unknown.snapshot("*", held, debt)
+		l.cat.isolated.addTotals(&held, &debt, &borrowed, &l2Debt)
+		st := l.cat.unknown.snapshot("*", held, debt)
 		st.Borrowed, st.Debt = borrowed, l2Debt
 		out = append(out, st)
 	}

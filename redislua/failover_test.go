@@ -25,7 +25,7 @@ func TestClusterMasterKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := &countingStore{Store: s}
-	l, err := limiter.New(fleetConfig("c", "i1", store.AppPolicy{Guaranteed: 2000, Burst: 2000}), cs, nil) // leases of at most 1000 (burst / 2)
+	l, err := limiter.New(fleetConfig("c", "i1", store.AppPolicy{Guaranteed: 2000, Burst: 2000}), cs) // leases of at most 1000 (burst / 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func newLimiter(t *testing.T, addr, prefix string, cfg limiter.Config) (*limiter
 		t.Fatal(err)
 	}
 	cs := &countingStore{Store: s}
-	l, err := limiter.New(cfg, cs, nil)
+	l, err := limiter.New(cfg, cs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestClusterStillForming(t *testing.T) {
 					t.Fatal(err)
 				}
 				cs := &countingStore{Store: s}
-				l, err := limiter.New(cfg, cs, nil)
+				l, err := limiter.New(cfg, cs)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -186,7 +186,7 @@ func run(ctx context.Context, s spec, nodes []*node, addrs []string, logf io.Wri
 		}
 		c := cfg
 		c.Instance = fmt.Sprintf("inst%04d", i)
-		l, err := limiter.New(c, stores[len(stores)-1], nil)
+		l, err := limiter.New(c, stores[len(stores)-1])
 		if err != nil {
 			cleanup()
 			return res, err
