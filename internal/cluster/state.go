@@ -70,7 +70,7 @@ func newState(def Definition, opts Options) (*State, error) {
 	}
 	s.conns = connlimit.New(def.Conns, nil)
 	lc.Connections = s.conns
-	lim, err := limiter.New(lc, metrics.NewStore(s.store, def.Key.Cluster), nil)
+	lim, err := limiter.New(lc, metrics.NewStore(s.store, def.Key.Cluster))
 	if err != nil {
 		s.conns.Close()
 		_ = s.store.Close()
