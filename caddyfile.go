@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddytls"
+	"github.com/dustin/go-humanize"
 
 	"github.com/tierbucket/caddy-tierbucket/cost"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
@@ -83,6 +85,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        sentinel <master>
 //	        username <u>
 //	        password <p>
+//	        sentinel_username <u>
+//	        sentinel_password <p>
 //	        db <n>
 //	        tls
 //	        tls_trust_pool <module> [...]
@@ -96,6 +100,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    on_redis_failure local|open|closed
 //	    max_wait <duration>
 //	    headers rejections|draft|legacy|both|off
+//	    format json|s3
 //	    shadow
 //	    errors
 //	}
@@ -104,73 +109,63 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.Errf("rate_limit takes no arguments (besides a matcher), got %q; use a block", d.Val())
 	}
+	return block{repeatable: "app", subs: map[string]parser{
+		"cluster":             set(&h.Cluster, oneArg),
+		"key":                 set(&h.Key, oneArg),
+		"unknown_app":         set(&h.UnknownApp, oneOf("shared", "isolated", "reject")),
+		"capacity":            set(&h.Capacity, floatArg),
+		"reserved_ratio":      set(&h.ReservedRatio, ptr(floatArg)),
+		"emergency_threshold": set(&h.EmergencyThreshold, ptr(floatArg)),
+		"emergency_ratios":    set(&h.EmergencyRatios, emergencyRatiosArg),
+		"app":                 h.unmarshalApp,
+		"cost":                set(&h.Cost, unmarshalCost),
+		"connections":         set(&h.Connections, unmarshalConnections),
+		"local":               set(&h.Local, unmarshalLocal),
+		"redis":               set(&h.Redis, unmarshalRedis),
+		"on_redis_failure":    set(&h.OnRedisFailure, oneOf("local", "open", "closed")),
+		"max_wait":            set(&h.MaxWait, durationArg),
+		"headers":             set(&h.Headers, oneOf("rejections", "draft", "legacy", "both", "off")),
+		"format":              set(&h.Format, oneOf("json", "s3")),
+		"shadow":              set(&h.Shadow, flagArg),
+		"errors":              set(&h.Errors, flagArg),
+	}}.parse(d)
+}
+
+// A parser reads one subdirective, from its name (d's cursor) to its end, into the config.
+type parser func(d *caddyfile.Dispenser) error
+
+// A block is the grammar of a Caddyfile block: the parser of each of its subdirectives.
+type block struct {
+	prefix string            // starts the block's own errors ("cost: "), so that they name it
+	subs   map[string]parser // by subdirective name
+	// repeatable may be given more than once (`app`, `base`): its parser rejects a repeated id.
+	repeatable string
+	// check, if set, runs after each subdirective, so that an invalid value is reported at
+	// the line that set it.
+	check func() error
+}
+
+// parse reads the block that follows d's cursor. An unknown subdirective, or one given twice
+// (other than b.repeatable), is an error.
+func (b block) parse(d *caddyfile.Dispenser) error {
 	seen := map[string]bool{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
-		if name != "app" {
-			if seen[name] {
-				return d.Errf("duplicate subdirective %q", name)
-			}
-			seen[name] = true
+		parse, ok := b.subs[name]
+		switch {
+		case !ok:
+			return d.Errf("%sunknown subdirective %q", b.prefix, name)
+		case seen[name] && name != b.repeatable:
+			return d.Errf("%sduplicate subdirective %q", b.prefix, name)
 		}
-		var err error
-		switch name {
-		case "cluster":
-			h.Cluster, err = oneArg(d)
-		case "key":
-			h.Key, err = oneArg(d)
-		case "unknown_app":
-			h.UnknownApp, err = enumArg(d, "shared", "isolated", "reject")
-		case "capacity":
-			h.Capacity, err = floatArg(d)
-		case "reserved_ratio":
-			var f float64
-			f, err = floatArg(d)
-			h.ReservedRatio = &f
-		case "emergency_threshold":
-			var f float64
-			f, err = floatArg(d)
-			h.EmergencyThreshold = &f
-		case "emergency_ratios":
-			args := d.RemainingArgs()
-			if len(args) != 4 {
-				return d.Errf("emergency_ratios needs 4 values (P0 P1 P2 P3), got %d", len(args))
-			}
-			h.EmergencyRatios = make([]float64, 4)
-			for i, a := range args {
-				if h.EmergencyRatios[i], err = parseFloat(a); err != nil {
-					return d.Errf("emergency_ratios: %v", err)
-				}
-			}
-		case "app":
-			err = h.unmarshalApp(d)
-		case "cost":
-			h.Cost, err = unmarshalCost(d)
-		case "connections":
-			h.Connections, err = unmarshalConnections(d)
-		case "local":
-			h.Local, err = unmarshalLocal(d)
-		case "redis":
-			h.Redis, err = unmarshalRedis(d)
-		case "on_redis_failure":
-			h.OnRedisFailure, err = enumArg(d, "local", "open", "closed")
-		case "max_wait":
-			h.MaxWait, err = durationArg(d)
-		case "headers":
-			h.Headers, err = enumArg(d, "rejections", "draft", "legacy", "both", "off")
-		case "format":
-			h.Format, err = enumArg(d, "json", "s3")
-		case "shadow":
-			err = noArgs(d)
-			h.Shadow = true
-		case "errors":
-			err = noArgs(d)
-			h.Errors = true
-		default:
-			return d.Errf("unknown subdirective %q", name)
-		}
-		if err != nil {
+		seen[name] = true
+		if err := parse(d); err != nil {
 			return err
+		}
+		if b.check != nil {
+			if err := b.check(); err != nil {
+				return d.Errf("%v", err)
+			}
 		}
 	}
 	return nil
@@ -182,283 +177,211 @@ func (h *Handler) unmarshalApp(d *caddyfile.Dispenser) error {
 	if err != nil {
 		return err
 	}
-	if h.Apps == nil {
-		h.Apps = map[string]*AppConfig{}
-	}
 	if _, dup := h.Apps[id]; dup {
 		return d.Errf("duplicate app %q", id)
 	}
 	a := new(AppConfig)
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("app %q: duplicate subdirective %q", id, name)
-		}
-		seen[name] = true
-		switch name {
-		case "guaranteed":
+	guaranteed := false
+	err = block{prefix: fmt.Sprintf("app %q: ", id), subs: map[string]parser{
+		"guaranteed": func(d *caddyfile.Dispenser) (err error) {
+			guaranteed = true
 			a.Guaranteed, err = floatArg(d)
-		case "burst":
-			a.Burst, err = floatArg(d)
-		case "priority":
-			var n int64
-			n, err = intArg(d)
+			return err
+		},
+		"burst": set(&a.Burst, floatArg),
+		"priority": func(d *caddyfile.Dispenser) error {
+			n, err := intArg[int64](d)
 			if err == nil && (n < 0 || n > 3) {
-				err = d.Errf("app %q: priority must be 0-3, got %d", id, n)
+				return d.Errf("app %q: priority must be 0-3, got %d", id, n)
 			}
 			a.Priority = int(n)
-		case "max_borrow":
-			a.MaxBorrow, err = floatArg(d)
-		case "max_connections":
-			a.MaxConnections, err = intArg(d)
+			return err
+		},
+		"max_borrow": set(&a.MaxBorrow, floatArg),
+		"max_connections": func(d *caddyfile.Dispenser) (err error) {
+			a.MaxConnections, err = intArg[int64](d)
 			// 0 stands for "not set" in the JSON config: an operator writing it to block the
 			// app would get connections.app (1000) instead. 2^53: the Store counts in doubles.
 			if err == nil && (a.MaxConnections < 1 || a.MaxConnections > store.MaxAmount) {
 				err = d.Errf("app %q: max_connections must be >= 1 and <= 2^53 (leave it out for connections.app), got %d",
 					id, a.MaxConnections)
 			}
-		case "warmup":
-			a.Warmup, err = durationArg(d)
-		default:
-			return d.Errf("app %q: unknown subdirective %q", id, name)
-		}
-		if err != nil {
 			return err
-		}
+		},
+		"warmup": set(&a.Warmup, durationArg),
+	}}.parse(d)
+	if err != nil {
+		return err
 	}
-	if !seen["guaranteed"] {
+	if !guaranteed {
 		return d.Errf("app %q: guaranteed is required", id)
+	}
+	if h.Apps == nil {
+		h.Apps = map[string]*AppConfig{}
 	}
 	h.Apps[id] = a
 	return nil
 }
 
 func unmarshalCost(d *caddyfile.Dispenser) (*cost.Config, error) {
-	if err := openBlock(d); err != nil {
+	if err := noArgs(d); err != nil {
 		return nil, err
 	}
 	c := new(cost.Config)
-	seen := map[string]bool{}
-	var err error
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if name != "base" {
-			if seen[name] {
-				return nil, d.Errf("cost: duplicate subdirective %q", name)
-			}
-			seen[name] = true
-		}
-		switch name {
-		case "operations":
-			c.Operations, err = enumArg(d, "s3", "http")
-		case "quantum":
-			c.Quantum, err = sizeArg(d)
-		case "bandwidth":
-			var n int64
-			n, err = intArg(d)
-			c.Bandwidth = cost.Int(n)
-		case "max":
-			c.Max, err = intArg(d)
-		case "default":
-			var n int64
-			n, err = intArg(d)
-			c.Default = cost.Int(n)
-		case "base":
-			args := d.RemainingArgs()
-			if len(args) != 2 {
-				return nil, d.Errf("cost: base needs <OPERATION> <n>, got %d arguments", len(args))
-			}
-			op, ok := cost.ParseOperation(args[0])
-			if !ok {
-				return nil, d.Errf("cost: base: unknown operation %q", args[0])
-			}
-			n, perr := strconv.ParseInt(args[1], 10, 64)
-			if perr != nil {
-				return nil, d.Errf("cost: base %s: %q is not an integer", args[0], args[1])
-			}
-			if c.Base == nil {
-				c.Base = map[string]int64{}
-			}
-			if _, dup := c.Base[op.String()]; dup {
-				return nil, d.Errf("cost: duplicate base %s", op)
-			}
-			c.Base[op.String()] = n
-		case "stream_estimate":
-			c.StreamEstimate, err = sizeArg(d)
-		case "response_bytes":
-			err = noArgs(d)
-			c.ResponseBytes = true
-		default:
-			return nil, d.Errf("cost: unknown subdirective %q", name)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := c.Validate(); err != nil { // here, so that the error names this line
-			return nil, d.Errf("%v", err)
-		}
+	err := block{prefix: "cost: ", repeatable: "base", check: func() error { return c.Validate() },
+		subs: map[string]parser{
+			"operations": set(&c.Operations, oneOf("s3", "http")),
+			"quantum":    set(&c.Quantum, sizeArg),
+			"bandwidth":  set(&c.Bandwidth, ptr(intArg[int64])),
+			"max":        set(&c.Max, intArg),
+			"default":    set(&c.Default, ptr(intArg[int64])),
+			"base": func(d *caddyfile.Dispenser) error {
+				args := d.RemainingArgs()
+				if len(args) != 2 {
+					return d.Errf("cost: base needs <OPERATION> <n>, got %d arguments", len(args))
+				}
+				op, ok := cost.ParseOperation(args[0])
+				if !ok {
+					return d.Errf("cost: base: unknown operation %q", args[0])
+				}
+				n, err := parseInt[int64](args[1])
+				if err != nil {
+					return d.Errf("cost: base %s: %v", args[0], err)
+				}
+				if _, dup := c.Base[op.String()]; dup {
+					return d.Errf("cost: duplicate base %s", op)
+				}
+				if c.Base == nil {
+					c.Base = map[string]int64{}
+				}
+				c.Base[op.String()] = n
+				return nil
+			},
+			"stream_estimate": set(&c.StreamEstimate, sizeArg),
+			"response_bytes":  set(&c.ResponseBytes, flagArg),
+		}}.parse(d)
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
 func unmarshalConnections(d *caddyfile.Dispenser) (*ConnectionsConfig, error) {
-	if err := openBlock(d); err != nil {
+	if err := noArgs(d); err != nil {
 		return nil, err
 	}
 	c := new(ConnectionsConfig)
-	seen := map[string]bool{}
-	var err error
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return nil, d.Errf("connections: duplicate subdirective %q", name)
-		}
-		seen[name] = true
-		var zero bool
-		switch name {
-		case "app":
-			c.App, err = intArg(d)
-			zero = c.App == 0
-		case "cluster":
-			c.Cluster, err = intArg(d)
-			zero = c.Cluster == 0
-		case "idle_timeout":
-			c.IdleTimeout, err = durationArg(d)
-			zero = c.IdleTimeout == 0
-		case "sweep_interval":
-			c.SweepInterval, err = durationArg(d)
-			zero = c.SweepInterval == 0
-		default:
-			return nil, d.Errf("connections: unknown subdirective %q", name)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if zero {
-			// 0 stands for "not set" in the JSON config, that is the default
-			return nil, d.Errf("connections.%s must be more than 0 (leave it out for the default), got 0", name)
-		}
-		if err := c.limits().Validate(); err != nil { // here, so that the error names this line
-			return nil, d.Errf("%v", err)
-		}
+	err := block{prefix: "connections: ", check: func() error { return c.limits().Validate() },
+		subs: map[string]parser{
+			"app":            setNonZero(&c.App, intArg),
+			"cluster":        setNonZero(&c.Cluster, intArg),
+			"idle_timeout":   setNonZero(&c.IdleTimeout, durationArg),
+			"sweep_interval": setNonZero(&c.SweepInterval, durationArg),
+		}}.parse(d)
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
+// setNonZero is set for a connections field, where 0 stands for "not set" in the JSON config,
+// that is the default: written in a Caddyfile, it would not mean what it says.
+func setNonZero[T comparable](dst *T, arg func(*caddyfile.Dispenser) (T, error)) parser {
+	return func(d *caddyfile.Dispenser) error {
+		name := d.Val()
+		if err := set(dst, arg)(d); err != nil {
+			return err
+		}
+		var zero T
+		if *dst == zero {
+			return d.Errf("connections.%s must be more than 0 (leave it out for the default), got 0", name)
+		}
+		return nil
+	}
+}
+
 func unmarshalLocal(d *caddyfile.Dispenser) (*LocalConfig, error) {
-	if err := openBlock(d); err != nil {
+	if err := noArgs(d); err != nil {
 		return nil, err
 	}
 	c := new(LocalConfig)
-	seen := map[string]bool{}
-	var err error
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return nil, d.Errf("local: duplicate subdirective %q", name)
-		}
-		seen[name] = true
-		switch name {
-		case "reserve":
-			c.Reserve, err = intArg(d)
-		case "refill_threshold":
-			c.RefillThreshold, err = floatArg(d)
-		case "sync_interval":
-			c.SyncInterval, err = durationArg(d)
-		case "sync_batch":
-			c.SyncBatch, err = intArg(d)
-		case "lease_ttl":
-			c.LeaseTTL, err = durationArg(d)
-		case "stats_interval":
-			c.StatsInterval, err = durationArg(d)
-		default:
-			return nil, d.Errf("local: unknown subdirective %q", name)
-		}
-		if err != nil {
-			return nil, err
-		}
+	err := block{prefix: "local: ", subs: map[string]parser{
+		"reserve":          set(&c.Reserve, intArg),
+		"refill_threshold": set(&c.RefillThreshold, floatArg),
+		"sync_interval":    set(&c.SyncInterval, durationArg),
+		"sync_batch":       set(&c.SyncBatch, intArg),
+		"lease_ttl":        set(&c.LeaseTTL, durationArg),
+		"stats_interval":   set(&c.StatsInterval, durationArg),
+	}}.parse(d)
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
 func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
-	if err := openBlock(d); err != nil {
+	if err := noArgs(d); err != nil {
 		return nil, err
 	}
 	c := new(RedisConfig)
-	seen := map[string]bool{}
-	var err error
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return nil, d.Errf("redis: duplicate subdirective %q", name)
+	// `tls insecure_skip_verify` is another spelling of tls_insecure_skip_verify: the two count
+	// as one subdirective.
+	insecure := func(d *caddyfile.Dispenser) error {
+		if c.TLSInsecureSkipVerify {
+			return d.Errf("redis: duplicate subdirective %q", "tls_insecure_skip_verify")
 		}
-		seen[name] = true
-		switch name {
-		case "address":
-			c.Address = d.RemainingArgs()
-			if len(c.Address) == 0 {
-				return nil, d.Errf("redis: address needs at least one host:port")
+		c.TLSInsecureSkipVerify = true
+		return nil
+	}
+	err := block{prefix: "redis: ", subs: map[string]parser{
+		"address": func(d *caddyfile.Dispenser) error {
+			if c.Address = d.RemainingArgs(); len(c.Address) == 0 {
+				return d.Errf("redis: address needs at least one host:port")
 			}
-		case "url":
-			c.URL, err = oneArg(d)
-		case "sentinel":
-			c.Sentinel, err = oneArg(d)
-		case "username":
-			c.Username, err = oneArg(d)
-		case "password":
-			c.Password, err = oneArg(d)
-		case "sentinel_username":
-			c.SentinelUsername, err = oneArg(d)
-		case "sentinel_password":
-			c.SentinelPassword, err = oneArg(d)
-		case "db":
-			var n int64
-			n, err = intArg(d)
-			c.DB = int(n)
-		case "tls":
+			return nil
+		},
+		"url":               set(&c.URL, oneArg),
+		"sentinel":          set(&c.Sentinel, oneArg),
+		"username":          set(&c.Username, oneArg),
+		"password":          set(&c.Password, oneArg),
+		"sentinel_username": set(&c.SentinelUsername, oneArg),
+		"sentinel_password": set(&c.SentinelPassword, oneArg),
+		"db":                set(&c.DB, intArg),
+		"tls": func(d *caddyfile.Dispenser) error {
 			c.TLS = true
 			switch args := d.RemainingArgs(); {
 			case len(args) == 1 && args[0] == "insecure_skip_verify":
-				// the older spelling of tls_insecure_skip_verify
-				if seen["tls_insecure_skip_verify"] {
-					return nil, d.Errf("redis: duplicate subdirective %q", "tls_insecure_skip_verify")
-				}
-				seen["tls_insecure_skip_verify"] = true
-				c.TLSInsecureSkipVerify = true
+				return insecure(d)
 			case len(args) > 0:
-				return nil, d.Errf("redis: tls takes no arguments (see tls_insecure_skip_verify), got %q", strings.Join(args, " "))
+				return d.Errf("redis: tls takes no arguments (see tls_insecure_skip_verify), got %q", strings.Join(args, " "))
 			}
-		case "tls_trust_pool":
-			c.TrustPoolRaw, err = trustPoolArg(d)
-		case "tls_client_auth":
+			return nil
+		},
+		"tls_trust_pool": set(&c.TrustPoolRaw, trustPoolArg),
+		"tls_client_auth": func(d *caddyfile.Dispenser) error {
 			args := d.RemainingArgs()
 			if len(args) != 2 {
-				return nil, d.Errf("redis: tls_client_auth takes <certificate_file> <key_file>, got %d arguments", len(args))
+				return d.Errf("redis: tls_client_auth takes <certificate_file> <key_file>, got %d arguments", len(args))
 			}
 			c.TLSClientAuth = &redislua.ClientAuth{CertificateFile: args[0], KeyFile: args[1]}
-		case "tls_server_name":
-			c.TLSServerName, err = oneArg(d)
-		case "tls_insecure_skip_verify":
-			if d.NextArg() {
-				return nil, d.Errf("redis: tls_insecure_skip_verify takes no arguments, got %q", d.Val())
+			return nil
+		},
+		"tls_server_name": set(&c.TLSServerName, oneArg),
+		"tls_insecure_skip_verify": func(d *caddyfile.Dispenser) error {
+			if err := insecure(d); err != nil {
+				return err
 			}
-			c.TLSInsecureSkipVerify = true
-		case "key_prefix":
-			c.KeyPrefix, err = oneArg(d)
-		case "timeout":
-			c.Timeout, err = durationArg(d)
-		case "pool_size":
-			var n int64
-			n, err = intArg(d)
-			c.PoolSize = int(n)
-		default:
-			return nil, d.Errf("redis: unknown subdirective %q", name)
-		}
-		if err != nil {
-			return nil, err
-		}
+			if d.NextArg() {
+				return d.Errf("redis: tls_insecure_skip_verify takes no arguments, got %q", d.Val())
+			}
+			return nil
+		},
+		"key_prefix": set(&c.KeyPrefix, oneArg),
+		"timeout":    set(&c.Timeout, durationArg),
+		"pool_size":  set(&c.PoolSize, intArg),
+	}}.parse(d)
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -481,13 +404,39 @@ func trustPoolArg(d *caddyfile.Dispenser) (json.RawMessage, error) {
 	return caddyconfig.JSONModuleObject(ca, "provider", stem, nil), nil
 }
 
-// openBlock checks that a block subdirective has no arguments and opens a block.
-func openBlock(d *caddyfile.Dispenser) error {
-	name := d.Val()
-	if d.NextArg() {
-		return d.Errf("%s takes no arguments, got %q", name, d.Val())
+// emergencyRatiosArg reads `emergency_ratios <p0> <p1> <p2> <p3>`.
+func emergencyRatiosArg(d *caddyfile.Dispenser) ([]float64, error) {
+	args := d.RemainingArgs()
+	if len(args) != 4 {
+		return nil, d.Errf("emergency_ratios needs 4 values (P0 P1 P2 P3), got %d", len(args))
 	}
-	return nil
+	ratios := make([]float64, 4)
+	for i, a := range args {
+		var err error
+		if ratios[i], err = parseFloat(a); err != nil {
+			return nil, d.Errf("emergency_ratios: %v", err)
+		}
+	}
+	return ratios, nil
+}
+
+// The readers below take d on a subdirective's name and read its arguments; each kind of value
+// has one. set and ptr turn them into parsers.
+
+// set returns the parser of a subdirective whose value arg reads into *dst.
+func set[T any](dst *T, arg func(*caddyfile.Dispenser) (T, error)) parser {
+	return func(d *caddyfile.Dispenser) (err error) {
+		*dst, err = arg(d)
+		return err
+	}
+}
+
+// ptr reads the value of arg into a field where nil means "not set".
+func ptr[T any](arg func(*caddyfile.Dispenser) (T, error)) func(*caddyfile.Dispenser) (*T, error) {
+	return func(d *caddyfile.Dispenser) (*T, error) {
+		v, err := arg(d)
+		return &v, err
+	}
 }
 
 // oneArg reads the single argument of a subdirective (on a block line, the one before `{`).
@@ -500,7 +449,7 @@ func oneArg(d *caddyfile.Dispenser) (string, error) {
 	return args[0], nil
 }
 
-// noArgs checks that a flag subdirective has no arguments.
+// noArgs checks that a subdirective has no arguments (a block one, none before `{`).
 func noArgs(d *caddyfile.Dispenser) error {
 	name := d.Val()
 	if args := d.RemainingArgs(); len(args) > 0 {
@@ -509,31 +458,52 @@ func noArgs(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-func enumArg(d *caddyfile.Dispenser, allowed ...string) (string, error) {
-	name := d.Val()
-	v, err := oneArg(d)
-	if err != nil {
-		return "", err
-	}
-	for _, a := range allowed {
-		if v == a {
-			return v, nil
-		}
-	}
-	return "", d.Errf("%s must be one of %s, got %q", name, strings.Join(allowed, "|"), v)
+// flagArg reads a subdirective without arguments that turns an option on.
+func flagArg(d *caddyfile.Dispenser) (bool, error) {
+	return true, noArgs(d)
 }
 
-func floatArg(d *caddyfile.Dispenser) (float64, error) {
+// oneOf returns the reader of a single argument that must be one of allowed.
+func oneOf(allowed ...string) func(*caddyfile.Dispenser) (string, error) {
+	return func(d *caddyfile.Dispenser) (string, error) {
+		name := d.Val()
+		v, err := oneArg(d)
+		if err == nil && !slices.Contains(allowed, v) {
+			return "", d.Errf("%s must be one of %s, got %q", name, strings.Join(allowed, "|"), v)
+		}
+		return v, err
+	}
+}
+
+func floatArg(d *caddyfile.Dispenser) (float64, error) { return parsedArg(d, parseFloat) }
+
+func intArg[T int | int64](d *caddyfile.Dispenser) (T, error) { return parsedArg(d, parseInt[T]) }
+
+func sizeArg(d *caddyfile.Dispenser) (int64, error) { return parsedArg(d, parseSize) }
+
+func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
+	return parsedArg(d, func(s string) (caddy.Duration, error) {
+		dur, err := caddy.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a duration: %v", s, err)
+		}
+		return caddy.Duration(dur), nil
+	})
+}
+
+// parsedArg reads the single argument of a subdirective with parse; an error names the
+// subdirective.
+func parsedArg[T any](d *caddyfile.Dispenser, parse func(string) (T, error)) (T, error) {
 	name := d.Val()
-	v, err := oneArg(d)
+	s, err := oneArg(d)
 	if err != nil {
-		return 0, err
+		return *new(T), err
 	}
-	f, err := parseFloat(v)
+	v, err := parse(s)
 	if err != nil {
-		return 0, d.Errf("%s: %v", name, err)
+		return *new(T), d.Errf("%s: %v", name, err)
 	}
-	return f, nil
+	return v, nil
 }
 
 func parseFloat(s string) (float64, error) {
@@ -544,69 +514,35 @@ func parseFloat(s string) (float64, error) {
 	return f, nil
 }
 
-func intArg(d *caddyfile.Dispenser) (int64, error) {
-	name := d.Val()
-	v, err := oneArg(d)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
+func parseInt[T int | int64](s string) (T, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
 	if errors.Is(err, strconv.ErrRange) {
-		return 0, d.Errf("%s: %s is an integer out of range (beyond ±2^63)", name, v)
+		return 0, fmt.Errorf("%s is an integer out of range (beyond ±2^63)", s)
 	}
 	if err != nil {
-		return 0, d.Errf("%s: %q is not an integer", name, v)
+		return 0, fmt.Errorf("%q is not an integer", s)
 	}
-	return n, nil
+	return T(n), nil
 }
 
-func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
-	name := d.Val()
-	v, err := oneArg(d)
-	if err != nil {
-		return 0, err
-	}
-	dur, err := caddy.ParseDuration(v)
-	if err != nil {
-		return 0, d.Errf("%s: %q is not a duration: %v", name, v, err)
-	}
-	return caddy.Duration(dur), nil
-}
-
-func sizeArg(d *caddyfile.Dispenser) (int64, error) {
-	name := d.Val()
-	v, err := oneArg(d)
-	if err != nil {
-		return 0, err
-	}
-	n, err := parseSize(v)
-	if err != nil {
-		return 0, d.Errf("%s: %v", name, err)
-	}
-	return n, nil
-}
-
-// parseSize parses a byte size: a plain number of bytes, or a number with a unit, B, KB, MB,
-// GB (powers of 1000) or KiB, MiB, GiB (powers of 1024), case-insensitive: 65536, 64KiB, 1MiB.
+// parseSize parses a byte size: a plain number of bytes, or a number and a unit of
+// humanize.ParseBytes, as Caddy's own size options take, in any case: B, K/KB, M/MB, G/GB, T/TB,
+// P/PB, E/EB (powers of 1000), Ki/KiB, Mi/MiB, ... (powers of 1024). 65536, 64KiB, 1MB, 0.5KiB.
+// The number is split off here and ParseBytes reads the unit alone, because on the whole string
+// it would take "1,5MiB" for 15 MiB and truncate a fraction of a byte ("1.3B" is 1 to it), where
+// both are errors here.
 func parseSize(s string) (int64, error) {
-	i := 0
-	for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
-		i++
-	}
-	num, unit := s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || num == "" {
+	unit := strings.TrimLeft(s, "0123456789.")
+	f, err := strconv.ParseFloat(s[:len(s)-len(unit)], 64)
+	if err != nil {
 		return 0, fmt.Errorf("%q is not a size (like 65536, 64KiB or 1MiB)", s)
 	}
-	mult, ok := map[string]float64{
-		"": 1, "b": 1,
-		"k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
-		"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
-	}[unit]
-	if !ok {
-		return 0, fmt.Errorf("%q: unknown size unit %q (B, KB, MB, GB, KiB, MiB, GiB)", s, s[i:])
+	mult, err := humanize.ParseBytes("1 " + unit) // the space ends the number: only the unit is read
+	if err != nil {
+		return 0, fmt.Errorf("%q: unknown size unit %q (B, KB, MB, GB, KiB, MiB, GiB, ...)", s, unit)
 	}
-	v := f * mult
+	// the bound is well inside int64, which float64 cannot reach exactly (MaxInt64 rounds up)
+	v := f * float64(mult)
 	if v != math.Trunc(v) || v > math.MaxInt64/2 {
 		return 0, fmt.Errorf("%q is not a whole number of bytes", s)
 	}

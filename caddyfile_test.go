@@ -237,13 +237,14 @@ func TestCaddyfileErrors(t *testing.T) {
 
 func TestParseSize(t *testing.T) {
 	good := map[string]int64{"65536": 65536, "64KiB": 65536, "64kib": 65536, "1MiB": 1 << 20, "1mb": 1e6,
-		"2KB": 2000, "1GiB": 1 << 30, "10B": 10, "0.5KiB": 512}
+		"2KB": 2000, "1GiB": 1 << 30, "10B": 10, "0.5KiB": 512, "64K": 64000, "64Ki": 65536, "1TB": 1e12}
 	for in, want := range good {
 		if got, err := parseSize(in); err != nil || got != want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "KiB", "1.3B", "12 parsecs", "-1", "1e3"} {
+	// "1,5MiB" and "1,000": humanize.ParseBytes alone reads the comma as a digit-group separator
+	for _, in := range []string{"", "KiB", "1.3B", "0.1KiB", "12 parsecs", "-1", "1e3", "1,5MiB", "1,000", "8EiB"} {
 		if got, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) = %d, want an error", in, got)
 		}
