@@ -23,8 +23,10 @@ type fleet struct {
 }
 
 func newFleet(t *testing.T, addr, prefix, cluster string) *fleet {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
-		ReadTimeout: time.Second, WriteTimeout: time.Second})
+	rdb := redis.NewClient(&redis.Options{
+		Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
+		ReadTimeout: time.Second, WriteTimeout: time.Second,
+	})
 	t.Cleanup(func() { rdb.Close() })
 	return &fleet{t: t, rdb: rdb, prefix: prefix, cluster: cluster}
 }
@@ -154,8 +156,10 @@ func parseRejection(resp *http.Response, body string) (rejection, error) {
 
 // newClient is an HTTP client for load: keep-alive connections, timeout as a safety net.
 func newClient(t *testing.T, timeout time.Duration, conns int) *http.Client {
-	tr := &http.Transport{MaxIdleConns: 4 * conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: 0,
-		IdleConnTimeout: 30 * time.Second, DisableCompression: true}
+	tr := &http.Transport{
+		MaxIdleConns: 4 * conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: 0,
+		IdleConnTimeout: 30 * time.Second, DisableCompression: true,
+	}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: timeout}
 }

@@ -177,8 +177,10 @@ func TestOverridesFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"logger":"admin.api.rate_limit","msg":"rate_limit: app_override_set through the admin API"`,
-		`"remote_addr":"127.0.0.1:`} {
+	for _, want := range []string{
+		`"logger":"admin.api.rate_limit","msg":"rate_limit: app_override_set through the admin API"`,
+		`"remote_addr":"127.0.0.1:`,
+	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("g1's log lacks %q", want)
 		}

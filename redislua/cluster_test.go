@@ -103,7 +103,8 @@ func TestClusterNodeAsStandalone(t *testing.T) {
 		for i := range 8 {
 			_, err := s.Lease(context.Background(), store.LeaseRequest{
 				Cluster: store.ClusterPolicy{ID: "c1"}, App: fmt.Sprintf("app-%d", i), Instance: "i1",
-				Policy: store.AppPolicy{Guaranteed: 10, Burst: 10}, Need: 1, Want: 1})
+				Policy: store.AppPolicy{Guaranteed: 10, Burst: 10}, Need: 1, Want: 1,
+			})
 			if err != nil {
 				wantPermanent(t, err, KindCluster, "MOVED")
 				refused++

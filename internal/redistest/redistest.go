@@ -331,8 +331,10 @@ func startIn(parent string, tmpl serverOpts) (*Server, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		s := &Server{Port: port, dir: dir, cluster: tmpl.cluster, nodeTimeout: tmpl.nodeTimeout, replicaOf: tmpl.replicaOf,
-			tls: tmpl.tls, extra: tmpl.extra}
+		s := &Server{
+			Port: port, dir: dir, cluster: tmpl.cluster, nodeTimeout: tmpl.nodeTimeout, replicaOf: tmpl.replicaOf,
+			tls: tmpl.tls, extra: tmpl.extra,
+		}
 		if s.tls != nil {
 			if s.TLSPort, err = clusterPort(tmpl.cluster); err != nil {
 				return nil, err

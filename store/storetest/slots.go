@@ -51,8 +51,10 @@ func (e *env) slotsInUse(instance, app string, want, inUse, limit int64) store.S
 	if !ok {
 		e.t.Fatal("the Store does not lease connection slots")
 	}
-	l, err := ss.LeaseSlots(context.Background(), store.SlotRequest{Cluster: e.cluster.ID, App: app,
-		Instance: instance, Want: want, Limit: limit, InUse: inUse})
+	l, err := ss.LeaseSlots(context.Background(), store.SlotRequest{
+		Cluster: e.cluster.ID, App: app,
+		Instance: instance, Want: want, Limit: limit, InUse: inUse,
+	})
 	if err != nil {
 		e.t.Fatalf("LeaseSlots(%s, %q, want %d, in use %d, limit %d): %v", instance, app, want, inUse, limit, err)
 	}
