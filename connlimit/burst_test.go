@@ -12,7 +12,8 @@ import (
 // locally beyond the holding: 5 in flight for a limit of 4, in a few rounds of 20.
 func TestSlotsBurstStaysWithinLimit(t *testing.T) {
 	for round := range 50 {
-		_, _, _, ca, cb := twoInstances(t, 4)
+		f := twoInstances(t, 4)
+		ca, cb := f.ca, f.cb
 		var mu sync.Mutex
 		var held []*Ticket
 		var wg sync.WaitGroup

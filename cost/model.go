@@ -124,6 +124,9 @@ func (m *Model) Classify(r *http.Request) Operation {
 		if scanQuery(r.URL.RawQuery)&qUploadID != 0 {
 			return OpMultipartAbort
 		}
+	default:
+		// The S3 rules refine GET, PUT, POST and DELETE only; other methods keep methodOp's
+		// operation.
 	}
 	return op
 }

@@ -235,7 +235,7 @@ type History struct {
 	Apps    map[string][]AppSample
 }
 
-// Window returns the samples of the last seconds seconds (those with t > newest t - seconds)
+// Window returns the samples of the last `seconds` seconds (those with t > newest t - seconds)
 // and the series of the given apps in that window (apps without a series are left out), or,
 // with apps nil, of the TopApps apps with the most decisions (admitted + rejected) in the
 // window (ties by id).
@@ -278,7 +278,7 @@ func (r *Recorder) busiest(from int64) []string {
 		id string
 		n  int64
 	}
-	var all []busy
+	all := make([]busy, 0, len(r.order))
 	for _, id := range r.order {
 		s := r.apps[id]
 		var n int64
@@ -297,7 +297,7 @@ func (r *Recorder) busiest(from int64) []string {
 		}
 		return all[i].id < all[j].id
 	})
-	ids := []string{}
+	ids := make([]string, 0, min(len(all), TopApps))
 	for _, b := range all[:min(len(all), TopApps)] {
 		ids = append(ids, b.id)
 	}

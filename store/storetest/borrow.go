@@ -199,7 +199,7 @@ func borrowFiguresInLease(e *env) {
 	// 2 s: the bucket fills and the 10 beyond pay debt 12 → 2.
 	e.advance(2 * time.Second)
 	e.wantLease(e.lease(huge, 0), store.Lease{Granted: 10, Debt: 2, Borrowed: shrink(10, 2, 12)})
-	// 1 s: the 10 of refill refill the spent bucket: the debt stays.
+	// 1 s: the 10 tokens of refill go into the spent bucket: the debt stays.
 	e.advance(time.Second)
 	e.wantLease(e.lease(huge, 0), store.Lease{Granted: 10, Debt: 2, Borrowed: shrink(10, 2, 12)})
 	// 1.5 s: 5 beyond the full bucket pay the last 2; the figures are back to 0.
