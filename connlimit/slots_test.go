@@ -320,8 +320,8 @@ func (s *lateSlots) StoreTimeout() time.Duration { return 10 * time.Millisecond 
 
 // TestSlotsSlowStoreKeepsTheLimit: with a Store that answers after the timeout, an instance's
 // leases still land, so it knows what the others hold, and a burst of requests stays within the
-// fleet's limit. (A black-box test with Redis 20 ms away and the default 50 ms timeout measured
-// 85 in flight for a limit of 40 on three gateways, sustained.)
+// fleet's limit. (With the leases dropped at the timeout, no instance would learn what the
+// others hold, and the fleet would stay above its limit for as long as the Store is slow.)
 func TestSlotsSlowStoreKeepsTheLimit(t *testing.T) {
 	f := twoInstances(t, 10)
 	b, ca, cb := f.b, f.ca, f.cb
@@ -416,9 +416,9 @@ func TestSlotsOutageKeepsShare(t *testing.T) {
 }
 
 // TestSlotsLimitLoweredBelowInFlight: a limit lowered below what an instance has in flight, then
-// raised again, never lets the fleet go above it. (The gateway whose limit went down used to
-// shrink its holding to the new limit while its requests still ran, and the other gateway took
-// those slots once the limit went back up: 8 in flight for a limit of 6.)
+// raised again, never lets the fleet go above it. (A gateway that shrank its holding to the new
+// limit while its requests still run would let the other gateway take those slots once the
+// limit goes back up.)
 func TestSlotsLimitLoweredBelowInFlight(t *testing.T) {
 	f := twoInstances(t, 100)
 	clk, ca, cb := f.clk, f.ca, f.cb
@@ -445,8 +445,8 @@ func TestSlotsLimitLoweredBelowInFlight(t *testing.T) {
 
 // TestSlotsLimitLoweredUnderLoad: a lower limit applies on a fleet whose holdings are always in
 // use: requests that end are not replaced beyond the new limit, however the holdings were
-// granted under the old one. (Before, a gateway kept admitting up to its old holding while
-// its clients reconnected at once: 6 in flight for a limit of 4, for as long as the load ran.)
+// granted under the old one. (A gateway that kept admitting up to its old holding would stay
+// above the new limit for as long as its clients reconnect at once.)
 func TestSlotsLimitLoweredUnderLoad(t *testing.T) {
 	f := twoInstances(t, 100)
 	clk, ca, cb := f.clk, f.ca, f.cb
@@ -492,8 +492,9 @@ func TestSlotsLimitLoweredUnderLoad(t *testing.T) {
 
 // TestSlotsRestatedAfterStoreLoss: after the Store lost its data (Redis restarted without it, or
 // flushed), each instance's next report says it rejoined and it leases its holdings again, so
-// the others cannot take the slots it still uses. (Before, a fleet at its limit of 12 went to
-// 20 after a FLUSHALL, and to 24 after a one-second restart, for as long as the load ran.)
+// the others cannot take the slots it still uses. (Otherwise the others would take them, after
+// a FLUSHALL or a restart, and the fleet would stay above its limit for as long as the load
+// runs.)
 func TestSlotsRestatedAfterStoreLoss(t *testing.T) {
 	f := twoInstances(t, 100)
 	clk, a, b, ca, cb := f.clk, f.a, f.b, f.ca, f.cb
@@ -542,7 +543,8 @@ func TestSlotsRestatedAfterStoreLoss(t *testing.T) {
 
 // TestSlotsBurstsKeepTheirHolding: an app whose requests come in bursts of 4 once a second, all
 // over by the time of the trim, keeps the slots of its bursts. A trim that looked only at what is
-// in flight at its own moment cut the holding to one, and every burst grew it again slot by slot.
+// in flight at its own moment would cut the holding to one, and every burst would grow it again
+// slot by slot.
 func TestSlotsBurstsKeepTheirHolding(t *testing.T) {
 	f := twoInstances(t, 20)
 	a, ca := f.a, f.ca

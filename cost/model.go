@@ -227,8 +227,8 @@ func objectsIn(n int64) int64 {
 
 // bodiless reports whether requests of method carry no body by convention (RFC 9110 gives one
 // no meaning). Over HTTP/3 such a request has no Content-Length and a body that ends at once,
-// so it looks like a streaming body: estimating stream_estimate for it made every GET of a
-// browser on HTTP/3 take 16 tokens up front, and rejected it when fewer were left. Whatever
+// so it looks like a streaming body: estimating stream_estimate for it would make every GET of a
+// browser on HTTP/3 take 16 tokens up front, and reject it when fewer are left. Whatever
 // body one does send is still charged as it is read.
 func bodiless(method string) bool {
 	switch method {

@@ -276,7 +276,8 @@ func TestOverridePropagation(t *testing.T) {
 
 // TestOverridesSurviveRedisDataLoss: Redis restarted without its data (no persistence) does not
 // end the fleet's overrides and operator emergency: the gateways enforce them from memory, and
-// the first to see their version go backwards writes them back. Before, both ended silently.
+// the first to see their version go backwards writes them back; otherwise both would end
+// silently.
 func TestOverridesSurviveRedisDataLoss(t *testing.T) {
 	requireCaddy(t)
 	addr, srv := redistest.Standalone(t)

@@ -330,10 +330,11 @@ func TestS3DeleteObjectsCost(t *testing.T) {
 }
 
 // A throttled upload whose client waits for "100 Continue" before sending its body (boto3 and
-// aws-cli do for every PutObject and UploadPart) gets its rejection at once. Before, Caddy's own
-// body readers hid the request's expect-continue reader from Go's server, which then read the
-// unsent body to reuse the connection: over HTTPS boto3 and aws-cli stalled for their 60 s read
-// timeout on every throttled upload, and over HTTP until the client gave up waiting.
+// aws-cli do for every PutObject and UploadPart) gets its rejection at once. Were the request's
+// expect-continue reader hidden from Go's server behind Caddy's own body readers, the server
+// would read the unsent body to reuse the connection: over HTTPS boto3 and aws-cli would stall
+// for their 60 s read timeout on every throttled upload, and over HTTP until the client gives up
+// waiting.
 func TestThrottledUploadDoesNotWaitForBody(t *testing.T) {
 	requireCaddy(t)
 	backend := startS3Server(t)

@@ -164,9 +164,9 @@ func TestIdleExpiry(t *testing.T) {
 
 // TestRecordOutlivesStatsInterval: an app record lives at least the caller's statistics
 // interval plus its grace after every write (lease, return, borrow, report), so that statistics
-// that waited the interval reach the record they belong to. With the default interval (60 s)
-// equal to the old 60 s lifetime, the final flush of an app that stopped raced the expiry
-// (black-box: the record made anew with the flush's count alone).
+// that waited the interval reach the record they belong to. With a lifetime equal to the
+// interval (60 s by default), the final flush of an app that stopped would race the expiry, and
+// the record made anew would hold the flush's count alone.
 func TestRecordOutlivesStatsInterval(t *testing.T) {
 	s := New(standaloneClient(t), uniquePrefix(t))
 	ctx := context.Background()

@@ -144,8 +144,9 @@ func borrowRepaidFromUnusedRefill(e *env) {
 }
 
 // borrowKeepsGuarantee: an app whose demand stays above its guaranteed rate keeps that rate
-// after borrowing up to max_borrow. Repaid from every refill, its refill went to the debt, its
-// borrowed shrank, and it borrowed again: each token borrowed cost it 1.2 (here 2) of its own.
+// after borrowing up to max_borrow. If every refill repaid the debt, its refill would go to the
+// debt, its borrowed would shrink, and it would borrow again: each token borrowed would cost it
+// 1.2 (here 2) of its own.
 func borrowKeepsGuarantee(e *env) {
 	e.borrowSetup(10, 50)
 	e.drain(1)
