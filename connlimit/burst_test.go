@@ -8,11 +8,12 @@ import (
 // TestSlotsBurstStaysWithinLimit: two instances hit by a burst at once (8 requests each for a
 // limit of 4) admit the limit and no more, and every rejection shows the fleet full (its
 // current count, local plus the others' holdings, at the limit). A request whose lease was
-// granted in full but whose slots its instance's other requests took first used to be decided
-// locally beyond the holding: 5 in flight for a limit of 4, in a few rounds of 20.
+// granted in full but whose slots its instance's other requests took first leases again
+// (growOnce): decided locally beyond the holding, it would put the fleet over its limit.
 func TestSlotsBurstStaysWithinLimit(t *testing.T) {
 	for round := range 50 {
-		_, _, _, ca, cb := twoInstances(t, 4)
+		f := twoInstances(t, 4)
+		ca, cb := f.ca, f.cb
 		var mu sync.Mutex
 		var held []*Ticket
 		var wg sync.WaitGroup

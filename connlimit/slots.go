@@ -98,11 +98,11 @@ func (c *Counter) take(s *counts, name string, limit int64, dl *time.Time) (int6
 //
 // The Store call is not cut short at the request's deadline: it runs to its own end (the
 // Store's background timeout) and its answer is applied when it comes, for the requests after.
-// Cut at the deadline, a Store answering just slower than the timeout never had a lease
-// applied: every call ended on the client's side, and go-redis closed its connection, so the
-// next call paid a new connection's handshake and ended too. The holdings and the others'
-// figures were never refreshed, and a fleet of three admitted twice its limit for as long as
-// Redis stayed slow (docs/design.md, "Connection slots").
+// Cut at the deadline, a Store answering just slower than the timeout would never have a lease
+// applied: every call would end on the client's side, and go-redis would close its connection,
+// so the next call would pay a new connection's handshake and end too. The holdings and the
+// others' figures would never be refreshed, and the fleet would admit more than its limit for
+// as long as Redis stays slow (docs/design.md, "Connection slots").
 func (c *Counter) grow(src SlotSource, s *counts, name string, limit int64, deadline time.Time) (int64, bool) {
 	for range growAttempts {
 		if n, ok, again := c.growOnce(src, s, name, limit, deadline); !again {
@@ -118,8 +118,8 @@ const growAttempts = 3
 
 // growOnce is one attempt of grow; again says that the lease was granted in full but this
 // instance's other requests took its slots first. Deciding locally then, beyond the holding,
-// let the fleet go over its limit in a burst (5 in flight for a limit of 4): the Store had
-// granted the others what this instance then used.
+// would let the fleet go over its limit in a burst: the Store has granted the others what this
+// instance would then use.
 func (c *Counter) growOnce(src SlotSource, s *counts, name string, limit int64, deadline time.Time) (n int64, ok, again bool) {
 	// Another request of this scope may be asking the Store: wait for it until the request's
 	// deadline, then decide locally.

@@ -50,26 +50,35 @@ type sharedStore struct{ atomic.Pointer[memstore.Store] }
 
 // twoInstances is two live instances on one MemoryStore, each with a Counter using its slots,
 // app limit appLimit and cluster limit 100.
-func twoInstances(t *testing.T, appLimit int64) (clk *clock.Manual, a, b *instanceSlots, ca, cb *Counter) {
+func twoInstances(t *testing.T, appLimit int64) slotsFleet {
 	t.Helper()
-	clk = clock.NewManual()
+	clk := clock.NewManual()
 	st := new(sharedStore)
 	st.Store(memstore.New(clk))
-	a, b = &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
+	a, b := &instanceSlots{st: st, id: "a"}, &instanceSlots{st: st, id: "b"}
 	a.heartbeat(t)
 	b.heartbeat(t)
-	ca, cb = New(Config{App: appLimit, Cluster: 100}, clk), New(Config{App: appLimit, Cluster: 100}, clk)
+	ca, cb := New(Config{App: appLimit, Cluster: 100}, clk), New(Config{App: appLimit, Cluster: 100}, clk)
 	t.Cleanup(ca.Close)
 	t.Cleanup(cb.Close)
 	ca.UseSlots(a)
 	cb.UseSlots(b)
-	return clk, a, b, ca, cb
+	return slotsFleet{clk: clk, a: a, b: b, ca: ca, cb: cb}
+}
+
+// slotsFleet is what twoInstances sets up: the clock, the two instances' slot holders (a, b)
+// and their Counters (ca, cb).
+type slotsFleet struct {
+	clk    *clock.Manual
+	a, b   *instanceSlots
+	ca, cb *Counter
 }
 
 // Property 13: the slots held by live instances never exceed the limit; acquiring and releasing
 // inside a holding make no Store call; a dead instance's slots come back after InstanceTTL.
 func TestSlotsFleetWide(t *testing.T) {
-	clk, a, b, ca, cb := twoInstances(t, 10)
+	f := twoInstances(t, 10)
+	clk, a, b, ca, cb := f.clk, f.a, f.b, f.ca, f.cb
 
 	live := []*Counter{ca, cb}
 	held := func() int64 { // what the live instances hold
@@ -148,7 +157,8 @@ func TestSlotsFleetWide(t *testing.T) {
 // Trim gives back a holding far beyond use: after idleTrims idle trims all but idleHolding, and
 // after releaseTrims all of it; the other instance can then use it.
 func TestSlotsTrim(t *testing.T) {
-	clk, _, _, ca, cb := twoInstances(t, 8)
+	f := twoInstances(t, 8)
+	clk, ca, cb := f.clk, f.ca, f.cb
 	mine := acquireAll(ca, "x", 0, 8)
 	if len(mine) != 8 {
 		t.Fatalf("a alone admitted %d of 8", len(mine))
@@ -205,7 +215,8 @@ func TestSlotsSparseRequestsAskNothing(t *testing.T) {
 		// and each later request grows again; the cluster's 100 keep one
 		{limit: 7, wantCalls: 2 + 6 + 5},
 	} {
-		_, a, _, ca, _ := twoInstances(t, c.limit)
+		f := twoInstances(t, c.limit)
+		a, ca := f.a, f.ca
 		for i := range 6 {
 			tk, reason := ca.Acquire("x", 0)
 			if tk == nil {
@@ -309,10 +320,11 @@ func (s *lateSlots) StoreTimeout() time.Duration { return 10 * time.Millisecond 
 
 // TestSlotsSlowStoreKeepsTheLimit: with a Store that answers after the timeout, an instance's
 // leases still land, so it knows what the others hold, and a burst of requests stays within the
-// fleet's limit. (A black-box test with Redis 20 ms away and the default 50 ms timeout measured
-// 85 in flight for a limit of 40 on three gateways, sustained.)
+// fleet's limit. (With the leases dropped at the timeout, no instance would learn what the
+// others hold, and the fleet would stay above its limit for as long as the Store is slow.)
 func TestSlotsSlowStoreKeepsTheLimit(t *testing.T) {
-	_, _, b, ca, cb := twoInstances(t, 10)
+	f := twoInstances(t, 10)
+	b, ca, cb := f.b, f.ca, f.cb
 	var held []*Ticket
 	for range 8 { // a holds 8, in use
 		tk, r := ca.Acquire("x", 0)
@@ -366,7 +378,8 @@ func TestSlotsSlowStoreKeepsTheLimit(t *testing.T) {
 // limit plus the holdings. An outage that began while the fleet was idle let each of two
 // instances take the whole limit: 20 in flight of 10.
 func TestSlotsOutageKeepsShare(t *testing.T) {
-	_, a, b, ca, cb := twoInstances(t, 10)
+	f := twoInstances(t, 10)
+	a, b, ca, cb := f.a, f.b, f.ca, f.cb
 
 	// a holds 7 before the outage (in use), b nothing.
 	var held []*Ticket
@@ -403,11 +416,12 @@ func TestSlotsOutageKeepsShare(t *testing.T) {
 }
 
 // TestSlotsLimitLoweredBelowInFlight: a limit lowered below what an instance has in flight, then
-// raised again, never lets the fleet go above it. (The gateway whose limit went down used to
-// shrink its holding to the new limit while its requests still ran, and the other gateway took
-// those slots once the limit went back up: 8 in flight for a limit of 6.)
+// raised again, never lets the fleet go above it. (A gateway that shrank its holding to the new
+// limit while its requests still run would let the other gateway take those slots once the
+// limit goes back up.)
 func TestSlotsLimitLoweredBelowInFlight(t *testing.T) {
-	clk, _, _, ca, cb := twoInstances(t, 100)
+	f := twoInstances(t, 100)
+	clk, ca, cb := f.clk, f.ca, f.cb
 	for range 4 {
 		if tk, r := ca.Acquire("x", 4); tk == nil {
 			t.Fatalf("a refused within the limit: %v", r)
@@ -431,10 +445,11 @@ func TestSlotsLimitLoweredBelowInFlight(t *testing.T) {
 
 // TestSlotsLimitLoweredUnderLoad: a lower limit applies on a fleet whose holdings are always in
 // use: requests that end are not replaced beyond the new limit, however the holdings were
-// granted under the old one. (Before, a gateway kept admitting up to its old holding while
-// its clients reconnected at once: 6 in flight for a limit of 4, for as long as the load ran.)
+// granted under the old one. (A gateway that kept admitting up to its old holding would stay
+// above the new limit for as long as its clients reconnect at once.)
 func TestSlotsLimitLoweredUnderLoad(t *testing.T) {
-	clk, _, _, ca, cb := twoInstances(t, 100)
+	f := twoInstances(t, 100)
+	clk, ca, cb := f.clk, f.ca, f.cb
 	var held []*Ticket
 	for range 6 {
 		for _, c := range []*Counter{ca, cb} {
@@ -477,10 +492,12 @@ func TestSlotsLimitLoweredUnderLoad(t *testing.T) {
 
 // TestSlotsRestatedAfterStoreLoss: after the Store lost its data (Redis restarted without it, or
 // flushed), each instance's next report says it rejoined and it leases its holdings again, so
-// the others cannot take the slots it still uses. (Before, a fleet at its limit of 12 went to
-// 20 after a FLUSHALL, and to 24 after a one-second restart, for as long as the load ran.)
+// the others cannot take the slots it still uses. (Otherwise the others would take them, after
+// a FLUSHALL or a restart, and the fleet would stay above its limit for as long as the load
+// runs.)
 func TestSlotsRestatedAfterStoreLoss(t *testing.T) {
-	clk, a, b, ca, cb := twoInstances(t, 100)
+	f := twoInstances(t, 100)
+	clk, a, b, ca, cb := f.clk, f.a, f.b, f.ca, f.cb
 	const limit = 12
 	inFlight := 0
 	acquire := func(c *Counter) bool {
@@ -526,9 +543,11 @@ func TestSlotsRestatedAfterStoreLoss(t *testing.T) {
 
 // TestSlotsBurstsKeepTheirHolding: an app whose requests come in bursts of 4 once a second, all
 // over by the time of the trim, keeps the slots of its bursts. A trim that looked only at what is
-// in flight at its own moment cut the holding to one, and every burst grew it again slot by slot.
+// in flight at its own moment would cut the holding to one, and every burst would grow it again
+// slot by slot.
 func TestSlotsBurstsKeepTheirHolding(t *testing.T) {
-	_, a, _, ca, _ := twoInstances(t, 20)
+	f := twoInstances(t, 20)
+	a, ca := f.a, f.ca
 	for i := range 10 {
 		burst := acquireAll(ca, "x", 0, 4)
 		if len(burst) != 4 {
@@ -550,7 +569,7 @@ func TestSlotsBurstsKeepTheirHolding(t *testing.T) {
 // TestSlotsOfRemovedAppsGoBack: an app a reload removed keeps no idle slot, so the next sweep
 // forgets it instead of leaving its holding in the Store for a minute.
 func TestSlotsOfRemovedAppsGoBack(t *testing.T) {
-	_, _, _, ca, _ := twoInstances(t, 8)
+	ca := twoInstances(t, 8).ca
 	tk, _ := ca.Acquire("x", 0)
 	if tk == nil {
 		t.Fatal("refused")

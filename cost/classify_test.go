@@ -104,9 +104,11 @@ func TestOperationNames(t *testing.T) {
 }
 
 func TestBaseTable(t *testing.T) {
-	want := map[Operation]int64{OpGet: 1, OpHead: 1, OpPut: 5, OpPost: 5, OpPatch: 3, OpDelete: 2,
+	want := map[Operation]int64{
+		OpGet: 1, OpHead: 1, OpPut: 5, OpPost: 5, OpPatch: 3, OpDelete: 2,
 		OpList: 3, OpCopy: 6, OpMultipartInit: 2, OpMultipartUpload: 4, OpMultipartComplete: 8,
-		OpMultipartAbort: 3, OpOther: 1}
+		OpMultipartAbort: 3, OpOther: 1,
+	}
 	m := mustNew(t, Config{})
 	for op, b := range want {
 		if got := m.Cost(op, 0); got != b {

@@ -34,7 +34,8 @@ const (
 // fuzzChunkedRequest is fuzzRequest with an aws-chunked marking and a declared payload length
 // (decodedHeader, sent when not empty).
 func fuzzChunkedRequest(method, path, rawQuery string, copySource bool, contentLength int64, body bool,
-	chunked uint8, decodedHeader string) *http.Request {
+	chunked uint8, decodedHeader string,
+) *http.Request {
 	r := &http.Request{
 		Method:        method,
 		URL:           &url.URL{Path: path, RawQuery: rawQuery},
@@ -129,9 +130,11 @@ func fuzzS3Op(method, path, rawQuery string, copySource bool) Operation {
 
 // fuzzBaseOf is the base cost of op under c (defaults applied), from the documented base-cost table.
 func fuzzBaseOf(c Config, op Operation) int64 {
-	table := map[Operation]int64{OpGet: 1, OpHead: 1, OpPut: 5, OpPost: 5, OpPatch: 3, OpDelete: 2,
+	table := map[Operation]int64{
+		OpGet: 1, OpHead: 1, OpPut: 5, OpPost: 5, OpPatch: 3, OpDelete: 2,
 		OpList: 3, OpCopy: 6, OpMultipartInit: 2, OpMultipartUpload: 4, OpMultipartComplete: 8,
-		OpMultipartAbort: 3, OpDeleteObjects: 2, OpOther: *c.Default}
+		OpMultipartAbort: 3, OpDeleteObjects: 2, OpOther: *c.Default,
+	}
 	b := table[op]
 	for name, v := range c.Base {
 		if o, _ := ParseOperation(name); o == op {
@@ -193,16 +196,30 @@ func FuzzClassify(f *testing.F) {
 		method, path, query string
 		copySource          bool
 	}{
-		{"GET", "/b/k", "", false}, {"GET", "/b", "", false}, {"GET", "/", "", false}, {"GET", "", "", false},
-		{"GET", "/b/k", "list-type=2", false}, {"GET", "/b/k", "x=prefix&delimiter", false},
-		{"get", "b/k", "", false}, {"", "/b/k", "prefix", false}, {"HEAD", "/b", "", false},
-		{"PUT", "/b/k", "", true}, {"PUT", "/b/k", "partNumber=1&uploadId=x", false},
-		{"PUT", "/b/k", "partnumber=1&uploadid=x", false}, {"put", "/b/k", "uploadId&partNumber", true},
-		{"POST", "/b/k", "uploads", false}, {"POST", "/b/k", "uploadId=x&uploads=", false},
-		{"POST", "/b/k", "uploadId=x", false}, {"DELETE", "/b/k", "uploadId=x", false},
-		{"PATCH", "/b/k", "", false}, {"OPTIONS", "/b/k", "uploads", true}, {"BREW", "//", "&&=&", false},
-		{"P\u017fT", "/b/k", "", false}, {"GET\x00", "/b/\x00", "prefix\x00", false},
-		{"\xff\xfe", "\xff/\xff", "%zz&;;", true}, {strings.Repeat("G", 300), strings.Repeat("/", 300), strings.Repeat("&", 300), false},
+		{"GET", "/b/k", "", false},
+		{"GET", "/b", "", false},
+		{"GET", "/", "", false},
+		{"GET", "", "", false},
+		{"GET", "/b/k", "list-type=2", false},
+		{"GET", "/b/k", "x=prefix&delimiter", false},
+		{"get", "b/k", "", false},
+		{"", "/b/k", "prefix", false},
+		{"HEAD", "/b", "", false},
+		{"PUT", "/b/k", "", true},
+		{"PUT", "/b/k", "partNumber=1&uploadId=x", false},
+		{"PUT", "/b/k", "partnumber=1&uploadid=x", false},
+		{"put", "/b/k", "uploadId&partNumber", true},
+		{"POST", "/b/k", "uploads", false},
+		{"POST", "/b/k", "uploadId=x&uploads=", false},
+		{"POST", "/b/k", "uploadId=x", false},
+		{"DELETE", "/b/k", "uploadId=x", false},
+		{"PATCH", "/b/k", "", false},
+		{"OPTIONS", "/b/k", "uploads", true},
+		{"BREW", "//", "&&=&", false},
+		{"P\u017fT", "/b/k", "", false},
+		{"GET\x00", "/b/\x00", "prefix\x00", false},
+		{"\xff\xfe", "\xff/\xff", "%zz&;;", true},
+		{strings.Repeat("G", 300), strings.Repeat("/", 300), strings.Repeat("&", 300), false},
 	} {
 		f.Add(s.method, s.path, s.query, s.copySource)
 	}
@@ -242,8 +259,10 @@ func FuzzEstimate(f *testing.F) {
 		{method: "PUT", path: "/b/k", contentLength: -1, body: true, bodyRead: 3 << 20},
 		{method: "PUT", path: "/b/k", contentLength: maxInt, body: true, bodyRead: 10},
 		{method: "POST", path: "/b/k", query: "uploads", contentLength: minInt, body: true},
-		{method: "PUT", path: "/b/k", query: "partNumber=1&uploadId=u", contentLength: 65537, bodyRead: 65536,
-			respBytes: maxInt, responseBytes: true, quantum: 1, bandwidth: maxInt, max: maxInt},
+		{
+			method: "PUT", path: "/b/k", query: "partNumber=1&uploadId=u", contentLength: 65537, bodyRead: 65536,
+			respBytes: maxInt, responseBytes: true, quantum: 1, bandwidth: maxInt, max: maxInt,
+		},
 		{method: "GET", path: "/b", respBytes: 1 << 40, responseBytes: true, http: true, quantum: 3, bandwidth: 7, max: 100},
 		{method: "BREW", path: "/", contentLength: -5, def: 0, baseOp: uint8(OpOther), baseVal: 0},
 		{method: "DELETE", path: "/b/k", query: "uploadId", quantum: -1},
@@ -267,7 +286,8 @@ func FuzzEstimate(f *testing.F) {
 	plain := mustNew(f, Config{Operations: "http"})
 	f.Fuzz(func(t *testing.T, method, path, rawQuery string, copySource bool, contentLength int64, body bool,
 		bodyRead, respBytes int64, httpOps, responseBytes bool, quantum, bandwidth, maxCost, def, streamEstimate int64,
-		baseOp uint8, baseVal int64, decoded int64, chunked uint8) {
+		baseOp uint8, baseVal int64, decoded int64, chunked uint8,
+	) {
 		decodedHeader := strconv.FormatInt(decoded, 10)
 		if chunked >= 4 {
 			decodedHeader = "" // marked aws-chunked without a payload length

@@ -124,6 +124,9 @@ func (m *Model) Classify(r *http.Request) Operation {
 		if scanQuery(r.URL.RawQuery)&qUploadID != 0 {
 			return OpMultipartAbort
 		}
+	default:
+		// The S3 rules refine GET, PUT, POST and DELETE only; other methods keep methodOp's
+		// operation.
 	}
 	return op
 }
@@ -224,8 +227,8 @@ func objectsIn(n int64) int64 {
 
 // bodiless reports whether requests of method carry no body by convention (RFC 9110 gives one
 // no meaning). Over HTTP/3 such a request has no Content-Length and a body that ends at once,
-// so it looks like a streaming body: estimating stream_estimate for it made every GET of a
-// browser on HTTP/3 take 16 tokens up front, and rejected it when fewer were left. Whatever
+// so it looks like a streaming body: estimating stream_estimate for it would make every GET of a
+// browser on HTTP/3 take 16 tokens up front, and reject it when fewer are left. Whatever
 // body one does send is still charged as it is read.
 func bodiless(method string) bool {
 	switch method {

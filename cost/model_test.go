@@ -254,7 +254,7 @@ func TestAwsChunked(t *testing.T) {
 		read      int64
 		estimate  int64 // the cost taken up front
 		settled   int64 // the cost after read wire bytes
-		plainWire int64 // what the wire bytes cost (before aws-chunked was recognised)
+		plainWire int64 // what the wire bytes cost as a plain body (Model.Cost, framing included)
 	}{
 		{"boto3 64 KiB, streaming", put(-1, "65536", ce, "aws-chunked", sha, "STREAMING-UNSIGNED-PAYLOAD-TRAILER"), 65581, 6, 6, 7},
 		{"boto3 1 MiB, streaming", put(-1, "1048576", ce, "aws-chunked"), 1048622, 21, 21, 22},

@@ -62,7 +62,7 @@ func TestObjectCounter(t *testing.T) {
 		{"a key naming the tag", `<Delete><Object><Key>&lt;Object&gt;</Key></Object></Delete>`, 1},
 		{"comment counts (charged, never free)", `<Delete><!-- <Object> --></Delete>`, 1},
 		{"empty", ``, 0},
-		{"not XML", `Object Object <<Object>`, 1},
+		{"not XML", `Object Object <<Object>`, 1}, //nolint:dupword // the repeated word is the input under test
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

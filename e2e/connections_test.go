@@ -117,8 +117,7 @@ func checkConnRejection(t *testing.T, what string, r result, reason string, limi
 		t.Errorf("%s: status %d (body %q), want 429", what, r.status, r.body)
 		return
 	}
-	resp := &http.Response{StatusCode: r.status, Header: r.hdr}
-	rej, err := parseRejection(resp, r.body)
+	rej, err := parseRejection(answer{StatusCode: r.status, Header: r.hdr}, r.body)
 	if err != nil {
 		t.Errorf("%s: %v", what, err)
 		return

@@ -222,9 +222,9 @@ func TestRedisFailure(t *testing.T) {
 }
 
 // TestStopWithFrozenRedis: a gateway stopped while Redis answers nothing (SIGSTOP) gives up on
-// returning its tokens after the first failed call and says so once. It used to try each app
-// holding tokens in turn, a second each: 30 apps held a `caddy stop` for 30 s, ending in an
-// ERROR that listed 30 timeouts.
+// returning its tokens after the first failed call and says so once. Trying each app holding
+// tokens in turn, a second each, would hold a `caddy stop` for 30 s with the test's 30 apps and
+// end in an ERROR listing 30 timeouts.
 func TestStopWithFrozenRedis(t *testing.T) {
 	const apps = 30
 	addr, srv := redistest.Standalone(t)

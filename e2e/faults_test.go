@@ -299,18 +299,21 @@ func warmUp(t *testing.T, gws []*gateway) {
 const warmUps = 2
 
 func standaloneTopology(addr string, keepsData bool) faultTopology {
-	return faultTopology{block: "address " + addr, keepsData: keepsData,
+	return faultTopology{
+		block: "address " + addr, keepsData: keepsData,
 		reader: func(t *testing.T) redis.UniversalClient {
 			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 			t.Cleanup(func() { c.Close() })
 			return c
-		}}
+		},
+	}
 }
 
 // clusterTopology reads the statistics with a client made after the fault, so that it starts
 // from the cluster's current slot map.
 func clusterTopology(cl *redistest.ClusterNodes) faultTopology {
-	return faultTopology{block: "address " + strings.Join(cl.Addrs()[:3], " "), keepsData: true,
+	return faultTopology{
+		block: "address " + strings.Join(cl.Addrs()[:3], " "), keepsData: true,
 		reader: func(t *testing.T) redis.UniversalClient {
 			var live []string
 			for _, n := range cl.Nodes {
@@ -321,7 +324,8 @@ func clusterTopology(cl *redistest.ClusterNodes) faultTopology {
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: live})
 			t.Cleanup(func() { c.Close() })
 			return c
-		}}
+		},
+	}
 }
 
 // appSlot is the hash slot of an app's keys.
@@ -364,8 +368,10 @@ func TestFaultMatrix(t *testing.T) {
 		t.Run(name, func(t *testing.T) { results = append(results, f(t)) })
 	}
 	defer func() {
-		lines := []string{"| fault | requests | 5xx | svc non-2xx | hot admitted / quota | longest | recovery | stats lost |",
-			"|---|---:|---:|---:|---:|---:|---:|---|"}
+		lines := []string{
+			"| fault | requests | 5xx | svc non-2xx | hot admitted / quota | longest | recovery | stats lost |",
+			"|---|---:|---:|---:|---:|---:|---:|---|",
+		}
 		for _, r := range results {
 			lines = append(lines, r.String())
 		}
@@ -376,15 +382,19 @@ func TestFaultMatrix(t *testing.T) {
 		addr, srv := redistest.Standalone(t)
 		top := standaloneTopology(addr, false)
 		gws := startFleet(t, top)
-		return runFault(t, top, faultRow{name: t.Name(), inject: func(*testing.T) { srv.Stop() },
-			hold: 3 * time.Second, heal: func(*testing.T) { srv.Start() }, lostBurst: true}, gws)
+		return runFault(t, top, faultRow{
+			name: t.Name(), inject: func(*testing.T) { srv.Stop() },
+			hold: 3 * time.Second, heal: func(*testing.T) { srv.Start() }, lostBurst: true,
+		}, gws)
 	})
 	run("standalone frozen 3s", func(t *testing.T) faultResult {
 		addr, srv := redistest.Standalone(t)
 		top := standaloneTopology(addr, true)
 		gws := startFleet(t, top)
-		return runFault(t, top, faultRow{name: t.Name(), inject: func(*testing.T) { srv.Pause() },
-			hold: 3 * time.Second, heal: func(*testing.T) { srv.Resume() }}, gws)
+		return runFault(t, top, faultRow{
+			name: t.Name(), inject: func(*testing.T) { srv.Pause() },
+			hold: 3 * time.Second, heal: func(*testing.T) { srv.Resume() },
+		}, gws)
 	})
 	for _, lat := range []time.Duration{20 * time.Millisecond, 200 * time.Millisecond} {
 		run(fmt.Sprintf("latency %v", lat), func(t *testing.T) faultResult {
@@ -392,8 +402,10 @@ func TestFaultMatrix(t *testing.T) {
 			top := standaloneTopology(addr, true)
 			top.block = "address " + p.Addr()
 			gws := startFleet(t, top)
-			return runFault(t, top, faultRow{name: t.Name(), inject: func(*testing.T) { p.SetLatency(lat) },
-				hold: 4 * time.Second, heal: func(*testing.T) { p.SetLatency(0) }}, gws)
+			return runFault(t, top, faultRow{
+				name: t.Name(), inject: func(*testing.T) { p.SetLatency(lat) },
+				hold: 4 * time.Second, heal: func(*testing.T) { p.SetLatency(0) },
+			}, gws)
 		})
 	}
 	run("connections reset", func(t *testing.T) faultResult {
@@ -402,7 +414,8 @@ func TestFaultMatrix(t *testing.T) {
 		top.block = "address " + p.Addr()
 		gws := startFleet(t, top)
 		resets := make(chan struct{})
-		return runFault(t, top, faultRow{name: t.Name(),
+		return runFault(t, top, faultRow{
+			name: t.Name(),
 			inject: func(*testing.T) {
 				go func() { // reset every connection every 300 ms while the fault lasts
 					for {
@@ -415,13 +428,15 @@ func TestFaultMatrix(t *testing.T) {
 					}
 				}()
 			},
-			hold: 3 * time.Second, heal: func(*testing.T) { close(resets) }}, gws)
+			hold: 3 * time.Second, heal: func(*testing.T) { close(resets) },
+		}, gws)
 	})
 	run("cluster manual failover", func(t *testing.T) faultResult {
 		cl := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1, NodeTimeout: time.Second})
 		top := clusterTopology(cl)
 		gws := startFleet(t, top)
-		return runFault(t, top, faultRow{name: t.Name(),
+		return runFault(t, top, faultRow{
+			name: t.Name(),
 			inject: func(t *testing.T) {
 				m, err := cl.Master(appSlot(t, top, "hot"))
 				if err != nil {
@@ -430,7 +445,8 @@ func TestFaultMatrix(t *testing.T) {
 				if _, err := cl.Failover(m); err != nil {
 					t.Fatal(err)
 				}
-			}, heal: noop}, gws)
+			}, heal: noop,
+		}, gws)
 	})
 	run("cluster master killed", func(t *testing.T) faultResult {
 		cl := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1, NodeTimeout: time.Second})
@@ -438,7 +454,8 @@ func TestFaultMatrix(t *testing.T) {
 		gws := startFleet(t, top)
 		slot := appSlot(t, top, "hot")
 		var victim *redistest.Server
-		return runFault(t, top, faultRow{name: t.Name(),
+		return runFault(t, top, faultRow{
+			name: t.Name(),
 			inject: func(t *testing.T) {
 				var err error
 				if victim, err = cl.Master(slot); err != nil {
@@ -458,14 +475,16 @@ func TestFaultMatrix(t *testing.T) {
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
-			}, lostBurst: true}, gws)
+			}, lostBurst: true,
+		}, gws)
 	})
 	run("cluster slot migrated", func(t *testing.T) faultResult {
 		cl := redistest.StartCluster(t, redistest.ClusterOptions{})
 		top := clusterTopology(cl)
 		gws := startFleet(t, top)
 		slot := appSlot(t, top, "hot")
-		return runFault(t, top, faultRow{name: t.Name(),
+		return runFault(t, top, faultRow{
+			name: t.Name(),
 			inject: func(t *testing.T) {
 				from, err := cl.Master(slot)
 				if err != nil {
@@ -478,7 +497,8 @@ func TestFaultMatrix(t *testing.T) {
 				if err := cl.MigrateSlot(slot, to, 2*time.Second); err != nil {
 					t.Fatal(err)
 				}
-			}, heal: noop}, gws)
+			}, heal: noop,
+		}, gws)
 	})
 	run("cluster: another app's master frozen", func(t *testing.T) faultResult {
 		// A partial outage: the master holding svc's slot answers nothing, while hot's and the
@@ -498,26 +518,32 @@ func TestFaultMatrix(t *testing.T) {
 				t.Fatalf("setup: slot %d is on svc's master (%v); pick ids on distinct masters", slot, err)
 			}
 		}
-		return runFault(t, top, faultRow{name: t.Name(),
+		return runFault(t, top, faultRow{
+			name:   t.Name(),
 			inject: func(*testing.T) { frozen.Pause() },
 			hold:   10 * time.Second,
-			heal:   func(*testing.T) { frozen.Resume() }}, gws)
+			heal:   func(*testing.T) { frozen.Resume() },
+		}, gws)
 	})
 	run("sentinel failover", func(t *testing.T) faultResult {
 		master, sentinel, primary, _ := redistest.SentinelWithReplica(t)
-		top := faultTopology{block: "address " + sentinel + "\n\t\t\tsentinel " + master, keepsData: true,
+		top := faultTopology{
+			block: "address " + sentinel + "\n\t\t\tsentinel " + master, keepsData: true,
 			reader: func(t *testing.T) redis.UniversalClient {
 				c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: []string{sentinel}, MaxRetries: -1})
 				t.Cleanup(func() { c.Close() })
 				return c
-			}}
+			},
+		}
 		gws := startFleet(t, top)
-		return runFault(t, top, faultRow{name: t.Name(),
+		return runFault(t, top, faultRow{
+			name: t.Name(),
 			inject: func(t *testing.T) {
 				if err := redistest.ForceSentinelFailover(sentinel, primary, 20*time.Second); err != nil {
 					t.Fatal(err)
 				}
-			}, heal: noop, lostBurst: true}, gws)
+			}, heal: noop, lostBurst: true,
+		}, gws)
 	})
 }
 
@@ -534,7 +560,8 @@ func TestClusterFormingAtStart(t *testing.T) {
 	gws := []*gateway{startGateway(t, "g1", site), startGateway(t, "g2", site)}
 	warmUp(t, gws)
 	var forming time.Duration
-	res := runFault(t, top, faultRow{name: "cluster forming at start (load from the start)",
+	res := runFault(t, top, faultRow{
+		name:   "cluster forming at start (load from the start)",
 		inject: func(t *testing.T) {}, // the load runs while the cluster converges
 		heal: func(t *testing.T) {
 			if err := cl.WaitOK(20 * time.Second); err != nil {

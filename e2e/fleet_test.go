@@ -23,8 +23,10 @@ type fleet struct {
 }
 
 func newFleet(t *testing.T, addr, prefix, cluster string) *fleet {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
-		ReadTimeout: time.Second, WriteTimeout: time.Second})
+	rdb := redis.NewClient(&redis.Options{
+		Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
+		ReadTimeout: time.Second, WriteTimeout: time.Second,
+	})
 	t.Cleanup(func() { rdb.Close() })
 	return &fleet{t: t, rdb: rdb, prefix: prefix, cluster: cluster}
 }
@@ -138,7 +140,7 @@ type rejection struct {
 }
 
 // parseRejection checks a rejection's status, content type and body, and returns the body.
-func parseRejection(resp *http.Response, body string) (rejection, error) {
+func parseRejection(resp answer, body string) (rejection, error) {
 	var r rejection
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		return r, fmt.Errorf("status %d: Content-Type %q, want application/json (body %q)", resp.StatusCode, ct, body)
@@ -154,22 +156,31 @@ func parseRejection(resp *http.Response, body string) (rejection, error) {
 
 // newClient is an HTTP client for load: keep-alive connections, timeout as a safety net.
 func newClient(t *testing.T, timeout time.Duration, conns int) *http.Client {
-	tr := &http.Transport{MaxIdleConns: 4 * conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: 0,
-		IdleConnTimeout: 30 * time.Second, DisableCompression: true}
+	tr := &http.Transport{
+		MaxIdleConns: 4 * conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: 0,
+		IdleConnTimeout: 30 * time.Second, DisableCompression: true,
+	}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: timeout}
 }
 
-// get sends GET path for app through client and returns the response (body read) or an error.
-func get(client *http.Client, base, path, app string) (*http.Response, string, error) {
+// answer is the status and headers of a response whose body get has read and closed.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+}
+
+// get sends GET path for app through client and returns the response's status, headers and
+// body, or an error.
+func get(client *http.Client, base, path, app string) (answer, string, error) {
 	req, err := http.NewRequest(http.MethodGet, base+path, nil)
 	if err != nil {
-		return nil, "", err
+		return answer{}, "", err
 	}
 	req.Header.Set("X-App-Id", app)
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, "", err
+		return answer{}, "", err
 	}
-	return resp, drain(resp), nil
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header}, drain(resp), nil
 }

@@ -217,22 +217,36 @@ func TestHostileInput(t *testing.T) {
 		status int
 		body   string // in the answer's body ("" = not checked)
 	}{
-		{"id of 1 MiB", "GET /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: " + strings.Repeat("a", 1<<20) + "\r\n\r\n",
-			http.StatusRequestHeaderFieldsTooLarge, ""},
-		{"id of 200 characters", "GET /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: " + strings.Repeat("a", 200) + "\r\nConnection: close\r\n\r\n",
-			http.StatusBadRequest, "invalid_app_id"},
-		{"id with a space", "GET /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a b\r\nConnection: close\r\n\r\n",
-			http.StatusBadRequest, "invalid_app_id"},
-		{"negative Content-Length", "PUT /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a\r\nContent-Length: -5\r\n\r\n",
-			http.StatusBadRequest, ""},
-		{"Content-Length not a number", "PUT /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a\r\nContent-Length: lots\r\n\r\n",
-			http.StatusBadRequest, ""},
-		{"two Content-Lengths", "PUT /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy",
-			http.StatusBadRequest, ""},
+		{
+			"id of 1 MiB", "GET /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: " + strings.Repeat("a", 1<<20) + "\r\n\r\n",
+			http.StatusRequestHeaderFieldsTooLarge, "",
+		},
+		{
+			"id of 200 characters", "GET /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: " + strings.Repeat("a", 200) + "\r\nConnection: close\r\n\r\n",
+			http.StatusBadRequest, "invalid_app_id",
+		},
+		{
+			"id with a space", "GET /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a b\r\nConnection: close\r\n\r\n",
+			http.StatusBadRequest, "invalid_app_id",
+		},
+		{
+			"negative Content-Length", "PUT /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a\r\nContent-Length: -5\r\n\r\n",
+			http.StatusBadRequest, "",
+		},
+		{
+			"Content-Length not a number", "PUT /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a\r\nContent-Length: lots\r\n\r\n",
+			http.StatusBadRequest, "",
+		},
+		{
+			"two Content-Lengths", "PUT /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy",
+			http.StatusBadRequest, "",
+		},
 		// A lie that HTTP cannot see up front: charged at most cost.max while in flight, and
 		// settled to what was read (the handler read nothing), so it takes nothing from the app.
-		{"Content-Length of 10^18, 5 bytes sent", "PUT /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a\r\nContent-Length: 1000000000000000000\r\nConnection: close\r\n\r\nhello",
-			http.StatusOK, "ok"},
+		{
+			"Content-Length of 10^18, 5 bytes sent", "PUT /b/o HTTP/1.1\r\nHost: HOST\r\nX-App-Id: a\r\nContent-Length: 1000000000000000000\r\nConnection: close\r\n\r\nhello",
+			http.StatusOK, "ok",
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -64,8 +64,8 @@ func selfSignedServer(t *testing.T) (certPEM, keyPEM string, roots *x509.CertPoo
 // TestHTTP3Requests: Caddy serves HTTP/3 on every HTTPS site by default, and browsers use it.
 // A GET over HTTP/3 has no Content-Length and a body that ends at once, so it looks like a
 // streaming body; it must cost its base (1), not the 16 tokens of stream_estimate up front:
-// the twenty GETs of a burst of 20 are all admitted (before, the fifth was rejected with 16
-// tokens left), a PUT is charged its body, and the headers (`headers draft`) show what is left.
+// the twenty GETs of a burst of 20 are all admitted, a PUT is charged its body, and the headers
+// (`headers draft`) show what is left.
 func TestHTTP3Requests(t *testing.T) {
 	certPEM, keyPEM, roots := selfSignedServer(t)
 	site := `	rate_limit {

@@ -177,8 +177,10 @@ func TestOverridesFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"logger":"admin.api.rate_limit","msg":"rate_limit: app_override_set through the admin API"`,
-		`"remote_addr":"127.0.0.1:`} {
+	for _, want := range []string{
+		`"logger":"admin.api.rate_limit","msg":"rate_limit: app_override_set through the admin API"`,
+		`"remote_addr":"127.0.0.1:`,
+	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("g1's log lacks %q", want)
 		}
@@ -274,7 +276,8 @@ func TestOverridePropagation(t *testing.T) {
 
 // TestOverridesSurviveRedisDataLoss: Redis restarted without its data (no persistence) does not
 // end the fleet's overrides and operator emergency: the gateways enforce them from memory, and
-// the first to see their version go backwards writes them back. Before, both ended silently.
+// the first to see their version go backwards writes them back; otherwise both would end
+// silently.
 func TestOverridesSurviveRedisDataLoss(t *testing.T) {
 	requireCaddy(t)
 	addr, srv := redistest.Standalone(t)

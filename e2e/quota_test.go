@@ -112,8 +112,10 @@ func TestFleetQuota(t *testing.T) {
 	}
 	for _, g := range gws {
 		var figs []string
-		for _, m := range []string{"caddy_rate_limit_leases_total", "caddy_rate_limit_lease_tokens_total",
-			"caddy_rate_limit_local_tokens", "caddy_rate_limit_local_hits_total"} {
+		for _, m := range []string{
+			"caddy_rate_limit_leases_total", "caddy_rate_limit_lease_tokens_total",
+			"caddy_rate_limit_local_tokens", "caddy_rate_limit_local_hits_total",
+		} {
 			v, _, _ := g.metric(m, `cluster="quota"`, `app="shop"`)
 			figs = append(figs, fmt.Sprintf("%s=%g", m[len("caddy_rate_limit_"):], v))
 		}

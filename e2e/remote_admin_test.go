@@ -57,10 +57,14 @@ func TestRemoteAdminAccessControl(t *testing.T) {
 		admin["remote"] = map[string]any{
 			"listen": fmt.Sprintf("127.0.0.1:%d", remotePort),
 			"access_control": []any{
-				map[string]any{"public_keys": []string{reader.b64},
-					"permissions": []any{map[string]any{"paths": []string{"/rate_limit/"}, "methods": []string{"GET"}}}},
-				map[string]any{"public_keys": []string{operator.b64},
-					"permissions": []any{map[string]any{"paths": []string{"/rate_limit/"}}}},
+				map[string]any{
+					"public_keys": []string{reader.b64},
+					"permissions": []any{map[string]any{"paths": []string{"/rate_limit/"}, "methods": []string{"GET"}}},
+				},
+				map[string]any{
+					"public_keys": []string{operator.b64},
+					"permissions": []any{map[string]any{"paths": []string{"/rate_limit/"}}},
+				},
 			},
 		}
 	})
@@ -76,7 +80,8 @@ func TestRemoteAdminAccessControl(t *testing.T) {
 	remote := fmt.Sprintf("https://127.0.0.1:%d", remotePort)
 	clientFor := func(id clientIdentity) *http.Client {
 		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-			RootCAs: roots, Certificates: []tls.Certificate{id.cert}, ServerName: "127.0.0.1"}}}
+			RootCAs: roots, Certificates: []tls.Certificate{id.cert}, ServerName: "127.0.0.1",
+		}}}
 	}
 	do := func(c *http.Client, method, path, ctype, body string) (int, string) {
 		t.Helper()

@@ -183,8 +183,10 @@ func TestS3SDKGo(t *testing.T) {
 	var apiErr smithy.APIError
 	var sawThrottle bool
 	for i := range 60 {
-		_, err := strict.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("photos"),
-			Key: aws.String(fmt.Sprintf("k%d", i)), Body: bytes.NewReader([]byte("x"))})
+		_, err := strict.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String("photos"),
+			Key:    aws.String(fmt.Sprintf("k%d", i)), Body: bytes.NewReader([]byte("x")),
+		})
 		if err == nil {
 			continue
 		}
@@ -211,8 +213,10 @@ func TestS3SDKGo(t *testing.T) {
 			defer wg.Done()
 			for i := range 25 {
 				key := fmt.Sprintf("w%d-%d", w, i)
-				_, err := patient.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("photos"),
-					Key: aws.String(key), Body: bytes.NewReader([]byte("x"))})
+				_, err := patient.PutObject(ctx, &s3.PutObjectInput{
+					Bucket: aws.String("photos"),
+					Key:    aws.String(key), Body: bytes.NewReader([]byte("x")),
+				})
 				if err == nil {
 					_, err = patient.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("photos"), Key: aws.String(key)})
 				}
@@ -307,8 +311,10 @@ func TestS3DeleteObjectsCost(t *testing.T) {
 	var ids []types.ObjectIdentifier
 	for i := range 10 {
 		key := fmt.Sprintf("album/%02d.jpg", i)
-		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("photos"), Key: aws.String(key),
-			Body: strings.NewReader("jpeg")}); err != nil {
+		if _, err := c.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: aws.String("photos"), Key: aws.String(key),
+			Body: strings.NewReader("jpeg"),
+		}); err != nil {
 			t.Fatalf("PutObject: %v", err)
 		}
 		ids = append(ids, types.ObjectIdentifier{Key: aws.String(key)})
@@ -324,10 +330,11 @@ func TestS3DeleteObjectsCost(t *testing.T) {
 }
 
 // A throttled upload whose client waits for "100 Continue" before sending its body (boto3 and
-// aws-cli do for every PutObject and UploadPart) gets its rejection at once. Before, Caddy's own
-// body readers hid the request's expect-continue reader from Go's server, which then read the
-// unsent body to reuse the connection: over HTTPS boto3 and aws-cli stalled for their 60 s read
-// timeout on every throttled upload, and over HTTP until the client gave up waiting.
+// aws-cli do for every PutObject and UploadPart) gets its rejection at once. Were the request's
+// expect-continue reader hidden from Go's server behind Caddy's own body readers, the server
+// would read the unsent body to reuse the connection: over HTTPS boto3 and aws-cli would stall
+// for their 60 s read timeout on every throttled upload, and over HTTP until the client gives up
+// waiting.
 func TestThrottledUploadDoesNotWaitForBody(t *testing.T) {
 	requireCaddy(t)
 	backend := startS3Server(t)

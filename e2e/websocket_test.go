@@ -16,9 +16,9 @@ import (
 // TestUpgradedConnectionClosedByBackend: a connection upgraded through rate_limit and
 // reverse_proxy (a WebSocket) that the backend closes is closed toward the client too, and its
 // in-flight slot comes back, with Caddy's `metrics` option on. Caddy's metrics hand the
-// limiter a hijacked connection that cannot half-close; the limiter's wrapper claimed it could
-// and did nothing, so the proxy waited for the client for ever (found black-box: WebSocket
-// clients hung 30 s, their slots held, the app locked out at max_connections).
+// limiter a hijacked connection that cannot half-close; a wrapper that claimed it could and did
+// nothing would leave the proxy waiting for the client for ever: WebSocket clients would hang,
+// their slots held, and the app would be locked out at max_connections.
 func TestUpgradedConnectionClosedByBackend(t *testing.T) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, brw, err := http.NewResponseController(w).Hijack()

@@ -235,7 +235,7 @@ type History struct {
 	Apps    map[string][]AppSample
 }
 
-// Window returns the samples of the last seconds seconds (those with t > newest t - seconds)
+// Window returns the samples of the last `seconds` seconds (those with t > newest t - seconds)
 // and the series of the given apps in that window (apps without a series are left out), or,
 // with apps nil, of the TopApps apps with the most decisions (admitted + rejected) in the
 // window (ties by id).
@@ -278,7 +278,7 @@ func (r *Recorder) busiest(from int64) []string {
 		id string
 		n  int64
 	}
-	var all []busy
+	all := make([]busy, 0, len(r.order))
 	for _, id := range r.order {
 		s := r.apps[id]
 		var n int64
@@ -297,7 +297,7 @@ func (r *Recorder) busiest(from int64) []string {
 		}
 		return all[i].id < all[j].id
 	})
-	ids := []string{}
+	ids := make([]string, 0, min(len(all), TopApps))
 	for _, b := range all[:min(len(all), TopApps)] {
 		ids = append(ids, b.id)
 	}
@@ -338,9 +338,11 @@ func counts(d Totals) (allowed, rejected int64, reasons map[string]int64) {
 
 func (p *point) sample() Sample {
 	allowed, rejected, reasons := counts(p.delta)
-	s := Sample{T: p.t, Allowed: allowed, Rejected: rejected, Reasons: reasons, Cost: p.delta.Cost,
+	s := Sample{
+		T: p.t, Allowed: allowed, Rejected: rejected, Reasons: reasons, Cost: p.delta.Cost,
 		Usage: p.r.Usage, Capacity: p.r.Capacity, Level: p.r.Level, Emergency: p.r.Emergency,
-		LiveInstances: p.r.LiveInstances, InFlight: p.r.InFlight, ConnectionLimit: p.r.ConnectionLimit}
+		LiveInstances: p.r.LiveInstances, InFlight: p.r.InFlight, ConnectionLimit: p.r.ConnectionLimit,
+	}
 	if allowed > 0 {
 		s.LocalHitRatio = min(float64(p.delta.LocalHits)/float64(allowed), 1)
 	}
@@ -349,7 +351,9 @@ func (p *point) sample() Sample {
 
 func (p *appPoint) sample() AppSample {
 	allowed, rejected, reasons := counts(p.delta)
-	return AppSample{T: p.t, Allowed: allowed, Rejected: rejected, Reasons: reasons, Cost: p.delta.Cost,
+	return AppSample{
+		T: p.t, Allowed: allowed, Rejected: rejected, Reasons: reasons, Cost: p.delta.Cost,
 		LocalTokens: p.r.LocalTokens, InFlight: p.r.InFlight, Limit: p.r.Limit, Borrowed: p.r.Borrowed,
-		Debt: p.r.Debt, Guaranteed: p.r.Guaranteed, Burst: p.r.Burst}
+		Debt: p.r.Debt, Guaranteed: p.r.Guaranteed, Burst: p.r.Burst,
+	}
 }

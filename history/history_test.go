@@ -222,9 +222,13 @@ func TestSampleJSON(t *testing.T) {
 	r := New()
 	var tot Totals
 	tot.Requests[0], tot.Requests[store.ReasonClusterExhausted], tot.Cost, tot.LocalHits = 4, 2, 9, 3
-	r.Record(t0, Reading{Totals: tot, Usage: 0.5, Capacity: 100, Level: 1, Emergency: true, LiveInstances: 2,
-		InFlight: 3, ConnectionLimit: 50, Apps: []AppReading{{ID: "x", Totals: tot, LocalTokens: 5, InFlight: 1,
-			Limit: 10, Borrowed: 1.5, Debt: 2, Guaranteed: 10, Burst: 20}}})
+	r.Record(t0, Reading{
+		Totals: tot, Usage: 0.5, Capacity: 100, Level: 1, Emergency: true, LiveInstances: 2,
+		InFlight: 3, ConnectionLimit: 50, Apps: []AppReading{{
+			ID: "x", Totals: tot, LocalTokens: 5, InFlight: 1,
+			Limit: 10, Borrowed: 1.5, Debt: 2, Guaranteed: 10, Burst: 20,
+		}},
+	})
 	s, apps, _ := r.Latest()
 	b, _ := json.Marshal(s)
 	if got, want := string(b), `{"t":1800000000,"allowed":4,"rejected":2,"reasons":{"cluster_exhausted":2},"cost":9,"usage":0.5,"capacity":100,"level":1,"emergency":true,"live_instances":2,"in_flight":3,"connection_limit":50,"local_hit_ratio":0.75}`; got != want {

@@ -36,8 +36,10 @@ func TestMemoryStoreRefillProperty(t *testing.T) {
 		clk.Set(start)
 		m := New(clk)
 		k := memAppKey{"c", "a"}
-		m.apps[k] = &memBucket{hasBucket: true, tokens: tokens, ts: start.UnixMicro(), debt: debt, borrowed: borrowed,
-			touched: start.UnixMicro(), ttl: memMaxIdleTTL}
+		m.apps[k] = &memBucket{
+			hasBucket: true, tokens: tokens, ts: start.UnixMicro(), debt: debt, borrowed: borrowed,
+			touched: start.UnixMicro(), ttl: memMaxIdleTTL,
+		}
 		clk.Advance(time.Duration(elapsedUS) * time.Microsecond)
 		now := clk.Now()
 

@@ -21,7 +21,8 @@ import (
 //     does tokens = min(burst, tokens + Tokens) and leaves ts alone, so the time before the
 //     return is refilled later at the factor of the next lease. A refill at factor 1 would hand
 //     a throttled app (factor < 1, e.g. in an emergency) tokens at the full rate; since
-//     min(B, min(B, t + n) + a) = min(B, t + n + a), deferring the refill changes nothing else.
+//     min(B, m + a) = min(B, t + n + a) for m = min(B, t + n), deferring the refill changes
+//     nothing else.
 //     An absent bucket is created full (ts = now), as for a lease.
 //   - Return with Tokens <= 0 does nothing at all: no write, no new record.
 //   - A Report for an app without a bucket creates a statistics-only record (Redis: HINCRBY on

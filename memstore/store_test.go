@@ -81,8 +81,10 @@ func TestMemoryStoreStatistics(t *testing.T) {
 	clk := clock.NewManual()
 	s := memstore.New(clk)
 	ctx := context.Background()
-	rep := store.Report{Cluster: store.ClusterPolicy{ID: "c"}, Instance: "i",
-		Apps: []store.AppReport{{App: "a", Requests: 4, Cost: 40}}}
+	rep := store.Report{
+		Cluster: store.ClusterPolicy{ID: "c"}, Instance: "i",
+		Apps: []store.AppReport{{App: "a", Requests: 4, Cost: 40}},
+	}
 	if _, err := s.Report(ctx, rep); err != nil {
 		t.Fatal(err)
 	}
@@ -147,15 +149,19 @@ func TestMemoryStoreRecordOutlivesStatsInterval(t *testing.T) {
 	cl := store.ClusterPolicy{ID: "c"}
 	lease := func(app string, seq uint64, requests int64) {
 		t.Helper()
-		if _, err := s.Lease(ctx, store.LeaseRequest{Cluster: cl, App: app, Policy: memPolicy, Factor: 1, Want: 1,
-			Instance: "i", Stats: store.StatsBatch{Seq: seq, Requests: requests}, StatsInterval: time.Minute}); err != nil {
+		if _, err := s.Lease(ctx, store.LeaseRequest{
+			Cluster: cl, App: app, Policy: memPolicy, Factor: 1, Want: 1,
+			Instance: "i", Stats: store.StatsBatch{Seq: seq, Requests: requests}, StatsInterval: time.Minute,
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	lease("a", 1, 500)
 	clk.Advance(time.Minute + time.Second) // the interval and the next report
-	if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i", StatsInterval: time.Minute,
-		Apps: []store.AppReport{{App: "a", Requests: 7, Seq: 2}}}); err != nil {
+	if _, err := s.Report(ctx, store.Report{
+		Cluster: cl, Instance: "i", StatsInterval: time.Minute,
+		Apps: []store.AppReport{{App: "a", Requests: 7, Seq: 2}},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if st, ok := s.AppState("c", "a"); !ok || st.Requests != 507 {

@@ -11,8 +11,10 @@ import (
 // BenchmarkLease is one lease round trip (EVALSHA of lease.lua) on the shared standalone server.
 func BenchmarkLease(b *testing.B) {
 	s := New(standaloneClient(b), uniquePrefix(b))
-	req := store.LeaseRequest{Cluster: store.ClusterPolicy{ID: "c"}, App: "a",
-		Policy: store.AppPolicy{Guaranteed: 1e9, Burst: 1e9}, Factor: 1, Want: 100, Need: 1, Instance: "i"}
+	req := store.LeaseRequest{
+		Cluster: store.ClusterPolicy{ID: "c"}, App: "a",
+		Policy: store.AppPolicy{Guaranteed: 1e9, Burst: 1e9}, Factor: 1, Want: 100, Need: 1, Instance: "i",
+	}
 	ctx := context.Background()
 	for b.Loop() {
 		if _, err := s.Lease(ctx, req); err != nil {
@@ -27,8 +29,10 @@ func BenchmarkReport(b *testing.B) {
 	for _, n := range []int{1, 10} {
 		b.Run(fmt.Sprintf("apps=%d", n), func(b *testing.B) {
 			s := New(standaloneClient(b), uniquePrefix(b))
-			rep := store.Report{Cluster: store.ClusterPolicy{ID: "c", Capacity: 1e6, EmergencyThreshold: 0.95},
-				Instance: "i", InFlight: 3}
+			rep := store.Report{
+				Cluster:  store.ClusterPolicy{ID: "c", Capacity: 1e6, EmergencyThreshold: 0.95},
+				Instance: "i", InFlight: 3,
+			}
 			for i := 0; i < n; i++ {
 				rep.Apps = append(rep.Apps, store.AppReport{App: fmt.Sprintf("app%d", i), Requests: 10, Cost: 20, InFlight: 1})
 			}

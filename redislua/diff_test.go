@@ -35,10 +35,14 @@ func TestDifferential(t *testing.T) {
 		// A burst below guaranteed (x 0.5) is invalid: both stores must refuse it.
 		genPolicy := func(label string) store.AppPolicy {
 			g := num.Draw(rt, label+"-guaranteed")
-			return store.AppPolicy{Guaranteed: g, Burst: g * rapid.SampledFrom([]float64{1, 1.5, 3, 10.1, 0.5}).Draw(rt, label+"-burstx"),
-				Warmup: rapid.SampledFrom([]time.Duration{0, 0, 1500 * time.Nanosecond, 333333 * time.Microsecond, time.Second,
-					3 * time.Second, 7 * time.Second, 40 * time.Second, time.Hour}).Draw(rt, label+"-warmup"),
-				MaxBorrow: rapid.SampledFrom([]float64{0, 0, 2.5, 7, 50, 1000}).Draw(rt, label+"-maxborrow")}
+			return store.AppPolicy{
+				Guaranteed: g, Burst: g * rapid.SampledFrom([]float64{1, 1.5, 3, 10.1, 0.5}).Draw(rt, label+"-burstx"),
+				Warmup: rapid.SampledFrom([]time.Duration{
+					0, 0, 1500 * time.Nanosecond, 333333 * time.Microsecond, time.Second,
+					3 * time.Second, 7 * time.Second, 40 * time.Second, time.Hour,
+				}).Draw(rt, label+"-warmup"),
+				MaxBorrow: rapid.SampledFrom([]float64{0, 0, 2.5, 7, 50, 1000}).Draw(rt, label+"-maxborrow"),
+			}
 		}
 		cluster := store.ClusterPolicy{
 			ID:                 "c",
@@ -85,8 +89,10 @@ func TestDifferential(t *testing.T) {
 					rt.Fatalf("step %d Lease(%+v):\nmemory %+v %v\nredis  %+v %v", step, req, lm, em, lr, er)
 				}
 			case 2: // return
-				ret := store.Return{Cluster: cluster, App: app, Policy: policies[app],
-					Tokens: rapid.Int64Range(-5, 300).Draw(rt, "tokens"), Instance: rapid.SampledFrom(instances).Draw(rt, "instance")}
+				ret := store.Return{
+					Cluster: cluster, App: app, Policy: policies[app],
+					Tokens: rapid.Int64Range(-5, 300).Draw(rt, "tokens"), Instance: rapid.SampledFrom(instances).Draw(rt, "instance"),
+				}
 				if rapid.Bool().Draw(rt, "stats") { // statistics on the return, Seqs shared with leases and reports
 					seq := rapid.Uint64Range(1, seqs[ret.Instance]+2).Draw(rt, "stats-seq")
 					if ret.Tokens > 0 { // a return of no tokens is a no-op: its Seq goes nowhere
@@ -100,10 +106,12 @@ func TestDifferential(t *testing.T) {
 				}
 			case 3: // report
 				inst := rapid.SampledFrom(instances).Draw(rt, "instance")
-				rep := store.Report{Cluster: cluster, Instance: inst, InFlight: rapid.Int64Range(0, 20).Draw(rt, "inflight"),
+				rep := store.Report{
+					Cluster: cluster, Instance: inst, InFlight: rapid.Int64Range(0, 20).Draw(rt, "inflight"),
 					Cost: rapid.Int64Range(0, 300).Draw(rt, "report-cost"),
 					// at once, a sync interval or so, or beyond store.MaxCostSpan
-					CostSpan: time.Duration(rapid.SampledFrom([]int64{0, 1, 100_000, 137_511, 2_500_000}).Draw(rt, "span-us")) * time.Microsecond}
+					CostSpan: time.Duration(rapid.SampledFrom([]int64{0, 1, 100_000, 137_511, 2_500_000}).Draw(rt, "span-us")) * time.Microsecond,
+				}
 				// Unnumbered, a resend, the next Seq, or any Seq up to the next.
 				switch rapid.IntRange(0, 3).Draw(rt, "seqkind") {
 				case 1:
@@ -119,8 +127,10 @@ func TestDifferential(t *testing.T) {
 					if !rapid.Bool().Draw(rt, "include-"+a) {
 						continue
 					}
-					ar := store.AppReport{App: a, Requests: rapid.Int64Range(0, 50).Draw(rt, "requests"),
-						Cost: rapid.Int64Range(0, 500).Draw(rt, "cost"), InFlight: rapid.Int64Range(0, 5).Draw(rt, "appinflight")}
+					ar := store.AppReport{
+						App: a, Requests: rapid.Int64Range(0, 50).Draw(rt, "requests"),
+						Cost: rapid.Int64Range(0, 500).Draw(rt, "cost"), InFlight: rapid.Int64Range(0, 5).Draw(rt, "appinflight"),
+					}
 					if rapid.Bool().Draw(rt, "app-seq-"+a) { // the app's figures under the report's Seq, or none
 						ar.Seq = rep.Seq
 					}
@@ -132,8 +142,10 @@ func TestDifferential(t *testing.T) {
 					rt.Fatalf("step %d Report(%+v):\nmemory %+v %v\nredis  %+v %v", step, rep, sm, em, sr, er)
 				}
 			case 4: // clock step
-				d := rapid.SampledFrom([]time.Duration{0, time.Microsecond, 77 * time.Millisecond, 333333 * time.Microsecond,
-					time.Second, 2999 * time.Millisecond, 3 * time.Second, 3001 * time.Millisecond, 10 * time.Second}).Draw(rt, "advance")
+				d := rapid.SampledFrom([]time.Duration{
+					0, time.Microsecond, 77 * time.Millisecond, 333333 * time.Microsecond,
+					time.Second, 2999 * time.Millisecond, 3 * time.Second, 3001 * time.Millisecond, 10 * time.Second,
+				}).Draw(rt, "advance")
 				d = min(d, maxElapsed-elapsed)
 				elapsed += d
 				clk.Advance(d)
@@ -141,10 +153,14 @@ func TestDifferential(t *testing.T) {
 				policies[app] = genPolicy(app)
 				unallocated = genUnallocated()
 			case 6: // operator emergency: set (until deactivated, ending later, already over) or cleared
-				em := store.Emergency{Active: rapid.Bool().Draw(rt, "active"),
-					Reason: rapid.SampledFrom([]string{"", "maintenance", "ünï \"code\""}).Draw(rt, "reason")}
-				if d := rapid.SampledFrom([]time.Duration{-1, 0, 1500 * time.Nanosecond, 333333 * time.Microsecond, time.Second,
-					5 * time.Second, -time.Second}).Draw(rt, "until"); d != -1 {
+				em := store.Emergency{
+					Active: rapid.Bool().Draw(rt, "active"),
+					Reason: rapid.SampledFrom([]string{"", "maintenance", "ünï \"code\""}).Draw(rt, "reason"),
+				}
+				if d := rapid.SampledFrom([]time.Duration{
+					-1, 0, 1500 * time.Nanosecond, 333333 * time.Microsecond, time.Second,
+					5 * time.Second, -time.Second,
+				}).Draw(rt, "until"); d != -1 {
 					em.Until = clk.Now().Add(d)
 				}
 				em1, er1 := mem.SetEmergency(ctx, cluster, em), red.SetEmergency(ctx, cluster, em)
@@ -152,9 +168,11 @@ func TestDifferential(t *testing.T) {
 					rt.Fatalf("step %d SetEmergency(%+v): memory %v, redis %v", step, em, em1, er1)
 				}
 			case 8: // connection slots of the app's scope or the cluster's
-				r := store.SlotRequest{Cluster: cluster.ID, App: rapid.SampledFrom([]string{"", app}).Draw(rt, "scope"),
+				r := store.SlotRequest{
+					Cluster: cluster.ID, App: rapid.SampledFrom([]string{"", app}).Draw(rt, "scope"),
 					Instance: rapid.SampledFrom(instances).Draw(rt, "instance"),
-					Want:     rapid.Int64Range(0, 12).Draw(rt, "want"), Limit: rapid.Int64Range(0, 10).Draw(rt, "limit")}
+					Want:     rapid.Int64Range(0, 12).Draw(rt, "want"), Limit: rapid.Int64Range(0, 10).Draw(rt, "limit"),
+				}
 				r.InUse = rapid.Int64Range(0, r.Want).Draw(rt, "in use")
 				sm, em := mem.LeaseSlots(ctx, r)
 				sr, er := red.LeaseSlots(ctx, r)

@@ -124,7 +124,6 @@ func clusterReply(err error) bool {
 	msg := rerr.Error()
 	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "CROSSSLOT ") ||
 		strings.Contains(msg, "SELECT is not allowed in cluster mode") // db > 0 on the node
-
 }
 
 func permanentKind(err error) (ErrorKind, bool) {

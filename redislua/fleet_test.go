@@ -85,8 +85,10 @@ func newLimiter(t *testing.T, addr, prefix string, cfg limiter.Config) (*limiter
 
 func fleetConfig(cluster, instance string, p store.AppPolicy) limiter.Config {
 	return limiter.Config{
-		Cluster: store.ClusterPolicy{ID: cluster, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
-			EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}},
+		Cluster: store.ClusterPolicy{
+			ID: cluster, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
+			EmergencyRatios: [4]float64{1, 0.5, 0.1, 0},
+		},
 		Apps:     map[string]store.AppPolicy{"app": p},
 		Default:  p,
 		Instance: instance,

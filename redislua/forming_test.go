@@ -13,11 +13,11 @@ import (
 
 // TestClusterStillForming starts two limiters on a Redis Cluster the moment its first node
 // reports cluster_state:ok, as a fleet started together with its Redis does. The client's slot
-// map, loaded while the others were still converging, pointed the cluster's slot at a node that
-// answered CLUSTERDOWN, and go-redis does not reload the map on that error: both limiters stayed
-// in fail_open (each with its own full rescue bucket, twice the fleet quota) long after the
-// cluster was healthy. Now: once every node agrees on the slot map, both limiters leave
-// fail_open within a probe or two and lease from Redis.
+// map, loaded while the others are still converging, can point the cluster's slot at a node
+// that answers CLUSTERDOWN, and go-redis does not reload the map on that error: kept, it would
+// hold both limiters in fail_open (each with its own full rescue bucket, twice the fleet quota)
+// long after the cluster is healthy. Once every node agrees on the slot map, both limiters
+// leave fail_open within a probe or two and lease from Redis.
 func TestClusterStillForming(t *testing.T) {
 	redistest.Slow(t, "starts several clusters")
 	for run := range 3 {

@@ -20,6 +20,7 @@ func (k keys) appTag(cluster, app string) string {
 
 func (k keys) l1(cluster string) string    { return k.prefix + ":" + k.clusterTag(cluster) + ":l1" }
 func (k keys) nodes(cluster string) string { return k.prefix + ":" + k.clusterTag(cluster) + ":nodes" }
+
 func (k keys) clusterConn(cluster string) string {
 	return k.prefix + ":" + k.clusterTag(cluster) + ":conn"
 }
@@ -38,6 +39,7 @@ func (k keys) slots(cluster, app string) string {
 }
 
 func (k keys) l2(cluster, app string) string { return k.prefix + ":" + k.appTag(cluster, app) + ":l2" }
+
 func (k keys) appConn(cluster, app string) string {
 	return k.prefix + ":" + k.appTag(cluster, app) + ":conn"
 }

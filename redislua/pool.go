@@ -37,7 +37,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	conn := cfg
 	conn.KeyPrefix = ""
-	b, err := json.Marshal(conn)
+	b, err := json.Marshal(conn) //nolint:gosec // G117: the JSON is only an in-memory map key, never written out
 	if err != nil {
 		return nil, err
 	}

@@ -196,8 +196,10 @@ func TestProbeReportWrongPassword(t *testing.T) {
 	st := openT(t, Config{Address: []string{srv.Addr()}, Username: "rl", Password: "wrong", KeyPrefix: "sec"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, err := st.Report(ctx, store.Report{Cluster: store.ClusterPolicy{ID: "c"}, Instance: "i",
-		Apps: []store.AppReport{{App: "a", Requests: 1, Cost: 1}}})
+	_, err := st.Report(ctx, store.Report{
+		Cluster: store.ClusterPolicy{ID: "c"}, Instance: "i",
+		Apps: []store.AppReport{{App: "a", Requests: 1, Cost: 1}},
+	})
 	wantPermanent(t, err, KindAuth, "WRONGPASS")
 }
 

@@ -156,8 +156,8 @@ func TestPermanentErrors(t *testing.T) {
 		// In TLS 1.3 the server refuses a missing client certificate after the client's
 		// handshake is done: a busy client may write its command first and read a reset
 		// instead of the alert, a transient error. The limiter's episode turns permanent at
-		// the first call that reads the alert (TestPermanentErrorLoggedOnce in limiter);
-		// here, a few calls must get there.
+		// the first call that reads the alert (the limiter package's tests check that); here,
+		// a few calls must get there.
 		s := openT(t, cfg)
 		err := probeLease(s)
 		for i := 0; i < 5 && !isPermanent(err); i++ {

@@ -249,10 +249,12 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	calls = append(calls, scriptCall{
 		script: reportClusterScript,
 		keys:   []string{s.keys.l1(c.ID), s.keys.nodes(c.ID), s.keys.clusterConn(c.ID), s.keys.cfg(c.ID)},
-		args: []any{now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
+		args: []any{
+			now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
 			fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
 			fmtFloat(c.EmergencyRatios[3]), cost, rep.Seq, seqTTL,
-			rep.CostSpanMicros()},
+			rep.CostSpanMicros(),
+		},
 	})
 	for _, a := range rep.Apps {
 		calls = append(calls, scriptCall{

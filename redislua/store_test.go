@@ -43,8 +43,10 @@ func TestLeaseRefillReturn(t *testing.T) {
 	if l := lease(t, s, "a", 100, 0, 0.5); l.Granted != 10 {
 		t.Fatalf("refill at factor 0.5: %+v, want 10", l)
 	}
-	if err := s.Return(context.Background(), store.Return{Cluster: store.ClusterPolicy{ID: "c1"}, App: "a",
-		Policy: testPolicy, Tokens: 500}); err != nil {
+	if err := s.Return(context.Background(), store.Return{
+		Cluster: store.ClusterPolicy{ID: "c1"}, App: "a",
+		Policy: testPolicy, Tokens: 500,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if l := lease(t, s, "a", 1000, 0, 1); l.Granted != 100 {
@@ -55,12 +57,16 @@ func TestLeaseRefillReturn(t *testing.T) {
 func TestReportTwoInstances(t *testing.T) {
 	clk := clock.NewManual()
 	s := New(standaloneClient(t), uniquePrefix(t), WithClock(clk))
-	cl := store.ClusterPolicy{ID: "c1", Capacity: 1000, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
-		EmergencyRatios: [4]float64{1, 0.5, 0.1, 0}}
+	cl := store.ClusterPolicy{
+		ID: "c1", Capacity: 1000, ReservedRatio: 0.1, EmergencyThreshold: 0.95,
+		EmergencyRatios: [4]float64{1, 0.5, 0.1, 0},
+	}
 	ctx := context.Background()
 	rep := func(inst string, cost, inflight int64) store.ClusterState {
-		st, err := s.Report(ctx, store.Report{Cluster: cl, Instance: inst, InFlight: inflight,
-			Apps: []store.AppReport{{App: "a", Requests: 3, Cost: cost, InFlight: inflight}}})
+		st, err := s.Report(ctx, store.Report{
+			Cluster: cl, Instance: inst, InFlight: inflight,
+			Apps: []store.AppReport{{App: "a", Requests: 3, Cost: cost, InFlight: inflight}},
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,8 +108,10 @@ func TestNoscriptReload(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Report(ctx, store.Report{Cluster: store.ClusterPolicy{ID: "c1"}, Instance: "i1",
-		Apps: []store.AppReport{{App: "a", Requests: 1}, {App: "b", Requests: 1}}})
+	st, err := s.Report(ctx, store.Report{
+		Cluster: store.ClusterPolicy{ID: "c1"}, Instance: "i1",
+		Apps: []store.AppReport{{App: "a", Requests: 1}, {App: "b", Requests: 1}},
+	})
 	if err != nil || st.LiveInstances != 1 {
 		t.Fatalf("report after SCRIPT FLUSH: %+v %v", st, err)
 	}
@@ -122,8 +130,10 @@ func TestIdleExpiry(t *testing.T) {
 		}
 		return d
 	}
-	if _, err := s.Lease(ctx, store.LeaseRequest{Cluster: cl, App: "slow", Factor: 1, Want: 1,
-		Policy: store.AppPolicy{Guaranteed: 1, Burst: 1000}}); err != nil {
+	if _, err := s.Lease(ctx, store.LeaseRequest{
+		Cluster: cl, App: "slow", Factor: 1, Want: 1,
+		Policy: store.AppPolicy{Guaranteed: 1, Burst: 1000},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if d := pttl(s.keys.l2("c1", "slow")); d <= 1900*time.Second || d > 2000*time.Second {
@@ -136,8 +146,10 @@ func TestIdleExpiry(t *testing.T) {
 	if err := s.client.PExpire(ctx, s.keys.l2("c1", "slow"), time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i1",
-		Apps: []store.AppReport{{App: "slow", Requests: 1}, {App: "new", Requests: 1}}}); err != nil {
+	if _, err := s.Report(ctx, store.Report{
+		Cluster: cl, Instance: "i1",
+		Apps: []store.AppReport{{App: "slow", Requests: 1}, {App: "new", Requests: 1}},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if d := pttl(s.keys.l2("c1", "slow")); d <= 1900*time.Second {
@@ -152,9 +164,9 @@ func TestIdleExpiry(t *testing.T) {
 
 // TestRecordOutlivesStatsInterval: an app record lives at least the caller's statistics
 // interval plus its grace after every write (lease, return, borrow, report), so that statistics
-// that waited the interval reach the record they belong to. With the default interval (60 s)
-// equal to the old 60 s lifetime, the final flush of an app that stopped raced the expiry
-// (black-box: the record made anew with the flush's count alone).
+// that waited the interval reach the record they belong to. With a lifetime equal to the
+// interval (60 s by default), the final flush of an app that stopped would race the expiry, and
+// the record made anew would hold the flush's count alone.
 func TestRecordOutlivesStatsInterval(t *testing.T) {
 	s := New(standaloneClient(t), uniquePrefix(t))
 	ctx := context.Background()
@@ -173,13 +185,17 @@ func TestRecordOutlivesStatsInterval(t *testing.T) {
 			t.Fatalf("%s: TTL %v, want %v", what, d, want)
 		}
 	}
-	if _, err := s.Lease(ctx, store.LeaseRequest{Cluster: cl, App: "a", Policy: pol, Factor: 1, Want: 1,
-		Instance: "i1", StatsInterval: time.Minute}); err != nil {
+	if _, err := s.Lease(ctx, store.LeaseRequest{
+		Cluster: cl, App: "a", Policy: pol, Factor: 1, Want: 1,
+		Instance: "i1", StatsInterval: time.Minute,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	within("lease, stats_interval 1m", pttl("a"), store.RecordIdle(time.Minute))
-	if err := s.Return(ctx, store.Return{Cluster: cl, App: "b", Policy: pol, Tokens: 1, Instance: "i1",
-		StatsInterval: 10 * time.Minute}); err != nil {
+	if err := s.Return(ctx, store.Return{
+		Cluster: cl, App: "b", Policy: pol, Tokens: 1, Instance: "i1",
+		StatsInterval: 10 * time.Minute,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	within("return, stats_interval 10m", pttl("b"), 10*time.Minute+30*time.Second)
@@ -188,8 +204,10 @@ func TestRecordOutlivesStatsInterval(t *testing.T) {
 	if err := s.client.PExpire(ctx, s.keys.l2("c1", "a"), time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Report(ctx, store.Report{Cluster: cl, Instance: "i1", StatsInterval: 5 * time.Minute,
-		Apps: []store.AppReport{{App: "a", Requests: 1}, {App: "c", Requests: 1}}}); err != nil {
+	if _, err := s.Report(ctx, store.Report{
+		Cluster: cl, Instance: "i1", StatsInterval: 5 * time.Minute,
+		Apps: []store.AppReport{{App: "a", Requests: 1}, {App: "c", Requests: 1}},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	within("report, stats_interval 5m, over a record leased with 1m", pttl("a"), 5*time.Minute+30*time.Second)

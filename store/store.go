@@ -287,8 +287,8 @@ const MaxRecordIdle = 30 * 24 * time.Hour
 // statistics may wait statsInterval for a call to carry them. A flush of statistics that waited
 // the interval goes out with the caller's first report after it: the grace covers that report's
 // interval and latency. A record that expired first would be made anew by the flush, with a
-// count of that flush alone (black-box: with the default 60 s for both, the final statistics of
-// an app that stopped at its quota raced the record's expiry and lost its count most times).
+// count of that flush alone: with a lifetime equal to the interval, the final statistics of an
+// app that stops at its quota would race the record's expiry and lose its count.
 func RecordIdle(statsInterval time.Duration) time.Duration {
 	return min(max(MinRecordIdle, statsInterval+statsGrace), MaxRecordIdle)
 }

@@ -35,14 +35,6 @@ func (es FieldErrors) Prefixed(prefix string) FieldErrors {
 	return out
 }
 
-// err returns es as an error, or nil when it is empty.
-func (es FieldErrors) err() error {
-	if len(es) == 0 {
-		return nil
-	}
-	return es
-}
-
 func (es *FieldErrors) add(field, format string, args ...any) {
 	*es = append(*es, FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
 }

@@ -233,7 +233,9 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 	}
 	if readErr == io.EOF {
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
+			// Best effort: if the half-close fails, the connection is gone and the other
+			// direction's copy ends on its own.
+			_ = cw.CloseWrite()
 		}
 		return
 	}
@@ -292,7 +294,8 @@ func (l *link) end(closeFn func(net.Conn)) {
 // resetConn closes c so that the peer receives a TCP RST rather than a FIN.
 func resetConn(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetLinger(0)
+		// If this fails the Close below sends a FIN: still a closed connection, only a politer one.
+		_ = tc.SetLinger(0)
 	}
 	c.Close()
 }

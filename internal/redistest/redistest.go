@@ -183,8 +183,9 @@ func (c *ClusterNodes) converged() (bool, string) {
 
 // masterMap renders a CLUSTER SLOTS reply as "lo-hi:port ..." (masters only), sorted.
 func masterMap(reply any) string {
-	var parts []string
-	for _, r := range slotRanges(reply) {
+	ranges := slotRanges(reply)
+	parts := make([]string, 0, len(ranges))
+	for _, r := range ranges {
 		parts = append(parts, fmt.Sprintf("%d-%d:%d", r.lo, r.hi, r.port))
 	}
 	sort.Strings(parts)
@@ -331,8 +332,10 @@ func startIn(parent string, tmpl serverOpts) (*Server, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		s := &Server{Port: port, dir: dir, cluster: tmpl.cluster, nodeTimeout: tmpl.nodeTimeout, replicaOf: tmpl.replicaOf,
-			tls: tmpl.tls, extra: tmpl.extra}
+		s := &Server{
+			Port: port, dir: dir, cluster: tmpl.cluster, nodeTimeout: tmpl.nodeTimeout, replicaOf: tmpl.replicaOf,
+			tls: tmpl.tls, extra: tmpl.extra,
+		}
 		if s.tls != nil {
 			if s.TLSPort, err = clusterPort(tmpl.cluster); err != nil {
 				return nil, err
@@ -380,7 +383,8 @@ func (s *Server) start() error {
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile redis.log\n"+
 			"sentinel monitor %s 1\nsentinel down-after-milliseconds %s 1000\n",
 			s.Port, s.dir, s.monitor, strings.Fields(s.monitor)[0])
-		if err := os.WriteFile(s.dir+"/sentinel.conf", []byte(conf), 0o644); err != nil {
+		// 0o600: the sentinel runs as this user; nobody else needs to read the file.
+		if err := os.WriteFile(s.dir+"/sentinel.conf", []byte(conf), 0o600); err != nil {
 			return err
 		}
 		args = []string{s.dir + "/sentinel.conf", "--sentinel"}
@@ -392,7 +396,12 @@ func (s *Server) start() error {
 		return fmt.Errorf("redistest: start redis-server: %w", err)
 	}
 	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	go func() {
+		// The exit status says nothing the tests use: Stop kills the server, and a server that
+		// exits on its own is reported from its log below.
+		_ = cmd.Wait()
+		close(exited)
+	}()
 	deadline := time.Now().Add(startTimeout)
 	for {
 		if reply, err := s.do("PING"); err == nil && reply == "+PONG" {
@@ -406,7 +415,7 @@ func (s *Server) start() error {
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill() // fails only if the process has exited: <-exited returns either way
 			<-exited
 			return fmt.Errorf("redistest: redis-server on port %d did not answer PING within %v", s.Port, startTimeout)
 		}
@@ -421,8 +430,8 @@ func (s *Server) Stop() {
 	if s.cmd == nil {
 		return
 	}
-	s.cmd.Process.Kill()
-	<-s.exited // the process is gone and its port released: a following Start can bind it
+	_ = s.cmd.Process.Kill() // fails only if the process has exited: <-s.exited returns either way
+	<-s.exited               // the process is gone and its port released: a following Start can bind it
 	s.cmd = nil
 }
 
@@ -437,7 +446,8 @@ func (s *Server) signal(sig os.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil && sig != nil {
-		s.cmd.Process.Signal(sig)
+		// An error means the process has exited: there is nothing left to pause or resume.
+		_ = s.cmd.Process.Signal(sig)
 	}
 }
 
@@ -449,7 +459,9 @@ func (s *Server) do(cmd string) (string, error) {
 		return "", err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if err := c.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		return "", err
+	}
 	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
 		return "", err
 	}

@@ -90,7 +90,7 @@ func (c *ClusterNodes) Failover(master *Server) (*Server, error) {
 	// A manual failover that does not complete within Redis's own limit (5 s: the replica
 	// could not catch up, as on a loaded machine) is abandoned by Redis; ask again.
 	asked := time.Now()
-	why := ""
+	var why string
 	for {
 		r, err := replica.role()
 		switch {
@@ -199,10 +199,10 @@ func slotRanges(reply any) []slotRange {
 	return out
 }
 
-// MigrateSlot moves slot from its current master to the master to, the way redis-cli
-// --cluster reshard does: it marks the slot IMPORTING on to and MIGRATING on the source, sleeps
+// MigrateSlot moves slot from its current master to the master `to`, the way redis-cli
+// --cluster reshard does: it marks the slot IMPORTING on `to` and MIGRATING on the source, sleeps
 // pause (during which clients get ASK redirects for keys created meanwhile: the fault's
-// duration), moves the keys with MIGRATE in batches of 100, then assigns the slot to to on the
+// duration), moves the keys with MIGRATE in batches of 100, then assigns the slot to `to` on the
 // target, the source and every other running master, and waits until the cluster agrees.
 func (c *ClusterNodes) MigrateSlot(slot int, to *Server, pause time.Duration) error {
 	if slot < 0 || slot > 16383 {

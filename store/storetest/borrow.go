@@ -144,8 +144,9 @@ func borrowRepaidFromUnusedRefill(e *env) {
 }
 
 // borrowKeepsGuarantee: an app whose demand stays above its guaranteed rate keeps that rate
-// after borrowing up to max_borrow. Repaid from every refill, its refill went to the debt, its
-// borrowed shrank, and it borrowed again: each token borrowed cost it 1.2 (here 2) of its own.
+// after borrowing up to max_borrow. If every refill repaid the debt, its refill would go to the
+// debt, its borrowed would shrink, and it would borrow again: each token borrowed would cost it
+// 1.2 (here 2) of its own.
 func borrowKeepsGuarantee(e *env) {
 	e.borrowSetup(10, 50)
 	e.drain(1)
@@ -199,7 +200,7 @@ func borrowFiguresInLease(e *env) {
 	// 2 s: the bucket fills and the 10 beyond pay debt 12 → 2.
 	e.advance(2 * time.Second)
 	e.wantLease(e.lease(huge, 0), store.Lease{Granted: 10, Debt: 2, Borrowed: shrink(10, 2, 12)})
-	// 1 s: the 10 of refill refill the spent bucket: the debt stays.
+	// 1 s: the 10 tokens of refill go into the spent bucket: the debt stays.
 	e.advance(time.Second)
 	e.wantLease(e.lease(huge, 0), store.Lease{Granted: 10, Debt: 2, Borrowed: shrink(10, 2, 12)})
 	// 1.5 s: 5 beyond the full bucket pay the last 2; the figures are back to 0.

@@ -190,8 +190,8 @@ func usageBunchedEachSecond(e *env) {
 // usageBunchedByTicks: 790 cost settled in the first 75 ms of every second, reported by the tick
 // after it, every 100 ms with a few ms of jitter, reads about 0.79 at every report. Placed
 // whole at its report's time, a bunch reported 2 ms after a slot's start and the next one 2 ms
-// before a slot's start fell into one span of ten slots, and read 1.58 (pass L: automatic
-// emergencies at 79 % of capacity).
+// before a slot's start would fall into one span of ten slots and read 1.58: an automatic
+// emergency at 79 % of capacity.
 func usageBunchedByTicks(e *env) {
 	e.withL1()
 	start := 2 * time.Second

@@ -51,8 +51,10 @@ func (e *env) slotsInUse(instance, app string, want, inUse, limit int64) store.S
 	if !ok {
 		e.t.Fatal("the Store does not lease connection slots")
 	}
-	l, err := ss.LeaseSlots(context.Background(), store.SlotRequest{Cluster: e.cluster.ID, App: app,
-		Instance: instance, Want: want, Limit: limit, InUse: inUse})
+	l, err := ss.LeaseSlots(context.Background(), store.SlotRequest{
+		Cluster: e.cluster.ID, App: app,
+		Instance: instance, Want: want, Limit: limit, InUse: inUse,
+	})
 	if err != nil {
 		e.t.Fatalf("LeaseSlots(%s, %q, want %d, in use %d, limit %d): %v", instance, app, want, inUse, limit, err)
 	}
@@ -100,9 +102,9 @@ func slotsDeadInstanceReturns(e *env) {
 
 // slotsInUseKept: slots in use cannot be recalled, so a holding never drops below them, even
 // when a lower limit leaves them nothing; the others get nothing until they are given back.
-// (Without it, a gateway whose limit was lowered below its requests in flight shrank its
-// holding, and once the limit went up again the others took those slots too: 8 in flight for
-// a limit of 6.)
+// (Otherwise a gateway whose limit is lowered below its requests in flight would shrink its
+// holding, and once the limit goes up again the others would take those slots too, putting the
+// fleet above its limit.)
 func slotsInUseKept(e *env) {
 	e.report("i1", 0)
 	e.report("i2", 0)
@@ -164,9 +166,9 @@ func slotsInvalid(e *env) {
 
 // slotsKeptAfterSilence: after a silence of the whole fleet longer than InstanceTTL (Redis away),
 // every instance looks dead until its own next report; for one TTL after the Store hears the
-// fleet again, the holdings of instances not heard yet still count. (A gateway's grow right
-// after a Redis failover dropped the others' holdings and was granted the slots their requests
-// still used: 147 in flight for a limit of 80, black-box.)
+// fleet again, the holdings of instances not heard yet still count. (Otherwise a gateway's grow
+// right after a Redis failover would drop the others' holdings and be granted the slots their
+// requests still use, putting the fleet far above its limit.)
 func slotsKeptAfterSilence(e *env) {
 	e.heard("i1", "i2")
 	e.wantSlots(e.slotsInUse("i1", e.app, 8, 8, 10), 8, 0)

@@ -50,8 +50,10 @@ func leaseStatsAppliedOnce(e *env) {
 		e.t.Fatalf("lease without statistics: PrevSeq %d, want 0", l.PrevSeq)
 	}
 	e.wantRequests(e.app, 10)
-	if _, err := e.s.Lease(context.Background(), store.LeaseRequest{Cluster: e.cluster, App: e.app,
-		Policy: e.policy, Factor: 1, Want: 1, Instance: "i1", Stats: store.StatsBatch{Seq: 13, Requests: -1}}); err == nil {
+	if _, err := e.s.Lease(context.Background(), store.LeaseRequest{
+		Cluster: e.cluster, App: e.app,
+		Policy: e.policy, Factor: 1, Want: 1, Instance: "i1", Stats: store.StatsBatch{Seq: 13, Requests: -1},
+	}); err == nil {
 		e.t.Fatal("negative requests accepted")
 	}
 	e.wantRequests(e.app, 10)
@@ -79,8 +81,10 @@ func leaseAndReportShareSeqs(e *env) {
 func reportCostFeedsUsage(e *env) {
 	e.withL1()
 	// Report.Cost and the apps' Cost both feed the window, once per report Seq.
-	st, err := e.s.Report(context.Background(), store.Report{Cluster: e.cluster, Instance: "i1", Seq: 5, Cost: 300,
-		Apps: []store.AppReport{{App: e.app, Cost: 100}}})
+	st, err := e.s.Report(context.Background(), store.Report{
+		Cluster: e.cluster, Instance: "i1", Seq: 5, Cost: 300,
+		Apps: []store.AppReport{{App: e.app, Cost: 100}},
+	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -96,8 +100,10 @@ func reportCostFeedsUsage(e *env) {
 }
 
 func (e *env) returnStats(tokens int64, seq uint64, requests int64) error {
-	return e.s.Return(context.Background(), store.Return{Cluster: e.cluster, App: e.app, Policy: e.policy,
-		Tokens: tokens, Instance: "i1", Stats: store.StatsBatch{Seq: seq, Requests: requests}})
+	return e.s.Return(context.Background(), store.Return{
+		Cluster: e.cluster, App: e.app, Policy: e.policy,
+		Tokens: tokens, Instance: "i1", Stats: store.StatsBatch{Seq: seq, Requests: requests},
+	})
 }
 
 // A return's statistics share the app's Seqs with its leases and reports: applied once.

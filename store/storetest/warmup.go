@@ -127,12 +127,16 @@ func warmupZeroUnchanged(e *env) {
 // warmupNegativeRefused: a negative warm-up is a malformed call, refused without a write.
 func warmupNegativeRefused(e *env) {
 	bad := store.AppPolicy{Guaranteed: 30, Burst: 300, Warmup: -time.Microsecond}
-	if _, err := e.s.Lease(context.Background(), store.LeaseRequest{Cluster: e.cluster, App: e.app, Policy: bad,
-		Factor: 1, Want: 10, Need: 1, Instance: "i1"}); err == nil {
+	if _, err := e.s.Lease(context.Background(), store.LeaseRequest{
+		Cluster: e.cluster, App: e.app, Policy: bad,
+		Factor: 1, Want: 10, Need: 1, Instance: "i1",
+	}); err == nil {
 		e.t.Fatal("Lease with warmup < 0: no error")
 	}
-	if err := e.s.Return(context.Background(), store.Return{Cluster: e.cluster, App: e.app, Policy: bad,
-		Tokens: 5, Instance: "i1"}); err == nil {
+	if err := e.s.Return(context.Background(), store.Return{
+		Cluster: e.cluster, App: e.app, Policy: bad,
+		Tokens: 5, Instance: "i1",
+	}); err == nil {
 		e.t.Fatal("Return with warmup < 0: no error")
 	}
 	// Nothing was written: the app is new, hence cold.
