@@ -76,8 +76,10 @@ func TestAdminSource(t *testing.T) {
 	if want := (admin.PolicyView{Guaranteed: 5, Burst: 5, Priority: 2, MaxConnections: 1000, Warmup: "1m0s"}); b.ID != "b" || b.Policy == nil || *b.Policy != want {
 		t.Errorf("app b: %+v, want %+v", b.Policy, want)
 	}
-	if want := (admin.PolicyView{Guaranteed: DefaultAppGuaranteed, Burst: DefaultAppBurst, Priority: DefaultAppPriority,
-		MaxConnections: 1000, Warmup: "0s"}); star.ID != "*" || star.Policy == nil || *star.Policy != want {
+	if want := (admin.PolicyView{
+		Guaranteed: DefaultAppGuaranteed, Burst: DefaultAppBurst, Priority: DefaultAppPriority,
+		MaxConnections: 1000, Warmup: "0s",
+	}); star.ID != "*" || star.Policy == nil || *star.Policy != want {
 		t.Errorf("*: %+v, want %+v", star.Policy, want)
 	}
 	if star.Requests.Allowed != 2 || star.Requests.Rejected != 1 || star.Requests.Reasons["invalid_app_id"] != 1 {

@@ -228,7 +228,8 @@ func unmarshalCost(d *caddyfile.Dispenser) (*cost.Config, error) {
 		return nil, err
 	}
 	c := new(cost.Config)
-	err := block{prefix: "cost: ", repeatable: "base", check: func() error { return c.Validate() },
+	err := block{
+		prefix: "cost: ", repeatable: "base", check: func() error { return c.Validate() },
 		subs: map[string]parser{
 			"operations": set(&c.Operations, oneOf("s3", "http")),
 			"quantum":    set(&c.Quantum, sizeArg),
@@ -259,7 +260,8 @@ func unmarshalCost(d *caddyfile.Dispenser) (*cost.Config, error) {
 			},
 			"stream_estimate": set(&c.StreamEstimate, sizeArg),
 			"response_bytes":  set(&c.ResponseBytes, flagArg),
-		}}.parse(d)
+		},
+	}.parse(d)
 	if err != nil {
 		return nil, err
 	}
@@ -271,13 +273,15 @@ func unmarshalConnections(d *caddyfile.Dispenser) (*ConnectionsConfig, error) {
 		return nil, err
 	}
 	c := new(ConnectionsConfig)
-	err := block{prefix: "connections: ", check: func() error { return c.limits().Validate() },
+	err := block{
+		prefix: "connections: ", check: func() error { return c.limits().Validate() },
 		subs: map[string]parser{
 			"app":            setNonZero(&c.App, intArg),
 			"cluster":        setNonZero(&c.Cluster, intArg),
 			"idle_timeout":   setNonZero(&c.IdleTimeout, durationArg),
 			"sweep_interval": setNonZero(&c.SweepInterval, durationArg),
-		}}.parse(d)
+		},
+	}.parse(d)
 	if err != nil {
 		return nil, err
 	}

@@ -236,8 +236,10 @@ func TestCaddyfileErrors(t *testing.T) {
 }
 
 func TestParseSize(t *testing.T) {
-	good := map[string]int64{"65536": 65536, "64KiB": 65536, "64kib": 65536, "1MiB": 1 << 20, "1mb": 1e6,
-		"2KB": 2000, "1GiB": 1 << 30, "10B": 10, "0.5KiB": 512, "64K": 64000, "64Ki": 65536, "1TB": 1e12}
+	good := map[string]int64{
+		"65536": 65536, "64KiB": 65536, "64kib": 65536, "1MiB": 1 << 20, "1mb": 1e6,
+		"2KB": 2000, "1GiB": 1 << 30, "10B": 10, "0.5KiB": 512, "64K": 64000, "64Ki": 65536, "1TB": 1e12,
+	}
 	for in, want := range good {
 		if got, err := parseSize(in); err != nil || got != want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)

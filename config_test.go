@@ -44,8 +44,10 @@ func TestProvisionRejectsInvalidConfig(t *testing.T) {
 		{"emergency_ratios count", `{"emergency_ratios":[1,0.5,0.1]}`, "emergency_ratios needs 4 values"},
 		{"emergency_ratios range", `{"emergency_ratios":[1,0.5,2,0]}`, "emergency_ratios[2] must be in [0,1]"},
 		{"capacity negative", `{"capacity":-5}`, "capacity must be >= 0"},
-		{"sum of guaranteed", `{"capacity":1000,"apps":{"a":{"guaranteed":600},"b":{"guaranteed":301}}}`,
-			"apps: sum of guaranteed (901) exceeds (1 - reserved_ratio) × capacity = 900"},
+		{
+			"sum of guaranteed", `{"capacity":1000,"apps":{"a":{"guaranteed":600},"b":{"guaranteed":301}}}`,
+			"apps: sum of guaranteed (901) exceeds (1 - reserved_ratio) × capacity = 900",
+		},
 		{"sum with reserved_ratio", `{"capacity":1000,"reserved_ratio":0.5,"apps":{"a":{"guaranteed":501}}}`, "sum of guaranteed"},
 		{"unknown_app", `{"unknown_app":"sometimes"}`, `unknown_app must be shared, isolated or reject, got "sometimes"`},
 		{"headers", `{"headers":"all"}`, `headers must be rejections, draft, legacy, both or off, got "all"`},

@@ -330,8 +330,10 @@ func TestGeneralPlaceholderKey(t *testing.T) {
 		t.Errorf("app placeholder %q", app)
 	}
 	// the default key is the host without its port
-	hd := newTestHandler(t, &Handler{Cluster: "unit-host", UnknownApp: "reject",
-		Apps: map[string]*AppConfig{"gw.example": {Guaranteed: 1}}})
+	hd := newTestHandler(t, &Handler{
+		Cluster: "unit-host", UnknownApp: "reject",
+		Apps: map[string]*AppConfig{"gw.example": {Guaranteed: 1}},
+	})
 	w := httptest.NewRecorder()
 	_ = hd.ServeHTTP(w, httptest.NewRequest("GET", "http://gw.example:8443/b/k", nil), nopNext)
 	if w.Code != 200 {

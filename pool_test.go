@@ -133,8 +133,10 @@ func TestStoreChangeMakesNewState(t *testing.T) {
 func TestCredentialChangeMakesNewState(t *testing.T) {
 	redisPolicy := func(pw string, timeout time.Duration) *Handler {
 		h := policy("pool-cred", 10)
-		h.Redis = &RedisConfig{Config: redislua.Config{Address: []string{"127.0.0.1:1"}, Password: pw},
-			Timeout: caddy.Duration(timeout)} // nothing listens: the probe gives up at once
+		h.Redis = &RedisConfig{
+			Config:  redislua.Config{Address: []string{"127.0.0.1:1"}, Password: pw},
+			Timeout: caddy.Duration(timeout),
+		} // nothing listens: the probe gives up at once
 		return h
 	}
 	g1 := newCtx(t)

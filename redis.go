@@ -39,9 +39,15 @@ func (c *RedisConfig) resolve(ctx *caddy.Context) (redislua.Config, error) {
 	for _, f := range []struct {
 		name string
 		v    *string
-	}{{"url", &rc.URL}, {"sentinel", &rc.Sentinel}, {"username", &rc.Username}, {"password", &rc.Password},
-		{"sentinel_username", &rc.SentinelUsername}, {"sentinel_password", &rc.SentinelPassword},
-		{"tls_server_name", &rc.TLSServerName}} {
+	}{
+		{"url", &rc.URL},
+		{"sentinel", &rc.Sentinel},
+		{"username", &rc.Username},
+		{"password", &rc.Password},
+		{"sentinel_username", &rc.SentinelUsername},
+		{"sentinel_password", &rc.SentinelPassword},
+		{"tls_server_name", &rc.TLSServerName},
+	} {
 		set := *f.v != ""
 		*f.v = repl.ReplaceKnown(*f.v, "")
 		if set && *f.v == "" {

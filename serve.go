@@ -91,7 +91,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // rejections such as a 401 from basic_auth would make brute force free.
 func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	app *limiter.App, d limiter.Decision, est cost.Estimate, charge int64, ticket *connlimit.Ticket,
-	out *response.Outcome) (err error) {
+	out *response.Outcome,
+) (err error) {
 	tw := response.Track(w, ticket, out)
 	var body *touchingBody
 	orig := r.Body
@@ -195,7 +196,8 @@ func (b *touchingBody) settle() int64 { return b.charged.Swap(-1) }
 // Caddy error for handle_errors when `errors` is set). In shadow mode the request is let
 // through (nothing was taken).
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer,
-	next caddyhttp.Handler, o *response.Result, reason store.Reason) error {
+	next caddyhttp.Handler, o *response.Result, reason store.Reason,
+) error {
 	o.Reason = reason
 	o.Decision = response.Rejected
 	if h.Shadow {

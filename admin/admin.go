@@ -195,8 +195,10 @@ type PolicyView struct {
 
 // newPolicyView is p as the API shows it.
 func newPolicyView(p store.AppPolicy) PolicyView {
-	return PolicyView{Guaranteed: num(p.Guaranteed), Burst: num(p.Burst), Priority: p.Priority,
-		MaxBorrow: num(p.MaxBorrow), MaxConnections: p.MaxConnections, Warmup: p.Warmup.String()}
+	return PolicyView{
+		Guaranteed: num(p.Guaranteed), Burst: num(p.Burst), Priority: p.Priority,
+		MaxBorrow: num(p.MaxBorrow), MaxConnections: p.MaxConnections, Warmup: p.Warmup.String(),
+	}
 }
 
 // RequestsView counts final decisions: admitted, rejected, and the rejections by reason

@@ -466,8 +466,10 @@ func TestMethodsAndPaths(t *testing.T) {
 			}
 		}
 	}
-	for _, path := range []string{"/rate_limit/nope", "/rate_limit/apps/alpha/x", "/rate_limit/emergency/x",
-		"/rate_limit/clusters/", "/rate_limit/clusters/c1/x"} {
+	for _, path := range []string{
+		"/rate_limit/nope", "/rate_limit/apps/alpha/x", "/rate_limit/emergency/x",
+		"/rate_limit/clusters/", "/rate_limit/clusters/c1/x",
+	} {
 		_, err := call(apiWith(c), http.MethodGet, path)
 		apiErr(t, err, http.StatusNotFound)
 	}

@@ -29,15 +29,23 @@ func TestThroughCaddyAdmin(t *testing.T) {
 		allow, body  string
 	}{
 		{"HEAD", "/rate_limit/", 405, "GET", ""},
-		{"POST", "/rate_limit/apps/alpha", 405, "GET, PUT, DELETE",
-			`{"error":"method POST not allowed on /rate_limit/apps/alpha (allowed: GET, PUT, DELETE)"}` + "\n"},
-		{"GET", "/rate_limit/emergency/activate", 405, "POST",
-			`{"error":"method GET not allowed on /rate_limit/emergency/activate (allowed: POST)"}` + "\n"},
-		{"PUT", "/rate_limit/apps/a%2Fb", 400, "",
-			`{"error":"invalid app id \"a/b\": an app id is 1-128 characters of [A-Za-z0-9._:-]"}` + "\n"},
-		{"GET", "/rate_limit/nope", 404, "",
+		{
+			"POST", "/rate_limit/apps/alpha", 405, "GET, PUT, DELETE",
+			`{"error":"method POST not allowed on /rate_limit/apps/alpha (allowed: GET, PUT, DELETE)"}` + "\n",
+		},
+		{
+			"GET", "/rate_limit/emergency/activate", 405, "POST",
+			`{"error":"method GET not allowed on /rate_limit/emergency/activate (allowed: POST)"}` + "\n",
+		},
+		{
+			"PUT", "/rate_limit/apps/a%2Fb", 400, "",
+			`{"error":"invalid app id \"a/b\": an app id is 1-128 characters of [A-Za-z0-9._:-]"}` + "\n",
+		},
+		{
+			"GET", "/rate_limit/nope", 404, "",
 			`{"error":"no rate_limit admin route /rate_limit/nope (see /rate_limit/apps, /rate_limit/clusters/\u003cid\u003e, ` +
-				`/rate_limit/connections, /rate_limit/emergency, /rate_limit/history, /rate_limit/stream, /rate_limit/ui/)"}` + "\n"},
+				`/rate_limit/connections, /rate_limit/emergency, /rate_limit/history, /rate_limit/stream, /rate_limit/ui/)"}` + "\n",
+		},
 	} {
 		req, err := http.NewRequest(tc.method, "http://localhost"+tc.path, nil)
 		if err != nil {

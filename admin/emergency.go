@@ -149,12 +149,16 @@ func readJSON(r *http.Request, v any) (present bool, err error) {
 	}
 	ct := r.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-		return true, caddy.APIError{HTTPStatus: http.StatusUnsupportedMediaType,
-			Err: fmt.Errorf("Content-Type %q: the body must be application/json", ct)}
+		return true, caddy.APIError{
+			HTTPStatus: http.StatusUnsupportedMediaType,
+			Err:        fmt.Errorf("Content-Type %q: the body must be application/json", ct),
+		}
 	}
 	if len(b) > maxBody {
-		return true, caddy.APIError{HTTPStatus: http.StatusRequestEntityTooLarge,
-			Err: fmt.Errorf("request body larger than %d bytes", maxBody)}
+		return true, caddy.APIError{
+			HTTPStatus: http.StatusRequestEntityTooLarge,
+			Err:        fmt.Errorf("request body larger than %d bytes", maxBody),
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

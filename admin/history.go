@@ -78,8 +78,10 @@ func Read(c Cluster) history.Reading {
 		}
 		rd.Cost += tot.Cost
 		rd.LocalHits += tot.LocalHits
-		a := history.AppReading{ID: id, Totals: tot, LocalTokens: s.LocalTokens, InFlight: conns[id].Current,
-			Borrowed: num(s.Borrowed), Debt: num(s.Debt)}
+		a := history.AppReading{
+			ID: id, Totals: tot, LocalTokens: s.LocalTokens, InFlight: conns[id].Current,
+			Borrowed: num(s.Borrowed), Debt: num(s.Debt),
+		}
 		if p != nil {
 			a.Limit, a.Guaranteed, a.Burst = maxConnections(id, *p, counter), num(p.Guaranteed), num(p.Burst)
 		}

@@ -104,16 +104,22 @@ func (a API) putApp(id string) action {
 		if req.MaxConnections != nil && *req.MaxConnections <= 0 {
 			// In a policy 0 stands for connections.app: an override of 0 would quietly lift a
 			// configured limit to that default.
-			return nil, badFields(fmt.Sprintf("override of app %q", id), store.FieldErrors{{Field: "max_connections",
-				Problem: fmt.Sprintf("must be >= 1 (leave it out, or DELETE the override, for the configured limit), got %d", *req.MaxConnections)}}, "")
+			return nil, badFields(fmt.Sprintf("override of app %q", id), store.FieldErrors{{
+				Field:   "max_connections",
+				Problem: fmt.Sprintf("must be >= 1 (leave it out, or DELETE the override, for the configured limit), got %d", *req.MaxConnections),
+			}}, "")
 		}
-		o := limiter.AppOverride{Guaranteed: req.Guaranteed, Burst: req.Burst, Priority: req.Priority,
-			MaxBorrow: req.MaxBorrow, MaxConnections: req.MaxConnections}
+		o := limiter.AppOverride{
+			Guaranteed: req.Guaranteed, Burst: req.Burst, Priority: req.Priority,
+			MaxBorrow: req.MaxBorrow, MaxConnections: req.MaxConnections,
+		}
 		if len(req.Warmup) > 0 && string(req.Warmup) != "null" {
 			var d caddy.Duration
 			if err := d.UnmarshalJSON(req.Warmup); err != nil {
-				return nil, badFields(fmt.Sprintf("override of app %q", id), store.FieldErrors{{Field: "warmup",
-					Problem: fmt.Sprintf("%s is not a duration (a Caddy duration such as \"30s\"): %v", req.Warmup, err)}}, "")
+				return nil, badFields(fmt.Sprintf("override of app %q", id), store.FieldErrors{{
+					Field:   "warmup",
+					Problem: fmt.Sprintf("%s is not a duration (a Caddy duration such as \"30s\"): %v", req.Warmup, err),
+				}}, "")
 			}
 			o.Warmup = (*time.Duration)(&d)
 		}
@@ -182,8 +188,10 @@ func clusterPolicyView(c Cluster) ClusterPolicyView {
 }
 
 func clusterPolicy(p store.ClusterPolicy) ClusterPolicy {
-	return ClusterPolicy{Capacity: num(p.Capacity), ReservedRatio: num(p.ReservedRatio),
-		EmergencyThreshold: num(p.EmergencyThreshold), EmergencyRatios: p.EmergencyRatios[:]}
+	return ClusterPolicy{
+		Capacity: num(p.Capacity), ReservedRatio: num(p.ReservedRatio),
+		EmergencyThreshold: num(p.EmergencyThreshold), EmergencyRatios: p.EmergencyRatios[:],
+	}
 }
 
 // putCluster is PUT /rate_limit/clusters/<id>.
@@ -196,12 +204,16 @@ func (a API) putCluster(w http.ResponseWriter, r *http.Request, c Cluster) (any,
 	if !present {
 		return nil, apiError(http.StatusBadRequest, `missing request body: {"capacity": 1000, …} (the fields to override)`)
 	}
-	o := limiter.ClusterOverride{Capacity: req.Capacity, ReservedRatio: req.ReservedRatio,
-		EmergencyThreshold: req.EmergencyThreshold}
+	o := limiter.ClusterOverride{
+		Capacity: req.Capacity, ReservedRatio: req.ReservedRatio,
+		EmergencyThreshold: req.EmergencyThreshold,
+	}
 	if req.EmergencyRatios != nil {
 		if n := len(*req.EmergencyRatios); n != store.MaxPriority+1 {
-			return nil, badFields(fmt.Sprintf("override of cluster %q", c.ID()), store.FieldErrors{{Field: "emergency_ratios",
-				Problem: fmt.Sprintf("needs %d values (P0..P%d), got %d", store.MaxPriority+1, store.MaxPriority, n)}}, "")
+			return nil, badFields(fmt.Sprintf("override of cluster %q", c.ID()), store.FieldErrors{{
+				Field:   "emergency_ratios",
+				Problem: fmt.Sprintf("needs %d values (P0..P%d), got %d", store.MaxPriority+1, store.MaxPriority, n),
+			}}, "")
 		}
 		var ratios [store.MaxPriority + 1]float64
 		copy(ratios[:], *req.EmergencyRatios)
@@ -282,8 +294,10 @@ func (a API) logChange(r *http.Request, c Cluster, change string, details map[st
 		zap.Any("before", before),
 		zap.Any("after", after))
 	if a.events != nil && a.events.ShouldEmit(configChangedEvent) {
-		data := map[string]any{"cluster": c.ID(), "change": change, "remote_addr": r.RemoteAddr,
-			"before": before, "after": after}
+		data := map[string]any{
+			"cluster": c.ID(), "change": change, "remote_addr": r.RemoteAddr,
+			"before": before, "after": after,
+		}
 		for k, v := range details {
 			data[k] = v
 		}

@@ -27,8 +27,10 @@ var everyRoute = map[string]string{
 // included, is a 405 naming the method and the route's methods (in Allow too, in the order
 // GET, POST, PUT, DELETE), with nothing written, before any cluster is chosen.
 func TestEveryRouteAllow(t *testing.T) {
-	methods := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
-		http.MethodPatch, http.MethodOptions, http.MethodTrace, http.MethodConnect, "PURGE"}
+	methods := []string{
+		http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
+		http.MethodPatch, http.MethodOptions, http.MethodTrace, http.MethodConnect, "PURGE",
+	}
 	for path, allowed := range everyRoute {
 		for _, m := range methods {
 			if slices.Contains(strings.Split(allowed, ", "), m) {

@@ -74,7 +74,8 @@ func (a API) routes() []route {
 		{path: "{$}", get: show(clusterView)},
 		{path: "apps", get: apps},
 		{path: "apps/{$}", get: apps},
-		{path: "apps/{id}", validate: validAppPath,
+		{
+			path: "apps/{id}", validate: validAppPath,
 			get: func(_ http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
 				return appView(c, r.PathValue("id"))
 			},
@@ -552,6 +553,8 @@ func connectionsView(c Cluster) ConnectionsView {
 }
 
 func connectionView(s connlimit.Stats) ConnectionView {
-	return ConnectionView{App: s.App, Current: s.Current, Peak: s.Peak, Limit: s.Limit,
-		Remote: s.Remote, Held: s.Held, Rejected: s.Rejected, Leaked: s.Leaked}
+	return ConnectionView{
+		App: s.App, Current: s.Current, Peak: s.Peak, Limit: s.Limit,
+		Remote: s.Remote, Held: s.Held, Rejected: s.Rejected, Leaked: s.Leaked,
+	}
 }

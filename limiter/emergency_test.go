@@ -79,8 +79,10 @@ func TestEmergencyLoggedOnce(t *testing.T) {
 	cfg := baseConfig()
 	logs := logTo(&cfg)
 	l := testLimiter(t, cfg, ps, c, false)
-	auto := store.ClusterState{Usage: 0.97, Factors: [4]float64{1, 0.5, 0.1, 0}, Emergency: true,
-		EmergencySource: store.EmergencySourceAuto, EmergencyReason: "auto", LiveInstances: 1}
+	auto := store.ClusterState{
+		Usage: 0.97, Factors: [4]float64{1, 0.5, 0.1, 0}, Emergency: true,
+		EmergencySource: store.EmergencySourceAuto, EmergencyReason: "auto", LiveInstances: 1,
+	}
 	normal := store.ClusterState{Usage: 0.2, Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 1}
 	for _, st := range []store.ClusterState{normal, auto, auto, auto, normal, normal} {
 		ps.state.Store(&st)

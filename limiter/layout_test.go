@@ -13,9 +13,11 @@ func TestHotFieldsShareALine(t *testing.T) {
 	if first%64 != 0 {
 		t.Errorf("balance at offset %d, want a multiple of 64", first)
 	}
-	for name, off := range map[string]uintptr{"consumed": unsafe.Offsetof(a.consumed),
+	for name, off := range map[string]uintptr{
+		"consumed": unsafe.Offsetof(a.consumed),
 		"requests": unsafe.Offsetof(a.requests), "settledCost": unsafe.Offsetof(a.settledCost),
-		"refillAt": unsafe.Offsetof(a.refillAt), "l2Left": unsafe.Offsetof(a.l2Left)} {
+		"refillAt": unsafe.Offsetof(a.refillAt), "l2Left": unsafe.Offsetof(a.l2Left),
+	} {
 		if off/64 != first/64 {
 			t.Errorf("%s at offset %d, not on balance's line (%d-%d)", name, off, first, first+63)
 		}

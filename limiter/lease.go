@@ -214,9 +214,11 @@ func (a *App) giveBack(now time.Time, n int64) error {
 	l := a.l
 	s := l.snap()
 	stats := a.takeStats() // the app's statistics travel with its return too
-	ret := store.Return{Cluster: s.cfg.Cluster, App: a.id, Policy: a.pol.Load().AppPolicy, Tokens: n,
+	ret := store.Return{
+		Cluster: s.cfg.Cluster, App: a.id, Policy: a.pol.Load().AppPolicy, Tokens: n,
 		Instance: s.cfg.Instance, Stats: store.StatsBatch{Seq: stats.seq, Requests: stats.requests},
-		StatsInterval: s.cfg.StatsInterval}
+		StatsInterval: s.cfg.StatsInterval,
+	}
 	start := l.clock.Now()
 	err := l.callStore(func(ctx context.Context) error { return l.store.Return(ctx, ret) })
 	done := l.clock.Now()

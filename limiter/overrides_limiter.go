@@ -162,7 +162,8 @@ const maxConflicts = 8
 // nil pointer removes it); next builds the new set; policy extracts the policy shown in the
 // result.
 func (l *Limiter) change(ctx context.Context, key string, value any, next func(overrideSet) overrideSet,
-	policy func(Config) any) (OverrideChangeResult, error) {
+	policy func(Config) any,
+) (OverrideChangeResult, error) {
 	if l.closed.Load() {
 		return OverrideChangeResult{}, ErrClosed
 	}

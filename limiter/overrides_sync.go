@@ -51,8 +51,10 @@ func (l *Limiter) reloadOverrides(ctx context.Context) (lost bool, err error) {
 		if n > 0 || err != nil { // 0: another instance writes them
 			times, written, ok := l.ovr.lost.due(l.clock.Now(), int64(n))
 			if log := l.logger(); log != nil && ok {
-				fields := []zap.Field{zap.String("cluster", l.ovr.base.Cluster.ID), zap.Int64("written_back", written),
-					zap.Int64("times", times)}
+				fields := []zap.Field{
+					zap.String("cluster", l.ovr.base.Cluster.ID), zap.Int64("written_back", written),
+					zap.Int64("times", times),
+				}
 				if err != nil {
 					fields = append(fields, zap.Error(err))
 				}

@@ -35,8 +35,10 @@ func (l *Limiter) LeaseSlots(ctx context.Context, app string, want, inUse, limit
 	err := l.callStore(func(context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, l.bgTimeout())
 		defer cancel()
-		res, err = l.store.LeaseSlots(ctx, store.SlotRequest{Cluster: s.cfg.Cluster.ID, App: app,
-			Instance: s.cfg.Instance, Want: want, Limit: limit, InUse: inUse})
+		res, err = l.store.LeaseSlots(ctx, store.SlotRequest{
+			Cluster: s.cfg.Cluster.ID, App: app,
+			Instance: s.cfg.Instance, Want: want, Limit: limit, InUse: inUse,
+		})
 		return err
 	})
 	return res, err

@@ -20,8 +20,10 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 	if err := h.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
-	want := Handler{Address: "127.0.0.1:6379", Key: "{http.request.header.X-App}", Rate: 200, Burst: 300,
-		Period: caddy.Duration(2 * time.Second)}
+	want := Handler{
+		Address: "127.0.0.1:6379", Key: "{http.request.header.X-App}", Rate: 200, Burst: 300,
+		Period: caddy.Duration(2 * time.Second),
+	}
 	if h.Address != want.Address || h.Key != want.Key || h.Rate != want.Rate || h.Burst != want.Burst || h.Period != want.Period {
 		t.Fatalf("got %+v, want %+v", h, want)
 	}

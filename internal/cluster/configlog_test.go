@@ -17,14 +17,18 @@ import (
 func TestLogPolicyChange(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	log := zap.New(core)
-	old := limiter.Config{Cluster: store.ClusterPolicy{ID: "c", Capacity: 100},
-		Apps: map[string]store.AppPolicy{"a": {Guaranteed: 1, Burst: 1}, "b": {Guaranteed: 2, Burst: 2}, "c": {Guaranteed: 3, Burst: 3}}}
+	old := limiter.Config{
+		Cluster: store.ClusterPolicy{ID: "c", Capacity: 100},
+		Apps:    map[string]store.AppPolicy{"a": {Guaranteed: 1, Burst: 1}, "b": {Guaranteed: 2, Burst: 2}, "c": {Guaranteed: 3, Burst: 3}},
+	}
 	logPolicyChange(log, old, old, connlimit.Config{}, connlimit.Config{})
 	if logs.Len() != 0 {
 		t.Fatalf("an unchanged policy logged %d lines", logs.Len())
 	}
-	cur := limiter.Config{Cluster: store.ClusterPolicy{ID: "c", Capacity: 200},
-		Apps: map[string]store.AppPolicy{"a": {Guaranteed: 1, Burst: 1}, "b": {Guaranteed: 20, Burst: 20}, "d": {Guaranteed: 4, Burst: 4}}}
+	cur := limiter.Config{
+		Cluster: store.ClusterPolicy{ID: "c", Capacity: 200},
+		Apps:    map[string]store.AppPolicy{"a": {Guaranteed: 1, Burst: 1}, "b": {Guaranteed: 20, Burst: 20}, "d": {Guaranteed: 4, Burst: 4}},
+	}
 	logPolicyChange(log, old, cur, connlimit.Config{}, connlimit.Config{App: 5})
 	if logs.Len() != 1 {
 		t.Fatalf("a changed policy logged %d lines, want 1", logs.Len())

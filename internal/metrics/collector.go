@@ -85,9 +85,11 @@ func Register(reg *prometheus.Registry, c prometheus.Collector, logger *zap.Logg
 
 // Describe sends every descriptor.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descCost, descLocalHits, descLocalTokens,
+	for _, d := range []*prometheus.Desc{
+		descRequests, descCost, descLocalHits, descLocalTokens,
 		descBorrowed, descDebt, descLeases, descLeaseTokens, descLevel, descEmergency, descUsage, descLatency, descConns,
-		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej, descChanges, descFlushes} {
+		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej, descChanges, descFlushes,
+	} {
 		ch <- d
 	}
 	storeLatency.Describe(ch)

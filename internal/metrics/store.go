@@ -54,8 +54,10 @@ const (
 	numOps
 )
 
-var opNames = [numOps]string{"lease", "return", "report", "set_emergency", "overrides",
-	"set_override", "watch", "lease_slots", "close"}
+var opNames = [numOps]string{
+	"lease", "return", "report", "set_emergency", "overrides",
+	"set_override", "watch", "lease_slots", "close",
+}
 
 // Store is a store.Store that observes the latency of every call of the Store it wraps and
 // counts the failed ones. It implements each method of store.Store itself and embeds nothing,

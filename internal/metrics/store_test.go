@@ -25,12 +25,15 @@ func (failingStore) Return(context.Context, store.Return) error { return errDown
 func (failingStore) Report(context.Context, store.Report) (store.ClusterState, error) {
 	return store.ClusterState{}, errDown
 }
+
 func (failingStore) SetEmergency(context.Context, store.ClusterPolicy, store.Emergency) error {
 	return errDown
 }
+
 func (failingStore) Overrides(context.Context, string) (store.Overrides, error) {
 	return store.Overrides{}, errDown
 }
+
 func (failingStore) SetOverride(context.Context, string, store.OverrideChange) (uint64, error) {
 	return 0, errDown
 }

@@ -54,15 +54,19 @@ func TestOutcomeValueOverflow(t *testing.T) {
 // in the S3 format) fit in one set of fields.
 func TestMostFields(t *testing.T) {
 	s := Style{Headers: HeadersBoth, S3: true}
-	res := Result{App: "a", Cost: 3, Limit: 10, Guaranteed: 1, Reason: store.ReasonAppLimitExceeded,
-		Decision: Rejected, ConnLimit: 2, ConnCurrent: 2}
+	res := Result{
+		App: "a", Cost: 3, Limit: 10, Guaranteed: 1, Reason: store.ReasonAppLimitExceeded,
+		Decision: Rejected, ConnLimit: 2, ConnCurrent: 2,
+	}
 	rec := newRecorder()
 	out := s.Publish(rec, nil, &res)
 	if err := s.Reject(rec, &http.Request{Method: http.MethodGet, ProtoMajor: 1, URL: mustURL("/b/k")}, out, false); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{hdrCost, hdrRemaining, hdrReset, hdrConnLimit, hdrConnCurrent, hdrConnRemain,
-		hdrPolicy, hdrRateLimit, hdrRetryAfter, "X-Amz-Request-Id", "X-Amz-Retry-After", "Content-Type"} {
+	for _, k := range []string{
+		hdrCost, hdrRemaining, hdrReset, hdrConnLimit, hdrConnCurrent, hdrConnRemain,
+		hdrPolicy, hdrRateLimit, hdrRetryAfter, "X-Amz-Request-Id", "X-Amz-Retry-After", "Content-Type",
+	} {
 		if rec.hdr.Get(k) == "" {
 			t.Errorf("%s missing", k)
 		}

@@ -26,8 +26,10 @@ var callgrindEnv = []string{"GODEBUG=asyncpreemptoff=1"}
 // callgrindArgs runs bin under callgrind with counting off until measureInstructions turns it
 // on, and its dumps in dir.
 func callgrindArgs(dir, bin string) []string {
-	return []string{"--tool=callgrind", "--instr-atstart=no",
-		"--callgrind-out-file=" + filepath.Join(dir, "callgrind.out"), bin}
+	return []string{
+		"--tool=callgrind", "--instr-atstart=no",
+		"--callgrind-out-file=" + filepath.Join(dir, "callgrind.out"), bin,
+	}
 }
 
 // measureInstructions runs one variant under callgrind: warm-up (counted for nothing), then the

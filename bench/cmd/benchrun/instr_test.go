@@ -20,9 +20,11 @@ func TestParseCallgrindSummary(t *testing.T) {
 
 func TestAggregateInstructions(t *testing.T) {
 	run := func(variant string, round int, requests, instr int64, non2xx int64) sample {
-		return sample{round: round, scenario: "unlimited", variant: variant,
+		return sample{
+			round: round, scenario: "unlimited", variant: variant,
 			wrk:   wrkResult{Requests: requests, Duration: time.Second, StatusErrors: non2xx},
-			instr: instr, idleInstr: 5000, idleFor: 5 * time.Second, allocated: float64(requests) * 100}
+			instr: instr, idleInstr: 5000, idleFor: 5 * time.Second, allocated: float64(requests) * 100,
+		}
 	}
 	samples := []sample{
 		run("plain", 1, 1000, 50_000_000, 0), run("tierbucket-redis", 1, 1000, 51_000_000, 0),

@@ -91,16 +91,26 @@ func main() {
 	for _, s := range []scenario{
 		{name: "unlimited", quota: o.highQuota, desc: "limit never reached: pure overhead", withinQuota: true},
 		{name: "limited", quota: o.lowQuota, desc: "limit reached: most requests rejected"},
-		{name: "apps1", quota: 100000, hosts: 1, withinQuota: true,
-			desc: "one app (Host app1), quota 100000: Redis calls per 1000 requests"},
-		{name: "proxied", quota: o.highQuota, proxied: true, withinQuota: true,
-			desc: "limit never reached, each request passed on with reverse_proxy to a plain Caddy answering \"ok\": a gateway's shape"},
-		{name: "latency", quota: o.highQuota, rate: 2000, withinQuota: true,
-			desc: "a fixed 2000 req/s, open loop (not wrk): the latency the limiter adds away from saturation"},
-		{name: "apps200", quota: 100000, hosts: 200, withinQuota: true,
-			desc: "200 apps, wrk rotating Host app1 … app200 per request, `unknown_app isolated`, `app *` guaranteed 100000"},
-		{name: "apps2000", quota: 100000, hosts: 2000, withinQuota: true,
-			desc: "2000 apps, wrk rotating Host app1 … app2000 per request, `unknown_app isolated`, `app *` guaranteed 100000"},
+		{
+			name: "apps1", quota: 100000, hosts: 1, withinQuota: true,
+			desc: "one app (Host app1), quota 100000: Redis calls per 1000 requests",
+		},
+		{
+			name: "proxied", quota: o.highQuota, proxied: true, withinQuota: true,
+			desc: "limit never reached, each request passed on with reverse_proxy to a plain Caddy answering \"ok\": a gateway's shape",
+		},
+		{
+			name: "latency", quota: o.highQuota, rate: 2000, withinQuota: true,
+			desc: "a fixed 2000 req/s, open loop (not wrk): the latency the limiter adds away from saturation",
+		},
+		{
+			name: "apps200", quota: 100000, hosts: 200, withinQuota: true,
+			desc: "200 apps, wrk rotating Host app1 … app200 per request, `unknown_app isolated`, `app *` guaranteed 100000",
+		},
+		{
+			name: "apps2000", quota: 100000, hosts: 2000, withinQuota: true,
+			desc: "2000 apps, wrk rotating Host app1 … app2000 per request, `unknown_app isolated`, `app *` guaranteed 100000",
+		},
 	} {
 		if contains(strings.Split(scenarioList, ","), s.name) {
 			o.scenarios = append(o.scenarios, s)

@@ -91,13 +91,19 @@ func TestAggregateAndTargets(t *testing.T) {
 	var samples []sample
 	for round := 1; round <= 3; round++ {
 		samples = append(samples,
-			sample{round: round, scenario: "unlimited", variant: "plain", wrk: res(10000), redisCmds: -1,
-				caddyCPU: 200 * time.Millisecond},
-			sample{round: round, scenario: "unlimited", variant: "tierbucket-redis", wrk: res(9500),
+			sample{
+				round: round, scenario: "unlimited", variant: "plain", wrk: res(10000), redisCmds: -1,
+				caddyCPU: 200 * time.Millisecond,
+			},
+			sample{
+				round: round, scenario: "unlimited", variant: "tierbucket-redis", wrk: res(9500),
 				redisCmds: 240, scriptCmd: 60, localHits: 9950, decisions: 10000,
-				caddyCPU: 209 * time.Millisecond, redisCPU: 19 * time.Millisecond},
-			sample{round: round, scenario: "unlimited", variant: "redis_rate", wrk: res(4000 + int64(round)*1000),
-				redisCmds: 20000, scriptCmd: 5000})
+				caddyCPU: 209 * time.Millisecond, redisCPU: 19 * time.Millisecond,
+			},
+			sample{
+				round: round, scenario: "unlimited", variant: "redis_rate", wrk: res(4000 + int64(round)*1000),
+				redisCmds: 20000, scriptCmd: 5000,
+			})
 	}
 	rows := aggregate(samples, map[string]bool{"unlimited": true})
 	rr := rows[[2]string{"unlimited", "redis_rate"}]
@@ -112,9 +118,11 @@ func TestAggregateAndTargets(t *testing.T) {
 		t.Fatalf("tierbucket scripts %v hits %v", tb.scripts, tb.hit)
 	}
 	got := targets(rows, "unlimited")
-	for _, want := range []string{"no — ≥ 97% of plain Caddy's throughput (median of per-round ratios over 3 valid rounds of 3): 0.95", "yes — not behind redis_rate: tierbucket ÷ redis_rate in the same round 1.583 [1.36–1.90] over 3 rounds",
+	for _, want := range []string{
+		"no — ≥ 97% of plain Caddy's throughput (median of per-round ratios over 3 valid rounds of 3): 0.95", "yes — not behind redis_rate: tierbucket ÷ redis_rate in the same round 1.583 [1.36–1.90] over 3 rounds",
 		"no — ≤ 5 Redis calls", "yes — ≥ 99% local hits: 99.50%", "≤ 1.03 × plain Caddy's: 1.20",
-		"yes — every response 2xx in every round, cold starts included: 3/3 rounds"} {
+		"yes — every response 2xx in every round, cold starts included: 3/3 rounds",
+	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("targets lack %q:\n%s", want, got)
 		}

@@ -141,8 +141,10 @@ func startRedis(dir string, log io.Writer) (*redisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := start("redis-server", []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir}, dir, log)
+	p, err := start("redis-server", []string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir,
+	}, dir, log)
 	if err != nil {
 		return nil, fmt.Errorf("redis-server: %v", err)
 	}
@@ -176,8 +178,10 @@ func (r *redisServer) resetStats() error {
 var harnessCommands = map[string]bool{"info": true, "config": true, "flushall": true, "ping": true}
 
 // scriptCommands run a server-side script; each is one round trip from the client.
-var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true,
-	"fcall": true, "fcall_ro": true}
+var scriptCommands = map[string]bool{
+	"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true,
+	"fcall": true, "fcall_ro": true,
+}
 
 // commandCalls reads INFO commandstats since the last reset, without the harness's own commands:
 // all calls (which include the commands run inside scripts) and the script calls alone.

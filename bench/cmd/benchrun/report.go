@@ -39,9 +39,11 @@ func gcSettings() string {
 }
 
 func describeMachine() machine {
-	m := machine{cpus: runtime.NumCPU(), goVer: firstLine("go", "version"), wrkVer: firstLine("wrk", "-v"),
+	m := machine{
+		cpus: runtime.NumCPU(), goVer: firstLine("go", "version"), wrkVer: firstLine("wrk", "-v"),
 		redisVer: firstLine("redis-server", "--version"), kernel: firstLine("uname", "-sr"),
-		revision: firstLine("git", "describe", "--always", "--dirty"), gcEnv: gcSettings()}
+		revision: firstLine("git", "describe", "--always", "--dirty"), gcEnv: gcSettings(),
+	}
 	m.wrkVer, _, _ = strings.Cut(m.wrkVer, " Copyright")
 	for _, f := range strings.Fields(m.redisVer) {
 		if v, ok := strings.CutPrefix(f, "v="); ok {

@@ -86,7 +86,8 @@ func (w *wrkRunner) run(port, hosts int, d time.Duration, log *os.File) (wrkResu
 	name, args := pinned(loadCPUs, "wrk", []string{
 		"-t", fmt.Sprint(w.threads), "-c", fmt.Sprint(w.conns), "-d", fmt.Sprintf("%ds", secs),
 		"--latency", "-s", script, "-H", "Host: " + host,
-		fmt.Sprintf("http://127.0.0.1:%d/", port)})
+		fmt.Sprintf("http://127.0.0.1:%d/", port),
+	})
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()

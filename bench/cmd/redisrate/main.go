@@ -4,8 +4,8 @@ package main
 
 import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
-
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
 	_ "github.com/tierbucket/caddy-tierbucket/bench/redisrate"
 )
 

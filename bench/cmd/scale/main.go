@@ -82,8 +82,10 @@ func main() {
 	log.Printf("3-master Redis Cluster on %s", strings.Join(addrs, " "))
 
 	var specs []spec
-	base := spec{warmup: *warmup, duration: *duration, zipfS: *zipfS, shared: *shared, burstSeconds: *burstSec,
-		statsInterval: *statsInt}
+	base := spec{
+		warmup: *warmup, duration: *duration, zipfS: *zipfS, shared: *shared, burstSeconds: *burstSec,
+		statsInterval: *statsInt,
+	}
 	switch *suite {
 	case "fleet":
 		for _, nm := range [][2]int{{10, 100}, {10, 10000}, {100, 100}, {100, 10000}} {

@@ -326,9 +326,11 @@ func run(ctx context.Context, s spec, nodes []*node, addrs []string, logf io.Wri
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	res.heapMB = float64(ms.HeapAlloc) / (1 << 20)
-	res.steady = phase{d: e.d, sent: e.sent - w.sent, admitted: e.admitted - w.admitted,
+	res.steady = phase{
+		d: e.d, sent: e.sent - w.sent, admitted: e.admitted - w.admitted,
 		localHits: e.localHits - w.localHits, failed: e.failed - w.failed, leases: e.leases - w.leases,
-		scripts: e.scripts, commands: e.commands}
+		scripts: e.scripts, commands: e.commands,
+	}
 	fmt.Fprintf(logf, "run %+v\nwarm %+v\nsteady %+v\n", s, res.warm, res.steady)
 	return res, nil
 }
