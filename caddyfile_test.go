@@ -169,7 +169,7 @@ func TestCaddyfileErrors(t *testing.T) {
 	}{
 		{"unknown subdirective", "rate_limit {\n\tfoo 1\n}", `unknown subdirective "foo"`},
 		{"duplicate subdirective", "rate_limit {\n\tcapacity 1\n\tcapacity 2\n}", `duplicate subdirective "capacity"`},
-		{"duplicate flag", "rate_limit {\n\tshadow\n\tshadow\n}", `duplicate subdirective "shadow"`},
+		{"duplicate flag", "rate_limit {\n\tshadow\n\tshadow\n}", `duplicate subdirective "shadow"`}, //nolint:dupword // the duplicate is the input
 		{"arguments on the directive", "rate_limit foo bar", "takes no arguments"},
 		{"duplicate app", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t}\n\tapp a {\n\t\tguaranteed 2\n\t}\n}", `duplicate app "a"`},
 		{"app without guaranteed", "rate_limit {\n\tapp a {\n\t\tburst 5\n\t}\n}", "guaranteed is required"},

@@ -48,11 +48,12 @@ func (h *Handler) appID(r *http.Request, repl *caddy.Replacer) string {
 		return ""
 	case keyLiteral:
 		return h.Key
+	default: // keyPlaceholder
+		if repl == nil {
+			return ""
+		}
+		return repl.ReplaceKnown(h.Key, "")
 	}
-	if repl == nil {
-		return ""
-	}
-	return repl.ReplaceKnown(h.Key, "")
 }
 
 // hostOnly strips the port from a Host header value, like {http.request.host} does, without

@@ -245,7 +245,8 @@ func TestClusterOverride(t *testing.T) {
 // An override of guaranteed alone keeps the configured burst, raised to the new guaranteed
 // when below it (alpha is configured with burst 5).
 func TestOverrideGuaranteedAloneRaisesBurst(t *testing.T) {
-	_, _, a, _ := overrideCluster(t)
+	c, _, a, _ := overrideCluster(t)
+	_ = c
 	for _, tc := range []struct {
 		body              string
 		guaranteed, burst float64

@@ -73,7 +73,7 @@ func serveUI(w http.ResponseWriter, r *http.Request, rest string, files fs.FS) e
 	}
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
-		_, _ = w.Write(b)
+		_, _ = w.Write(b) //nolint:gosec // b is a file of the embedded console build, not request input
 	}
 	return nil
 }

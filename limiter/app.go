@@ -272,7 +272,7 @@ func (a *App) storeAway() bool {
 func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *store.ClusterState) Decision {
 	l := a.l
 	if retry, ok := a.refused(l.clock.Now().UnixNano(), need); ok {
-		return a.reject(p, st, store.Reason(a.refusal.Load()), retry)
+		return a.reject(p, st, a.refusalReason(), retry)
 	}
 	if l.closed.Load() {
 		return a.reject(p, st, store.ReasonRedisUnavailable, probeInterval)
@@ -317,7 +317,7 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *stor
 			return Decision{Allowed: true, Remaining: a.Remaining(), Limit: p.burst}
 		}
 		if retry, ok := a.refused(l.clock.Now().UnixNano(), need); ok {
-			return a.reject(p, st, store.Reason(a.refusal.Load()), retry)
+			return a.reject(p, st, a.refusalReason(), retry)
 		}
 	}
 	// Leases answered, but other waiters took what they brought. L2 said it had tokens for
@@ -376,8 +376,7 @@ func (a *App) reject(p *appPolicy, st *store.ClusterState, r store.Reason, retry
 // refused borrow keeps the Store's reason (borrow_limit_exceeded, or cluster_exhausted for an
 // empty pool), except in an emergency, which stops borrowing.
 func mapReason(st *store.ClusterState, priority int, r store.Reason) store.Reason {
-	switch r {
-	case store.ReasonRedisUnavailable, store.ReasonEmergencyBlocked:
+	if r == store.ReasonRedisUnavailable || r == store.ReasonEmergencyBlocked {
 		return r
 	}
 	f := st.Factors[priority]
@@ -478,11 +477,17 @@ func (a *App) wait(ctx context.Context, cost int64, maxWait time.Duration, d Dec
 	return d
 }
 
+// refusalReason is the reason of the refusal in force.
+func (a *App) refusalReason() store.Reason {
+	return store.Reason(a.refusal.Load()) //nolint:gosec // refusal only ever holds a store.Reason (lease.go)
+}
+
 // waitable reasons are the ones that tokens arriving later can cure.
 func waitable(r store.Reason) bool {
 	switch r {
 	case store.ReasonAppExhausted, store.ReasonClusterExhausted, store.ReasonEmergencyQuotaExceeded, store.ReasonBorrowLimitExceeded:
 		return true
+	default:
+		return false
 	}
-	return false
 }

@@ -24,7 +24,7 @@
 //	degradation     degrader       level.go, episodes.go degrader.mu; the level is an atomic
 //	statistics      statsTally     appstats.go           atomics (and its notice)
 //	lost emergency  lostEmergency  emergency.go          lostEmergency.mu
-//	overrides       overrides      overrides_limiter.go, overrides.mu, held across its Store
+//	override set    overrides      overrides_limiter.go, overrides.mu, held across its Store
 //	                               overrides_sync.go     calls
 //	one bucket      App            app.go, lease.go      App.mu (lease in flight, rescue
 //	                                                     bucket), App.statsMu (statistics

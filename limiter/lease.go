@@ -187,7 +187,9 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 		// refusal and its reason: L2 holds even less now than when it was refused.
 	}
 	if a.l.closed.Load() {
-		a.giveBack(now, a.takeTokens(0)) // a grant that arrived after Close, even in fail_open
+		// a grant that arrived after Close goes back to L2, even in fail_open; best effort:
+		// nothing is left to retry it
+		_ = a.giveBack(now, a.takeTokens(0))
 	}
 }
 
@@ -315,6 +317,7 @@ func (a *App) failTake(cost, need int64, p *appPolicy, st *store.ClusterState) D
 	case FailClosed:
 		a.l.deg.rescue.rejects.Add(1)
 		return a.reject(p, st, store.ReasonRedisUnavailable, probeInterval)
+	default: // FailLocal: the rescue bucket
 	}
 	ok, left, retry := a.rescueTake(cost, need, p, st)
 	if !ok {

@@ -12,7 +12,7 @@ import (
 )
 
 // Level is the degradation level set by the Store's latency and errors.
-type Level uint8
+type Level uint32 // 32 bits: it is kept in an atomic.Uint32
 
 // The degradation levels.
 const (
@@ -94,8 +94,9 @@ func leaseMultiplier(v Level) int64 {
 		return 2
 	case LevelSignificant:
 		return 5
+	default:
+		return 1
 	}
-	return 1
 }
 
 // syncInterval is the report interval at a level; in fail-open the report is the probe.
@@ -108,6 +109,7 @@ func syncInterval(v Level, base time.Duration) time.Duration {
 		d = significantSync
 	case LevelFailOpen:
 		return probeInterval
+	default: // LevelNormal
 	}
 	return max(d, base)
 }

@@ -129,8 +129,9 @@ func (l *Limiter) App(id string) (*App, store.Reason) {
 		return nil, store.ReasonUnknownApp
 	case UnknownIsolated:
 		return l.cat.isolatedApp(id, s, l.clock), store.ReasonNone
+	default: // UnknownShared
+		return s.shared, store.ReasonNone
 	}
-	return s.shared, store.ReasonNone
 }
 
 // Update applies a new configuration (a reload): buckets, their tokens and statistics are kept,

@@ -73,6 +73,7 @@ func (s Style) Status(reason store.Reason) int {
 		return http.StatusForbidden
 	case store.ReasonRedisUnavailable:
 		return http.StatusServiceUnavailable
+	default:
+		return http.StatusTooManyRequests
 	}
-	return http.StatusTooManyRequests
 }
