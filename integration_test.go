@@ -68,8 +68,15 @@ http://127.0.0.1:%d {
 `, admin, port, port, routes)
 }
 
-// do sends one request and returns the response with its body read.
-func (s *site) do(method, path, app string, body string) (*http.Response, string) {
+// answer is the status and headers of a response whose body do has read and closed.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+}
+
+// do sends one request and returns the response's status and headers, and its body, which it
+// has read and closed: no response leaves do with its body open.
+func (s *site) do(method, path, app string, body string) (answer, string) {
 	s.t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -91,7 +98,7 @@ func (s *site) do(method, path, app string, body string) (*http.Response, string
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return resp, string(b)
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header}, string(b)
 }
 
 // rejection is the JSON body of a rejection.
@@ -103,7 +110,7 @@ type rejection struct {
 	Cost       int64  `json:"cost"`
 }
 
-func decodeRejection(t *testing.T, resp *http.Response, body string) rejection {
+func decodeRejection(t *testing.T, resp answer, body string) rejection {
 	t.Helper()
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type = %q, want application/json", ct)

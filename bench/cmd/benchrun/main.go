@@ -199,7 +199,7 @@ func run(o options) error {
 
 	md := render(o, machine, samples)
 	mdPath := filepath.Join(o.outDir, stamp+".md")
-	if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
+	if err := os.WriteFile(mdPath, []byte(md), 0o600); err != nil {
 		return err
 	}
 	if err := writeRaw(filepath.Join(o.outDir, stamp+".tsv"), samples); err != nil {

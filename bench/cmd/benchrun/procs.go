@@ -237,7 +237,7 @@ type caddyServer struct {
 // instructions (callgrindArgs).
 func startCaddy(bin, dir, config string, httpPort, adminPort int, counting bool, log io.Writer) (*caddyServer, error) {
 	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
 	name, args := bin, []string{"run", "--config", path, "--adapter", "caddyfile"}

@@ -258,7 +258,7 @@ func writeRaw(path string, samples []sample) error {
 			x.wrk.P50.Seconds()*1e3, x.wrk.P99.Seconds()*1e3, x.redisCmds, x.scriptCmd, x.localHits, x.decisions,
 			x.caddyCPU.Milliseconds(), x.redisCPU.Milliseconds(), x.warmBad, x.gcCycles, float64(x.peakRSS)/(1<<20))
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // targets checks the load-test targets (docs/performance.md) against a scenario of steady load

@@ -175,13 +175,3 @@ http://:%d {
 func upstreamCaddyfile(port, adminPort int) string {
 	return caddyfile(variants[0], scenario{}, port, adminPort, "", "")
 }
-
-// findVariant returns the variant with the given name.
-func findVariant(name string) (variant, bool) {
-	for _, v := range variants {
-		if v.name == name {
-			return v, true
-		}
-	}
-	return variant{}, false
-}

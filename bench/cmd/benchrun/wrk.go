@@ -59,7 +59,7 @@ type wrkRunner struct {
 
 func newWrkRunner(dir string, threads, conns int) (*wrkRunner, error) {
 	script := filepath.Join(dir, "bench.lua")
-	if err := os.WriteFile(script, []byte(wrkScript), 0o644); err != nil {
+	if err := os.WriteFile(script, []byte(wrkScript), 0o600); err != nil {
 		return nil, err
 	}
 	return &wrkRunner{threads: threads, conns: conns, script: script, dir: dir}, nil
@@ -71,7 +71,7 @@ func (w *wrkRunner) run(port, hosts int, d time.Duration, log *os.File) (wrkResu
 	script, host := w.script, appHost
 	if hosts > 1 {
 		script = filepath.Join(w.dir, fmt.Sprintf("rotate-%d.lua", hosts))
-		if err := os.WriteFile(script, []byte(fmt.Sprintf(rotateScript, hosts)+wrkScript), 0o644); err != nil {
+		if err := os.WriteFile(script, []byte(fmt.Sprintf(rotateScript, hosts)+wrkScript), 0o600); err != nil {
 			return wrkResult{}, err
 		}
 	} else if hosts == 1 {

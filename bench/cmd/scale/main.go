@@ -75,7 +75,7 @@ func main() {
 			nd.stop()
 		}
 	}()
-	var addrs []string
+	addrs := make([]string, 0, len(nodes))
 	for _, nd := range nodes {
 		addrs = append(addrs, nd.addr)
 	}
@@ -131,7 +131,7 @@ func main() {
 	}
 	md := report(*suite, os.Args, started, results)
 	path := filepath.Join(*out, "scale-"+*suite+"-"+stamp+".md")
-	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(md), 0o600); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Print(md)

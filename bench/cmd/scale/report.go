@@ -96,7 +96,7 @@ func (r result) summary() string {
 }
 
 func (r result) shardList(v []int64) string {
-	var parts []string
+	parts := make([]string, 0, len(v))
 	for _, x := range v {
 		parts = append(parts, fmt.Sprintf("%.0f", r.perSec(x)))
 	}
@@ -127,7 +127,7 @@ func report(suite string, args []string, started time.Time, rs []result) string 
 	b.WriteString("| instances | apps | offered req/s | driven req/s | first-phase scripts / 1000 req | steady scripts / 1000 req | scripts/s per shard | max shard scripts/s | commands/s per shard | leases/s | local hit ratio | Redis CPU s per s (3 shards) | harness heap MB |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
-		var rcpu []string
+		rcpu := make([]string, 0, len(r.redisCPU))
 		for _, c := range r.redisCPU {
 			rcpu = append(rcpu, fmt.Sprintf("%.2f", c.Seconds()/r.steady.d.Seconds()))
 		}
@@ -240,7 +240,8 @@ func capBoundPerSec(rate, burst float64, overQuota bool, quota float64, n float6
 // leases and slot leases are in c, fitted by least squares. The model is then extrapolated to
 // 1000 instances × 10 000 apps.
 func model(rs []result) string {
-	var xs, ys, R, F []float64
+	xs, ys := make([]float64, 0, len(rs)), make([]float64, 0, len(rs))
+	R, F := make([]float64, 0, len(rs)), make([]float64, 0, len(rs))
 	for _, r := range rs {
 		T := r.elapsed.Seconds()
 		var l, f float64
