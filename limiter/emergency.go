@@ -132,8 +132,8 @@ func (l *Limiter) restoreEmergency(e store.Emergency) {
 		return
 	}
 	cluster := l.snap().cfg.Cluster
-	_, err := l.storeCall(context.Background(), func(ctx context.Context) (uint64, error) {
-		return 0, l.store.SetEmergency(ctx, cluster, e)
+	err := l.callStore(context.Background(), func(ctx context.Context) error {
+		return l.store.SetEmergency(ctx, cluster, e)
 	})
 	times, _, ok := l.lostEm.notice.due(l.clock.Now(), 0)
 	if log := l.logger(); log != nil && ok {

@@ -80,7 +80,7 @@ func (a *App) runLease(c *leaseCall, need int64) {
 	stats := a.takeStats() // the app's statistics travel with its lease
 	req.Stats = store.StatsBatch{Seq: stats.seq, Requests: stats.requests}
 	start := l.clock.Now()
-	err := l.callStore(func(ctx context.Context) (err error) {
+	err := l.callStore(context.Background(), func(ctx context.Context) (err error) {
 		c.res, err = l.store.Lease(ctx, req)
 		return err
 	})
@@ -222,7 +222,7 @@ func (a *App) giveBack(now time.Time, n int64) error {
 		StatsInterval: s.cfg.StatsInterval,
 	}
 	start := l.clock.Now()
-	err := l.callStore(func(ctx context.Context) error { return l.store.Return(ctx, ret) })
+	err := l.callStore(context.Background(), func(ctx context.Context) error { return l.store.Return(ctx, ret) })
 	done := l.clock.Now()
 	l.deg.observe(done.Sub(start), err, false)
 	if err != nil {
@@ -252,9 +252,10 @@ func (a *App) takeTokens(keep int64) int64 {
 	}
 }
 
-// callStore runs one Store call with the background timeout, turning a panic into an error.
-func (l *Limiter) callStore(f func(ctx context.Context) error) (err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.bgTimeout())
+// callStore runs one Store call bounded by parent and the background timeout, turning a panic
+// into an error.
+func (l *Limiter) callStore(parent context.Context, f func(ctx context.Context) error) (err error) {
+	ctx, cancel := context.WithTimeout(parent, l.bgTimeout())
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {

@@ -195,8 +195,10 @@ func (l *Limiter) change(ctx context.Context, key string, value any, next func(o
 		if _, err := after.withDefaults(); err != nil {
 			return OverrideChangeResult{}, err
 		}
-		version, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-			return l.store.SetOverride(ctx, l.ovr.base.Cluster.ID, store.OverrideChange{Key: key, Value: raw, IfVersion: l.ovr.set.version})
+		var version uint64
+		err := l.callStore(ctx, func(ctx context.Context) (err error) {
+			version, err = l.store.SetOverride(ctx, l.ovr.base.Cluster.ID, store.OverrideChange{Key: key, Value: raw, IfVersion: l.ovr.set.version})
+			return err
 		})
 		if errors.Is(err, store.ErrVersionConflict) && attempt < maxConflicts {
 			l.ovr.loaded = false // another instance changed them: read them and decide again

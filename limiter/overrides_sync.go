@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"go.uber.org/zap"
 
@@ -14,18 +13,6 @@ import (
 // The sync loop's side of the overrides: reading them from the Store, writing them back to a
 // Store that lost them, and putting them in force.
 
-// storeCall runs a Store call bounded by ctx and the background timeout, turning a panic into
-// an error.
-func (l *Limiter) storeCall(ctx context.Context, f func(ctx context.Context) (uint64, error)) (v uint64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, l.bgTimeout())
-	defer cancel()
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("limiter: store panicked: %v", r)
-		}
-	}()
-	return f(ctx)
-}
 
 // reloadOverrides reads the overrides from the Store and puts them in force unless the
 // version read is the one already in force (ovr.mu held). A change that is refused after reading
@@ -33,10 +20,9 @@ func (l *Limiter) storeCall(ctx context.Context, f func(ctx context.Context) (ui
 // fleet enforces. lost reports that the Store had lost them (their version went backwards).
 func (l *Limiter) reloadOverrides(ctx context.Context) (lost bool, err error) {
 	var o store.Overrides
-	_, err = l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-		var err error
+	err = l.callStore(ctx, func(ctx context.Context) (err error) {
 		o, err = l.store.Overrides(ctx, l.ovr.base.Cluster.ID)
-		return 0, err
+		return err
 	})
 	if err != nil {
 		return false, err
@@ -65,10 +51,9 @@ func (l *Limiter) reloadOverrides(ctx context.Context) (lost bool, err error) {
 		if err != nil {
 			return lost, err // kept in force; the next report tries again
 		}
-		if _, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-			var err error
+		if err := l.callStore(ctx, func(ctx context.Context) (err error) {
 			o, err = l.store.Overrides(ctx, l.ovr.base.Cluster.ID)
-			return 0, err
+			return err
 		}); err != nil {
 			return lost, err
 		}
@@ -171,8 +156,10 @@ func (l *Limiter) writeBack(ctx context.Context, cluster string, version uint64)
 		if err != nil {
 			return n, reached, err
 		}
-		v, err := l.storeCall(ctx, func(ctx context.Context) (uint64, error) {
-			return l.store.SetOverride(ctx, cluster, store.OverrideChange{Key: key, Value: raw, IfVersion: reached})
+		var v uint64
+		err = l.callStore(ctx, func(ctx context.Context) (err error) {
+			v, err = l.store.SetOverride(ctx, cluster, store.OverrideChange{Key: key, Value: raw, IfVersion: reached})
+			return err
 		})
 		if errors.Is(err, store.ErrVersionConflict) {
 			return n, reached, nil

@@ -161,7 +161,7 @@ func nonZero(inflight map[string]int64) map[string]bool {
 // returns L1's answer with when the call was sent and answered.
 func (l *Limiter) sendReport(rep store.Report) (st store.ClusterState, sent, answered time.Time, err error) {
 	sent = l.clock.Now()
-	err = l.callStore(func(ctx context.Context) (err error) {
+	err = l.callStore(context.Background(), func(ctx context.Context) (err error) {
 		st, err = l.store.Report(ctx, rep)
 		return err
 	})

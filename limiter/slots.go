@@ -32,7 +32,7 @@ func (l *Limiter) LeaseSlots(ctx context.Context, app string, want, inUse, limit
 	// waiting for a slot lease at the Store timeout, so its latency would misjudge a slow Store,
 	// and the level sizes token leases.
 	var res store.SlotLease
-	err := l.callStore(func(context.Context) (err error) {
+	err := l.callStore(context.Background(), func(context.Context) (err error) {
 		ctx, cancel := context.WithTimeout(ctx, l.bgTimeout())
 		defer cancel()
 		res, err = l.store.LeaseSlots(ctx, store.SlotRequest{
