@@ -13,7 +13,6 @@ import (
 // The sync loop's side of the overrides: reading them from the Store, writing them back to a
 // Store that lost them, and putting them in force.
 
-
 // reloadOverrides reads the overrides from the Store and puts them in force unless the
 // version read is the one already in force (ovr.mu held). A change that is refused after reading
 // them (a conflict, then a value that no longer fits) still leaves this instance on what the

@@ -19,8 +19,9 @@ func s3Error(r store.Reason) (status int, code, message string) {
 		return http.StatusBadRequest, "InvalidArgument", "Invalid app id."
 	case store.ReasonRedisUnavailable:
 		return http.StatusServiceUnavailable, "ServiceUnavailable", "Please reduce your request rate."
+	default:
+		return http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate."
 	}
-	return http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate."
 }
 
 // requestIDs numbers S3 error responses: a random per-process base plus a counter, printed as
