@@ -311,8 +311,8 @@ func TestLostStatisticsSentAgain(t *testing.T) {
 
 // A batch lost in a failover is sent again however late the app's next call comes: after a
 // failover that took longer than ackWindow (Redis Cluster's default node timeout is 15 s), or an
-// app quiet for 30 s. Black-box pass Y lost 54 to 166 requests of an app for good this way, with
-// nothing logged, when only the batches of the last 10 s were judged.
+// app quiet for 30 s. Judging only the batches of the last 10 s would lose them for good, with
+// nothing logged.
 func TestLostStatisticsSentAgainAfterSilence(t *testing.T) {
 	cfg := baseConfig()
 	cfg.SyncBatch = 1
@@ -328,7 +328,7 @@ func TestLostStatisticsSentAgainAfterSilence(t *testing.T) {
 }
 
 // Statistics found lost go out with the next report, not StatsInterval later: the app that
-// showed the loss may have gone quiet (black-box pass Z saw Redis 26 short for 35 s).
+// showed the loss may have gone quiet, and Redis would stay short until it spoke again.
 func TestLostStatisticsSentAtOnce(t *testing.T) {
 	cfg := baseConfig()
 	cfg.SyncBatch = 1 << 40 // only StatsInterval flushes: the app's statistics wait for it

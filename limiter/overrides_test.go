@@ -483,9 +483,9 @@ func (s *evictingStore) SetOverride(ctx context.Context, cluster string, ch stor
 	return v, err
 }
 
-// Overrides lost again between their write-back and the read after it stay in force: that
-// read used to be applied, empty, and the override was gone for good, with nothing in the log
-// (found black-box: deleting the overrides' key every 50 ms dropped it within seconds).
+// Overrides lost again between their write-back and the read after it stay in force: applying
+// that read, empty, would drop the override for good, with nothing in the log (the Store's key
+// deleted every 50 ms exercises the window).
 func TestOverridesLostAgainStayInForce(t *testing.T) {
 	c := clock.NewManual()
 	st := &evictingStore{Store: memstore.New(c), clock: c}

@@ -81,7 +81,7 @@ func (tw *TrackedWriter) ReadFrom(r io.Reader) (int64, error) {
 	return n, err
 }
 
-// Hijack hands the connection over; the slot is now released when it is closed.
+// Hijack hands the connection over; from then on the slot is released when it is closed.
 func (tw *TrackedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(tw.ResponseWriter).Hijack()
 	if err != nil {
