@@ -5,7 +5,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 )
 
 func TestSweepLeaked(t *testing.T) {

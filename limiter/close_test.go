@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 )
 
 // Close does not call a Store it knows to be away (fail_open): a call would wait for a new

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"pgregory.net/rapid"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 )
 
 // The background refill starts early enough that, at the app's rate, the local tokens outlast

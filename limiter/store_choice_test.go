@@ -1,7 +1,7 @@
 package limiter
 
 import (
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 )
 
 // Concurrent takes, refunds, charges, ticks, Store outages and reloads with real background

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 )
 
 // TestWarmupBoundsColdAdmission: a cold app offered ten times its guaranteed rate is admitted,

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 

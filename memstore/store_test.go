@@ -10,7 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 	"github.com/tierbucket/caddy-tierbucket/store/storetest"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 	"github.com/tierbucket/caddy-tierbucket/internal/redistest"
 	"github.com/tierbucket/caddy-tierbucket/store"
 	"github.com/tierbucket/caddy-tierbucket/store/storetest"

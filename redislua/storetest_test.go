@@ -3,7 +3,7 @@ package redislua
 import (
 	"testing"
 
-	"github.com/tierbucket/caddy-tierbucket/internal/clock"
+	"github.com/tierbucket/caddy-tierbucket/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 	"github.com/tierbucket/caddy-tierbucket/store/storetest"
 )

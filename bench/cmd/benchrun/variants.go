@@ -93,7 +93,7 @@ var variants = []variant{
 		// Not in run.sh's default list: the alternative build (ALT_BIN) on the memory store.
 		name: "tierbucket-alt-memory", title: "tierbucket, alternative build (ALT_BIN), memory store", bin: "tierbucket-alt",
 		tierbucket: true,
-		block: func(s scenario, _ string) string { return tierbucketBlock(s, "", "") },
+		block:      func(s scenario, _ string) string { return tierbucketBlock(s, "", "") },
 	},
 	{
 		name: "mholt", title: "mholt/caddy-ratelimit v0.1.0 (in memory)", bin: "mholt",
