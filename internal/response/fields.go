@@ -7,25 +7,23 @@ import "net/http"
 // in-flight rejection) are 9.
 const maxFields = 12
 
-// fields collects header fields and sets them in one go. The values built are appended to b
-// and become one string, so a response's built values cost one allocation together; each value
-// is a substring of it. Constant values cost nothing. The []string the header map holds are
-// cut from the outcome's room (a later handler, a deferred `header` replace, may rewrite header
-// values in place, so they are never shared between requests).
+// fields collects header fields and sets them in one go. The values are built one after the
+// other in a byte buffer of the caller's (on its stack: it is kept apart from fields, whose
+// names go into the header map) and become one string, so a response's built values cost one
+// allocation together; each value is a substring of it. Constant values cost nothing. The
+// []string the header map holds are cut from the outcome's room (a later handler, a deferred
+// `header` replace, may rewrite header values in place, so they are never shared between
+// requests).
 type fields struct {
-	b      []byte
 	n      int
 	names  [maxFields]string
-	ends   [maxFields]int // the end in b of a built value; -1 for a constant
+	ends   [maxFields]int // the end in the buffer of a built value; -1 for a constant
 	consts [maxFields]string
 }
 
-// newFields starts a set of fields whose values are built in room.
-func newFields(room []byte) fields { return fields{b: room[:0]} }
-
-// built ends a value appended to f.b since the previous field, as the value of name.
-func (f *fields) built(name string) {
-	f.names[f.n], f.ends[f.n] = name, len(f.b)
+// built ends the value built in the buffer up to end, as the value of name.
+func (f *fields) built(name string, end int) {
+	f.names[f.n], f.ends[f.n] = name, end
 	f.n++
 }
 
@@ -35,11 +33,11 @@ func (f *fields) constant(name, v string) {
 	f.n++
 }
 
-// set sets every field in hdr, with their value slices from o's room.
-func (f *fields) set(hdr http.Header, o *Outcome) {
+// set sets every field in hdr, the built ones from buf, with their value slices from o's room.
+func (f *fields) set(hdr http.Header, o *Outcome, buf []byte) {
 	var s string
-	if len(f.b) > 0 {
-		s = string(f.b)
+	if len(buf) > 0 {
+		s = string(buf)
 	}
 	start := 0
 	for i := range f.n {

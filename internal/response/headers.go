@@ -28,45 +28,46 @@ func (s Style) setHeaders(hdr http.Header, o *Outcome) {
 		return // the default: rejections only
 	}
 	var room [160]byte
-	f := newFields(room[:])
+	var f fields
+	b := room[:0]
 	reset := o.resetSeconds()
 	remaining := max(o.Remaining, 0)
 	if s.Headers == HeadersLegacy || s.Headers == HeadersBoth {
-		f.b = strconv.AppendInt(f.b, o.Cost, 10)
-		f.built(hdrCost)
-		f.b = strconv.AppendInt(f.b, remaining, 10)
-		f.built(hdrRemaining)
-		f.b = strconv.AppendInt(f.b, time.Now().Unix()+reset, 10)
-		f.built(hdrReset)
+		b = strconv.AppendInt(b, o.Cost, 10)
+		f.built(hdrCost, len(b))
+		b = strconv.AppendInt(b, remaining, 10)
+		f.built(hdrRemaining, len(b))
+		b = strconv.AppendInt(b, time.Now().Unix()+reset, 10)
+		f.built(hdrReset, len(b))
 		if o.ConnLimit > 0 {
-			f.b = strconv.AppendInt(f.b, o.ConnLimit, 10)
-			f.built(hdrConnLimit)
-			f.b = strconv.AppendInt(f.b, o.ConnCurrent, 10)
-			f.built(hdrConnCurrent)
-			f.b = strconv.AppendInt(f.b, max(o.ConnLimit-o.ConnCurrent, 0), 10)
-			f.built(hdrConnRemain)
+			b = strconv.AppendInt(b, o.ConnLimit, 10)
+			f.built(hdrConnLimit, len(b))
+			b = strconv.AppendInt(b, o.ConnCurrent, 10)
+			f.built(hdrConnCurrent, len(b))
+			b = strconv.AppendInt(b, max(o.ConnLimit-o.ConnCurrent, 0), 10)
+			f.built(hdrConnRemain, len(b))
 		}
 	}
 	draft := s.Headers == HeadersDraft || s.Headers == HeadersRejections
 	if s.Headers == HeadersBoth || (draft && o.retryable()) {
 		// draft: the policy is static, so it goes on rejections only; every response carries
 		// RateLimit (remaining and reset), one field. rejections: both, on rejections only.
-		f.b = append(f.b, `"app";q=`...)
-		f.b = strconv.AppendInt(f.b, o.Limit, 10)
-		f.b = append(f.b, ";w="...)
-		f.b = strconv.AppendInt(f.b, o.windowSeconds(), 10)
-		f.built(hdrPolicy)
+		b = append(b, `"app";q=`...)
+		b = strconv.AppendInt(b, o.Limit, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, o.windowSeconds(), 10)
+		f.built(hdrPolicy, len(b))
 	}
 	if draft || s.Headers == HeadersBoth {
-		f.b = append(f.b, `"app";r=`...)
-		f.b = strconv.AppendInt(f.b, remaining, 10)
-		f.b = append(f.b, ";t="...)
-		f.b = strconv.AppendInt(f.b, reset, 10)
-		f.built(hdrRateLimit)
+		b = append(b, `"app";r=`...)
+		b = strconv.AppendInt(b, remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, reset, 10)
+		f.built(hdrRateLimit, len(b))
 	}
 	if o.retryable() {
-		f.b = strconv.AppendInt(f.b, reset, 10)
-		f.built(hdrRetryAfter)
+		b = strconv.AppendInt(b, reset, 10)
+		f.built(hdrRetryAfter, len(b))
 	}
-	f.set(hdr, o)
+	f.set(hdr, o, b)
 }

@@ -31,14 +31,15 @@ func TestOutcomeValueOverflow(t *testing.T) {
 			hdr := http.Header{}
 			var want []string
 			for i := 0; i < cap(o.vals)+3; i += maxFields {
-				f := newFields(nil)
+				var f fields
+				var b []byte
 				for k := 0; k < maxFields; k++ {
 					v := strings.Repeat(strconv.Itoa(i+k), 30+i+k)
-					f.b = append(f.b, v...)
-					f.built("H" + strconv.Itoa(i+k))
+					b = append(b, v...)
+					f.built("H"+strconv.Itoa(i+k), len(b))
 					want = append(want, v)
 				}
-				f.set(hdr, o)
+				f.set(hdr, o, b)
 			}
 			for i, w := range want {
 				v := hdr["H"+strconv.Itoa(i)]

@@ -64,10 +64,10 @@ func writeJSONRejection(w http.ResponseWriter, r *http.Request, status int, o *O
 	if o.retryable() {
 		retry = retrySeconds(o.RetryAfter)
 	}
-	f := newFields(nil)
+	var f fields
 	f.constant("Content-Type", "application/json")
 	f.constant("X-Content-Type-Options", "nosniff")
-	f.set(w.Header(), o)
+	f.set(w.Header(), o, nil)
 	// No Content-Length: net/http sets it for a body written in one piece by a handler.
 	w.WriteHeader(status)
 	if r.Method == http.MethodHead {

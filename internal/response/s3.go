@@ -41,10 +41,10 @@ var requestIDs = func() *atomic.Uint64 {
 func writeS3Rejection(w http.ResponseWriter, r *http.Request, status int, o *Outcome) error {
 	_, code, message := s3Error(o.Reason)
 	hdr := w.Header()
-	f := newFields(nil)
+	var f fields
 	f.constant("Content-Type", "application/xml")
 	f.constant("X-Content-Type-Options", "nosniff")
-	f.set(hdr, o)
+	f.set(hdr, o, nil)
 	id := setS3Headers(hdr, o)
 	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
@@ -74,18 +74,19 @@ func writeS3Rejection(w http.ResponseWriter, r *http.Request, status int, o *Out
 func setS3Headers(hdr http.Header, o *Outcome) uint64 {
 	id := requestIDs.Add(1)
 	var room [64]byte
-	f := newFields(room[:])
-	f.b = appendHex16(f.b, id)
-	f.built("X-Amz-Request-Id")
+	var f fields
+	b := room[:0]
+	b = appendHex16(b, id)
+	f.built("X-Amz-Request-Id", len(b))
 	if o.retryable() {
 		if _, ok := hdr[hdrRetryAfter]; !ok {
-			f.b = strconv.AppendInt(f.b, retrySeconds(o.RetryAfter), 10)
-			f.built(hdrRetryAfter)
+			b = strconv.AppendInt(b, retrySeconds(o.RetryAfter), 10)
+			f.built(hdrRetryAfter, len(b))
 		}
-		f.b = strconv.AppendInt(f.b, max(o.RetryAfter.Milliseconds(), 1), 10)
-		f.built("X-Amz-Retry-After")
+		b = strconv.AppendInt(b, max(o.RetryAfter.Milliseconds(), 1), 10)
+		f.built("X-Amz-Retry-After", len(b))
 	}
-	f.set(hdr, o)
+	f.set(hdr, o, b)
 	return id
 }
 
