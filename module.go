@@ -30,7 +30,7 @@ func init() {
 // when the Store is down and on_redis_failure is closed) when either is not available.
 //
 // Handlers with the same cluster id share one set of buckets and counters, which survives
-// config reloads (see pool.go). All fields are named as in the Caddyfile.
+// config reloads (package internal/cluster). All fields are named as in the Caddyfile.
 type Handler struct {
 	// Cluster id: handlers with the same id share buckets. Default "default".
 	Cluster string `json:"cluster,omitempty"`
