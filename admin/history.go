@@ -135,7 +135,11 @@ func historyView(c Cluster, q url.Values) (any, error) {
 }
 
 // stream is GET /rate_limit/stream: an event with the newest sample at once (if there is one),
-// then one for each new sample as the recorder takes it, until the client goes away. Caddy's admin server has a read timeout that would end the request's context; the
+// then one for each new sample as the recorder takes it, until the client goes away or the
+// config this API belongs to is unloaded. Caddy stops the admin server of a config it replaces
+// or shuts down, waiting up to 10 s for open requests: ending the stream with its config lets
+// a reload and a shutdown finish at once (the console's EventSource reconnects to the new
+// server). Caddy's admin server has a read timeout that would end the request's context; the
 // stream clears the read deadline and sets a write deadline per event instead.
 func (a API) stream(w http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
 	rec, err := recorder(c)
@@ -156,6 +160,10 @@ func (a API) stream(w http.ResponseWriter, r *http.Request, c Cluster) (any, err
 	w.WriteHeader(http.StatusOK)
 	_ = rc.Flush()
 
+	var unloaded <-chan struct{} // nil (never) for an API not provisioned by Caddy
+	if a.ctx.Context != nil {
+		unloaded = a.ctx.Done()
+	}
 	last := int64(-1)
 	for {
 		changed := rec.Changed() // before Latest: a sample recorded in between is not missed
@@ -175,6 +183,8 @@ func (a API) stream(w http.ResponseWriter, r *http.Request, c Cluster) (any, err
 		}
 		select {
 		case <-r.Context().Done():
+			return written{}, nil
+		case <-unloaded:
 			return written{}, nil
 		case <-changed:
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -159,6 +160,37 @@ func TestStream(t *testing.T) {
 	}
 	if n := streams.Load(); n != 0 {
 		t.Errorf("%d open streams after the client left, want 0", n)
+	}
+}
+
+// TestStreamEndsWithItsConfig: an open stream ends when the config its API belongs to is
+// unloaded (a reload, a shutdown), so that Caddy's stop of that config's admin server does not
+// wait for it.
+func TestStreamEndsWithItsConfig(t *testing.T) {
+	c := newCluster(t, "c1", testConfig(), nil)
+	recordTraffic(t, c)
+	a := apiWith(c)
+	cfgCtx, unload := context.WithCancel(context.Background())
+	defer unload()
+	a.ctx = caddy.Context{Context: cfgCtx}
+	srv, served := streamServer(t, a)
+	resp, err := http.Get(srv.URL + "/rate_limit/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if name, _ := readEvent(t, br); name != "snapshot" {
+		t.Fatalf("first event %q", name)
+	}
+	unload()
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream outlived its config")
+	}
+	if _, err := io.ReadAll(br); err != nil {
+		t.Errorf("the stream did not end cleanly: %v", err)
 	}
 }
 

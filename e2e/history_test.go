@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -108,5 +110,81 @@ func TestHistoryAndStream(t *testing.T) {
 			t.Fatalf("event %d: %+v (previous t %d)", i, ev, last)
 		}
 		last = ev.Sample.T
+	}
+}
+
+// openStream opens GET /rate_limit/stream on g and reads its first event; the returned channel
+// is closed when the server ends the stream.
+func openStream(t *testing.T, g *gateway) (ended chan struct{}) {
+	t.Helper()
+	resp, err := http.Get(g.admin + "/rate_limit/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		resp.Body.Close()
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "event: ") {
+		resp.Body.Close()
+		t.Fatalf("first line of the stream %q: %v", line, err)
+	}
+	ended = make(chan struct{})
+	go func() {
+		defer close(ended)
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, br)
+	}()
+	return ended
+}
+
+// TestOpenStreamDoesNotHoldReloadOrShutdown: with a console's stream open, a reload stops the
+// old admin server at once (no ERROR about its 10 s timeout) and SIGTERM ends Caddy at once with
+// exit code 0, as an operator reloading or restarting a gateway with a console open expects.
+func TestOpenStreamDoesNotHoldReloadOrShutdown(t *testing.T) {
+	site := strings.Replace(adminSite, "e2e-admin", "e2e-stream-stop", 1)
+	g := startGateway(t, "stream-stop", site)
+
+	ended := openStream(t, g)
+	start := time.Now()
+	g.reload(site + "\n\theader X-Reloaded yes")
+	select {
+	case <-ended:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the stream was still open 2 s after the reload: the old admin server waits for it")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !strings.Contains(strings.Join(logLines(t, g), "\n"), "stopped previous server") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the old admin server had not stopped %v after the reload", time.Since(start))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, line := range logLines(t, g) {
+		if strings.Contains(line, `"level":"error"`) {
+			t.Errorf("ERROR logged across the reload: %s", line)
+		}
+	}
+
+	ended = openStream(t, g) // on the new admin server
+	start = time.Now()
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.exited:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Caddy had not exited 2 s after SIGTERM with a stream open")
+	}
+	took := time.Since(start)
+	<-ended
+	if code := g.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0 (%v)", code, took)
+	}
+	for _, line := range logLines(t, g) {
+		if strings.Contains(line, "unclean shutdown") || strings.Contains(line, "failed to stop") {
+			t.Errorf("shutdown: %s", line)
+		}
 	}
 }
