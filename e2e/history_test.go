@@ -117,7 +117,7 @@ func TestHistoryAndStream(t *testing.T) {
 // is closed when the server ends the stream.
 func openStream(t *testing.T, g *gateway) (ended chan struct{}) {
 	t.Helper()
-	resp, err := http.Get(g.admin + "/rate_limit/stream")
+	resp, err := http.Get(g.admin + "/rate_limit/stream") //nolint:bodyclose // closed by the goroutine that reads it to its end
 	if err != nil {
 		t.Fatal(err)
 	}
