@@ -92,6 +92,13 @@ test('app: editing the quota changes what the limiter enforces; removing the ove
   const restored = await (await request.get(`${ADMIN}/rate_limit/apps/alpha`)).json()
   expect(restored.source).toBe('caddyfile')
   expect(restored.policy.burst).toBe(40)
+  // The form shows the config's policy again: saving it untouched changes nothing (a form left
+  // with the removed override's values would impose them again).
+  await expect(form.locator('input[name="burst"]')).toHaveValue('40')
+  await expect(form.locator('input[name="guaranteed"]')).toHaveValue('20')
+  await form.getByRole('button', { name: 'Save override' }).click()
+  await expect(form.getByTestId('form-error')).toContainText('nothing changed')
+  expect((await (await request.get(`${ADMIN}/rate_limit/apps/alpha`)).json()).source).toBe('caddyfile')
   // The probes drained the bucket. A burst of 10 (30 tokens: each request is an S3 LIST, 3
   // tokens) passes once the config's refill (20 tokens/s, less the steady traffic's 6) has
   // run for 3 s; under the override (0.1/s) it could not.
@@ -123,6 +130,12 @@ test('emergency: activate with confirmation, then deactivate', async ({ page, re
   await page.goto(CONSOLE_URL + '#/emergency')
   await page.locator('input[name="reason"]').fill('console e2e')
   await page.locator('select[name="duration"]').selectOption('5m')
+  // A look at another view keeps what was being prepared.
+  await page.goto(CONSOLE_URL + '#/apps')
+  await expect(page.getByTestId('apps-table')).toBeVisible()
+  await page.goto(CONSOLE_URL + '#/emergency')
+  await expect(page.locator('select[name="duration"]')).toHaveValue('5m')
+  await expect(page.locator('input[name="reason"]')).toHaveValue('console e2e')
   await page.getByRole('button', { name: 'Activate emergency…' }).click()
   await expect(page.getByTestId('emergency-confirm')).toContainText('5 minutes')
   expect((await state()).active, 'nothing happens before the confirmation').toBe(false)
