@@ -151,3 +151,41 @@ test('emergency: activate with confirmation, then deactivate', async ({ page, re
   await expect.poll(async () => (await state()).active, { timeout: 10_000 }).toBe(false)
   await expect(page.getByTestId('emergency-state')).toHaveAttribute('data-active', 'false', { timeout: 10_000 })
 })
+
+test('layout: no view overflows the page at 1280 or 800 px; an overridden field keeps its input in line', async ({ page, request }) => {
+  // Two fields of the cluster form tagged "overridden" (removed again at the end).
+  const put = await request.put(`${ADMIN}/rate_limit/clusters/console-e2e`, { data: { capacity: 1200, emergency_threshold: 0.9 } })
+  expect(put.ok(), await put.text()).toBe(true)
+  try {
+    for (const width of [1280, 800]) {
+      await page.setViewportSize({ width, height: 800 })
+      for (const view of ['#/', '#/apps', '#/apps/alpha', '#/cluster', '#/emergency']) {
+        await page.goto(CONSOLE_URL + view)
+        await expect(page.locator('main .panel').first()).toBeVisible()
+        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)
+        expect(overflow, `${view} at ${width} px: the page is wider than the window`).toBeLessThanOrEqual(0)
+      }
+      await page.goto(CONSOLE_URL + '#/cluster')
+      const form = page.getByTestId('cluster-form')
+      await expect(form.locator('.overridden')).toHaveCount(2)
+      // The inputs of one row of the form (in DOM order, left growing) share their top.
+      const boxes = await form.locator('input').evaluateAll((els) => els.map((e) => e.getBoundingClientRect()).map((r) => ({ left: r.left, top: r.top })))
+      boxes.forEach((b, i) => {
+        const prev = boxes[i - 1]
+        if (prev && b.left > prev.left) expect(Math.abs(b.top - prev.top), `input ${i} at ${width} px`).toBeLessThan(1)
+      })
+      // The tag does not run into the unit text.
+      for (const label of await form.locator('label:has(.overridden)').all()) {
+        const note = await label.locator('.note').boundingBox()
+        const tag = await label.locator('.overridden').boundingBox()
+        expect(note && tag, 'boxes').toBeTruthy()
+        const apart = tag!.x >= note!.x + note!.width || tag!.y >= note!.y + note!.height
+        expect(apart, `the overridden tag overlaps the unit text at ${width} px`).toBe(true)
+      }
+      if (width === 800) await shot(page, 'cluster-800')
+    }
+  } finally {
+    await page.setViewportSize({ width: 1280, height: 800 })
+    await request.delete(`${ADMIN}/rate_limit/clusters/console-e2e`)
+  }
+})
