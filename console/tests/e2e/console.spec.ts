@@ -39,6 +39,18 @@ test('dashboard: the configured apps, live feed and non-empty charts', async ({ 
     await expect.poll(() => points(page, id), { message: id }).toBeGreaterThan(0)
   }
   await expect(page.getByTestId('card-admitted')).toContainText('req/s')
+  // The admitted card and the top apps are the same window, so they agree from the start: the
+  // card's rate is the sum of the apps' (every app with traffic is among the top ten here).
+  await expect(page.getByTestId('card-admitted')).toContainText('last 10 s')
+  await expect(page.getByTestId('top-apps-title')).toContainText('last 10 s')
+  const agree = async () => {
+    const card = Number(await page.getByTestId('card-admitted').getAttribute('data-rate'))
+    const rows = await page.getByTestId('top-apps').locator('tr[data-app]').evaluateAll((rs) =>
+      rs.reduce((sum, r) => sum + Number(r.getAttribute('data-allowed')), 0),
+    )
+    return Math.abs(card - rows) <= 0.1 * card + 0.2
+  }
+  await expect.poll(agree, { message: 'the admitted card against the sum of the top apps', timeout: 10_000 }).toBe(true)
   await expect(page.getByTestId('card-usage')).toContainText('%')
   await expect(page.getByTestId('card-instances')).toContainText('1')
   await shot(page, 'dashboard')
