@@ -76,7 +76,7 @@ func (v Level) String() string {
 	return "unknown"
 }
 
-// levelFor maps a latency moving average to a level.
+// levelFor maps a latency average to a level.
 func levelFor(avg time.Duration) Level {
 	switch {
 	case avg > significantLatency:
@@ -133,17 +133,19 @@ func syncInterval(v Level, base time.Duration) time.Duration {
 // The level follows the Store's latency in time, not in calls. Once every call is answered
 // within f < 7 ms from a time T on, the average at a call made s after T is at most
 // f + (A − f)·e^(−s/latencyDecay), A the average at T (each call keeps at most e^(−Δt/latencyDecay)
-// of the excess, and the Δt add up to s). It is therefore below a threshold θ from
+// of the excess, and the Δt add up to s or more). It is therefore below a threshold θ from
 // latencyDecay·ln((A − f)/(θ − f)) after T on, and below 70 % of the mild threshold, 7 ms, from
 // s₇ = latencyDecay·ln((A − f)/(7 ms − f)) on. The first call made s₇ + levelHold after T or
 // later finds the threshold of the current level last reached levelHold ago or more, and the
 // average below 70 % of every threshold: the level goes straight to normal. For A up to 1 s
 // (a background call's timeout) and f = 1 ms, s₇ is at most 1.3 s, so that call is made at
 // most 4.3 s after T; the reports alone make one at least every second (the significant
-// level's interval), whatever the traffic, so the level is normal within about 5 s of the
-// Store getting fast. A call slower than f in between (a 10 ms answer) raises the average by a
-// fifth of its excess over it: it does not reach a threshold the average is below, and the
-// hold runs on.
+// level's interval, or sync_interval when longer), whatever the traffic, so the level is
+// normal within about 5 s of the Store getting fast. (In fail_open the first successful probe
+// sets it to normal.) A slower call in between, x ≥ the average, raises the average by a fifth
+// of x minus it, to below x: an answer at a threshold (10 ms) cannot lift an average below the
+// threshold to it, and the hold runs on; restarting it from an average of 2 ms takes an answer
+// of 42 ms or more.
 type degrader struct {
 	clock clock.Clock
 	cfg   func() *Config // the configuration in force: logger, cluster id, failure mode
@@ -168,7 +170,7 @@ type degrader struct {
 // get returns the current level.
 func (d *degrader) get() Level { return Level(d.level.Load()) }
 
-// avgLatency returns the moving average of the Store's call latency.
+// avgLatency returns the average of the Store's call latency.
 func (d *degrader) avgLatency() time.Duration {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -257,7 +259,7 @@ func (d *degrader) observe(latency time.Duration, err error, probe bool) {
 // by, Δt the time since the previous call: however few the calls, an excess fades by a factor
 // e per latencyDecay.
 func (d *degrader) average(latency time.Duration, now time.Time) time.Duration {
-	dt := max(now.Sub(d.at), 0) // the clocks of concurrent calls are read in either order
+	dt := max(now.Sub(d.at), 0) // never negative, should the clock be set back
 	d.at = now
 	if latency >= d.latency {
 		return d.latency + time.Duration(latencyAlpha*float64(latency-d.latency))
@@ -272,7 +274,7 @@ func (l *Limiter) logger() *zap.Logger { return l.snap().cfg.Logger }
 // Level returns the current degradation level.
 func (l *Limiter) Level() Level { return l.deg.get() }
 
-// Latency returns the moving average of the Store's call latency.
+// Latency returns the average of the Store's call latency (see degrader).
 func (l *Limiter) Latency() time.Duration { return l.deg.avgLatency() }
 
 // StoreFailed records a failed call to the Store made outside the limiter (the start-up probe
