@@ -133,7 +133,7 @@ func TestRedisFailure(t *testing.T) {
 
 	awaitAnswers("before", 300)
 	// 10 s: a slow first call (the scripts' loading on a busy machine) may set a latency level,
-	// which is left only after 5 s of a fast Store (docs/operations.md, "Degradation levels").
+	// which is left within about 5 s of a fast Store (docs/operations.md, "Degradation levels").
 	g.waitMetric(10*time.Second, func(v float64) bool { return v == 0 }, "caddy_rate_limit_degradation_level", `cluster="rescue"`)
 
 	// Redis dies. The gateway notices (level 3, fail_open) and keeps answering.
