@@ -58,7 +58,8 @@ import (
 //   - Report.Leaving: after the report is applied and answered, the instance's heartbeat,
 //     cluster in-flight count and cluster-scope slot holding are removed, and its in-flight
 //     count and slot holding of each app of the report (see memLedger.leave); nothing else of
-//     it (Seqs, other apps' entries, other scopes' holdings, heard_since) changes.
+//     it (Seqs, other apps' entries, other scopes' holdings, heard_since) changes. (Redis gives
+//     its nodes entry an expired time, which every reader prunes first: the same.)
 //   - Invalid calls are errors, never stored: guaranteed must be > 0, guaranteed <= burst
 //     <= 2^53, factor finite and >= 0, want/need/counts/costs >= 0, capacity finite and >= 0,
 //     and a report needs an instance id.

@@ -196,9 +196,12 @@ local config_version = redis.call('HGET', KEYS[4], 'version') or '0'
 
 -- 7. a leaving instance (store.Report.Leaving) leaves the live set once its report is applied:
 -- its heartbeat, its cluster in-flight count and its slot holdings of the scopes passed go, as
--- if its heartbeat had expired; its Seqs stay (memLedger.leave).
+-- if its heartbeat had expired; its Seqs stay (memLedger.leave). Its entry in the nodes set is
+-- given a time more than ttl ago: expired, it counts nowhere, and the next report or slot lease
+-- prunes it as any expired heartbeat (step 1; with the commands of the least-privilege ACL,
+-- redislua.ACLCommands).
 if leaving then
-  redis.call('ZREM', KEYS[2], instance)
+  redis.call('ZADD', KEYS[2], fmt(now - ttl - 1), instance)
   redis.call('HDEL', KEYS[3], instance)
   for k = 5, #KEYS do
     redis.call('HDEL', KEYS[k], instance)
