@@ -268,6 +268,18 @@ func (g *gateway) stop() {
 	}
 }
 
+// terminate sends SIGTERM (as systemd, Kubernetes and docker stop do) and waits for the process
+// to exit, killing it if it has not within 10 s.
+func (g *gateway) terminate() {
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.exited:
+	case <-time.After(10 * time.Second):
+		g.t.Logf("gateway %s did not stop within 10 s of SIGTERM; killing it", g.name)
+		g.kill()
+	}
+}
+
 // dumpLog prints the end of the gateway's log to the test output.
 func (g *gateway) dumpLog() {
 	b, err := os.ReadFile(g.logPath)

@@ -5,9 +5,10 @@ import (
 	"strings"
 )
 
-// Close stops the sync loop, sends the pending statistics and returns every unspent token to
-// L2. After Close, takes are served from local tokens only (there are none left), so they are
-// rejected with ReasonRedisUnavailable. The Store is not closed.
+// Close stops the sync loop, sends the pending statistics in a last report that takes the
+// instance out of the fleet's live set (store.Report.Leaving), and returns every unspent token
+// to L2. After Close, takes are served from local tokens only (there are none left), so they
+// are rejected with ReasonRedisUnavailable. The Store is not closed.
 func (l *Limiter) Close() error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
@@ -23,18 +24,22 @@ func (l *Limiter) Close() error {
 	}
 	now := l.clock.Now()
 	// The pending cost batch is sent first (with its Seq), then what was admitted since, with
-	// every app's statistics. A Limiter with nothing to send makes no Store call (`caddy
-	// validate` provisions and closes one; a state a reload replaces after its reports failed).
+	// every app's statistics; the last report leaves the live set, so that the other
+	// instances size their shares and rescue limits for the fleet without this one at their
+	// next report rather than InstanceTTL later. A Limiter that never reported and has nothing
+	// to send makes no Store call (`caddy validate` provisions and closes one).
 	var err error
 	if l.Level() == LevelFailOpen {
 		// Known to be away: not asked at all. A call would wait for a new connection's
 		// handshake, which go-redis bounds by its socket timeout (1 s), not by the call's, and
-		// a reload away from a frozen Redis would wait that long per state it closes.
+		// a reload away from a frozen Redis would wait that long per state it closes (a state a
+		// reload replaces after its reports failed). Its heartbeat expires instead.
 		err = errFailOpen
-	} else if (l.syncer.pending != nil && l.syncer.pending.cost > 0) || l.unsent() {
-		err = l.report(now, l.apps(), true)
-		if err == nil && l.unsent() {
-			err = l.report(now, l.apps(), true)
+	} else if l.syncer.reported || (l.syncer.pending != nil && l.syncer.pending.cost > 0) || l.unsent() {
+		leave := l.syncer.pending == nil // one report carries everything: it is the last
+		err = l.report(now, l.apps(), true, leave)
+		if err == nil && (!leave || l.unsent()) {
+			err = l.report(now, l.apps(), true, true)
 		}
 	}
 	statsLost := err != nil

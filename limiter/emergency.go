@@ -43,7 +43,7 @@ func (l *Limiter) SetEmergency(ctx context.Context, e store.Emergency) error {
 	l.syncer.mu.Lock()
 	defer l.syncer.mu.Unlock()
 	if !l.closed.Load() {
-		_ = l.report(l.clock.Now(), l.visited(), false)
+		_ = l.report(l.clock.Now(), l.visited(), false, false)
 	}
 	return nil
 }

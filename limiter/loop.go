@@ -60,7 +60,7 @@ func (l *Limiter) tick(now time.Time) {
 	// A timer firing a little early must not skip a whole interval.
 	if now.Sub(l.syncer.lastReport) >= syncInterval(level, cfg.SyncInterval)-cfg.SyncInterval/2 {
 		l.syncer.lastReport = now // the last attempt: in fail-open, the probe runs once a second
-		if l.report(now, l.visited(), false) == nil {
+		if l.report(now, l.visited(), false, false) == nil {
 			if e := l.lostEm.take(); e != nil {
 				l.restoreEmergency(*e)
 			}

@@ -17,6 +17,7 @@ type syncer struct {
 	lastRate   time.Time       // the last update of the consumption rates
 	prevIn     map[string]bool // ids with requests in flight at the last report
 	seq        uint64          // the last report Seq used
+	reported   bool            // a report was sent: the Store may count this instance live
 	pending    *clusterBatch   // the cost batch whose report has not succeeded yet
 	costSince  time.Time       // when the last cost batch was taken
 	unwatch    func()          // stops the Store's Watch, once the loop started it
@@ -34,10 +35,11 @@ type clusterBatch struct {
 // report sends one cluster report (syncer.mu held): the heartbeat, the pending cost batch (again if
 // the last report failed, otherwise the cost admitted since), the in-flight counts, and the
 // statistics that are due (statsDue; every app's when all is set: Close). It applies L1's
-// answer.
-func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
+// answer. leaving makes it the instance's last report (Close): the Store takes the instance
+// out of the live set once it is applied (store.Report.Leaving).
+func (l *Limiter) report(now time.Time, apps []*App, all, leaving bool) error {
 	s := l.snap()
-	rep := store.Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance, StatsInterval: s.cfg.StatsInterval}
+	rep := store.Report{Cluster: s.cfg.Cluster, Instance: s.cfg.Instance, StatsInterval: s.cfg.StatsInterval, Leaving: leaving}
 	var inflight map[string]int64
 	if src := s.cfg.Connections; src != nil {
 		inflight, rep.InFlight = src.InFlight()
@@ -47,6 +49,7 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	flushed := l.dueStats(&rep, now, apps, all)
 	addInFlight(&rep, inflight, l.syncer.prevIn)
 	away := l.Level() == LevelFailOpen
+	l.syncer.reported = true
 	st, sent, answered, err := l.sendReport(rep)
 	if err != nil {
 		for _, f := range flushed {
@@ -56,7 +59,7 @@ func (l *Limiter) report(now time.Time, apps []*App, all bool) error {
 	}
 	l.statsReported(flushed, &st, sent, answered)
 	l.syncer.pending, l.syncer.prevIn = nil, nonZero(inflight)
-	l.applyState(s, st, away)
+	l.applyState(s, st, away && !leaving, leaving)
 	return nil
 }
 
@@ -183,8 +186,9 @@ func (l *Limiter) statsReported(flushed []flush, st *store.ClusterState, sent, a
 // applyState makes L1's answer the state in force (syncer.mu held): an operator emergency the
 // Store lost is still enforced, the overrides' version is recorded, the live-instance count
 // and the other instances' connections are passed on. away says the report was fail_open's
-// probe.
-func (l *Limiter) applyState(s *snapshot, st store.ClusterState, away bool) {
+// probe; leaving, that it was the instance's last (its slots are not leased again: it has
+// left).
+func (l *Limiter) applyState(s *snapshot, st store.ClusterState, away, leaving bool) {
 	st.LiveInstances = max(st.LiveInstances, 1)
 	prev := l.state.Load()
 	l.lostEm.keep(st.ConfigVersion < l.ovr.storeVersion.Load(), prev, &st)
@@ -200,7 +204,7 @@ func (l *Limiter) applyState(s *snapshot, st store.ClusterState, away bool) {
 		// instance rejoined: a report that timed out but ran later (a Redis frozen, then
 		// thawed) refreshed the heartbeat, while the others' leases may have dropped the
 		// holdings before it.
-		if st.Rejoined || away {
+		if (st.Rejoined || away) && !leaving {
 			src.Rejoined()
 		}
 	}

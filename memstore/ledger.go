@@ -104,6 +104,39 @@ func (l *memLedger) removeInstance(instance string) {
 	}
 }
 
+// leave is Report step 7, for a report with Leaving: the instance is removed from the live set
+// as if its heartbeat had expired, with its cluster in-flight count, and its in-flight count
+// and slot holding of each app the report carries, and its holding of the cluster scope
+// (Redis: report_cluster.lua and report_app.lua, which see only the apps of the report). Its
+// report Seqs stay.
+func (l *memLedger) leave(rep store.Report) {
+	delete(l.nodes, rep.Instance)
+	delete(l.conn, rep.Instance)
+	l.dropHolding("", rep.Instance)
+	for _, a := range rep.Apps {
+		if counts := l.appConn[a.App]; counts != nil {
+			delete(counts, rep.Instance)
+			if len(counts) == 0 {
+				delete(l.appConn, a.App)
+			}
+		}
+		l.dropHolding(a.App, rep.Instance)
+	}
+}
+
+// dropHolding removes the instance's holding of one scope's connection slots ("" = the
+// cluster's).
+func (l *memLedger) dropHolding(scope, instance string) {
+	held := l.slots[scope]
+	if held == nil {
+		return
+	}
+	delete(held, instance)
+	if len(held) == 0 {
+		delete(l.slots, scope)
+	}
+}
+
 // recordInFlight is Report step 2: it stores the instance's counts (the cluster's, and the
 // app's for each app in the report) and sums the other live instances' counts.
 //

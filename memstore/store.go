@@ -55,6 +55,11 @@ import (
 //     cluster ledger (Redis: fields pool, pool_ts, "borrowed:<app>" of the :l1 hash, renewed
 //     like it); see memLedger.borrow and memBucket.credit. Only the exact shortfall is
 //     borrowed, all or nothing, and never during a warm-up ramp.
+//   - Report.Leaving: after the report is applied and answered, the instance's heartbeat,
+//     cluster in-flight count and cluster-scope slot holding are removed, and its in-flight
+//     count and slot holding of each app of the report (see memLedger.leave); nothing else of
+//     it (Seqs, other apps' entries, other scopes' holdings, heard_since) changes. (Redis gives
+//     its nodes entry an expired time, which every reader prunes first: the same.)
 //   - Invalid calls are errors, never stored: guaranteed must be > 0, guaranteed <= burst
 //     <= 2^53, factor finite and >= 0, want/need/counts/costs >= 0, capacity finite and >= 0,
 //     and a report needs an instance id.
@@ -256,6 +261,10 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	// 6. factors.
 	st.Factors = Factors(rep.Cluster, st.Usage, st.Emergency)
 	st.ConfigVersion = m.configVersion(rep.Cluster.ID)
+	// 7. a leaving instance leaves the live set once its report is applied.
+	if rep.Leaving {
+		l.leave(rep)
+	}
 	return st, nil
 }
 

@@ -136,6 +136,7 @@ func TestDifferential(t *testing.T) {
 					}
 					rep.Apps = append(rep.Apps, ar)
 				}
+				rep.Leaving = rapid.IntRange(0, 5).Draw(rt, "leaving") == 0 // now and then the instance's last
 				sm, em := mem.Report(ctx, rep)
 				sr, er := red.Report(ctx, rep)
 				if (em == nil) != (er == nil) || !sameState(sm, sr) {

@@ -245,22 +245,32 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 		cost += a.Cost
 	}
 
+	leaving := 0
+	clusterKeys := []string{s.keys.l1(c.ID), s.keys.nodes(c.ID), s.keys.clusterConn(c.ID), s.keys.cfg(c.ID)}
+	if rep.Leaving {
+		// The holdings a leaving instance drops: the cluster scope's and its apps' (Report.Leaving).
+		leaving = 1
+		clusterKeys = append(clusterKeys, s.keys.slots(c.ID, ""))
+		for _, a := range rep.Apps {
+			clusterKeys = append(clusterKeys, s.keys.slots(c.ID, a.App))
+		}
+	}
 	calls := make([]scriptCall, 0, 1+len(rep.Apps))
 	calls = append(calls, scriptCall{
 		script: reportClusterScript,
-		keys:   []string{s.keys.l1(c.ID), s.keys.nodes(c.ID), s.keys.clusterConn(c.ID), s.keys.cfg(c.ID)},
+		keys:   clusterKeys,
 		args: []any{
 			now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
 			fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
 			fmtFloat(c.EmergencyRatios[3]), cost, rep.Seq, seqTTL,
-			rep.CostSpanMicros(),
+			rep.CostSpanMicros(), leaving,
 		},
 	})
 	for _, a := range rep.Apps {
 		calls = append(calls, scriptCall{
 			script: reportAppScript,
 			keys:   []string{s.keys.l2(c.ID, a.App), s.keys.appConn(c.ID, a.App)},
-			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl, a.Seq, seqTTL, keep},
+			args:   []any{now, rep.Instance, a.Requests, a.InFlight, ttl, a.Seq, seqTTL, keep, leaving},
 		})
 	}
 	cmds, err := s.runPipeline(ctx, calls)

@@ -31,6 +31,19 @@ type Store interface {
 	// Report sends one instance's statistics for the interval since its last report. It never
 	// debits tokens (they were debited at lease time). It refreshes the instance's heartbeat,
 	// feeds L1's usage window, records the instance's in-flight counts, and returns L1's state.
+	//
+	// A report with Leaving set is applied as any other (the same figures, the same answer,
+	// this instance counted in LiveInstances), and then removes the instance from the cluster's
+	// live set, as if its heartbeat had expired: its heartbeat, its cluster in-flight count,
+	// its in-flight count of each app the report carries (Apps), and its connection-slot
+	// holdings of the cluster scope and of each app the report carries. So the next Report of
+	// any other instance counts one live instance fewer and none of those counts, and a
+	// LeaseSlots of another instance counts none of those holdings, at once rather than after
+	// InstanceTTL. What it does not carry is left as it was (an app's in-flight count expires
+	// InstanceTTL after the last report that carried the app; a holding of another scope
+	// counts as an instance's that is not live: see LeaseSlots). Its report Seqs are kept, so a
+	// leaving report sent again is applied once. A later report of the instance finds it not
+	// live (Rejoined).
 	Report(ctx context.Context, rep Report) (ClusterState, error)
 
 	// SetEmergency sets (Active) or clears (not Active) the cluster's operator emergency,
@@ -273,6 +286,15 @@ type Report struct {
 	Seq uint64
 	// StatsInterval is as LeaseRequest.StatsInterval, for the records of the apps in Apps.
 	StatsInterval time.Duration
+
+	// Leaving says this is the instance's last report to the cluster (its limiter is closing):
+	// after applying it the Store removes the instance from the live set (see Store.Report).
+	// The Store drops only the per-app in-flight counts and slot holdings of the apps in Apps:
+	// a sender carries, as in every report, each app whose in-flight count it reported non-zero
+	// before (with a zero count if it has none now), and gives its slot holdings back itself
+	// before (LeaseSlots with Want 0), so the leaving report drops what a give-back that
+	// failed left in the cluster scope and in the scopes of the apps it carries.
+	Leaving bool
 }
 
 // MinRecordIdle is the least time a Store keeps an app's record after the last call that wrote

@@ -4,6 +4,7 @@
 -- older than the instance TTL are dropped here.
 -- KEYS[1] app l2 hash, KEYS[2] app conn hash
 -- ARGV: now_us|'' instance requests inflight ttl_us seq seq_ttl_us keep_ms (as lease.lua's)
+-- leaving(1|0|absent)
 -- The entry of an instance lives ttl_us after the last report that carried the app (the limiter
 -- carries every app with a non-zero count in every report, so this matches the instance's own
 -- heartbeat).
@@ -41,4 +42,8 @@ for i = 1, #all, 2 do
   end
 end
 redis.call('PEXPIRE', KEYS[2], 60000)
+-- A leaving instance's entry goes once the report is applied (store.Report.Leaving).
+if ARGV[9] == '1' then
+  redis.call('HDEL', KEYS[2], instance)
+end
 return { fmt(remote), fmt(prev) }

@@ -1,7 +1,9 @@
 -- Report, cluster part: heartbeat, cluster in-flight counts, L1 usage window, emergency, factors.
--- KEYS[1] l1 hash, KEYS[2] nodes zset, KEYS[3] cluster conn hash, KEYS[4] cfg hash (overrides)
+-- KEYS[1] l1 hash, KEYS[2] nodes zset, KEYS[3] cluster conn hash, KEYS[4] cfg hash (overrides),
+-- KEYS[5…] (a leaving report only) the slots hashes of the cluster scope and of each app of the
+-- report, all in the cluster's slot
 -- ARGV: now_us|'' instance inflight ttl_us capacity threshold ratio0 ratio1 ratio2 ratio3 cost seq seq_ttl_us
--- span_us
+-- span_us leaving(1|0|absent)
 -- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight, source, until_us,
 -- config_version, rejoined 0/1},
 -- floats as strings; source is 'operator', 'auto' or ''; until_us the operator emergency's end
@@ -17,6 +19,7 @@ local cost = tonumber(ARGV[11])
 local seq = tonumber(ARGV[12])
 local seq_ttl = tonumber(ARGV[13])
 local span = tonumber(ARGV[14]) or 0
+local leaving = ARGV[15] == '1'
 
 -- 1. heartbeat; instances silent for longer than the TTL are dead and removed. Rejoined: this
 -- instance was not live here before (first report, expired, or the data was lost). When no
@@ -190,5 +193,19 @@ if seq ~= 0 or capacity > 0 or had_op then
   keep_l1(KEYS[1], now)
 end
 local config_version = redis.call('HGET', KEYS[4], 'version') or '0'
+
+-- 7. a leaving instance (store.Report.Leaving) leaves the live set once its report is applied:
+-- its heartbeat, its cluster in-flight count and its slot holdings of the scopes passed go, as
+-- if its heartbeat had expired; its Seqs stay (memLedger.leave). Its entry in the nodes set is
+-- given a time more than ttl ago: expired, it counts nowhere, and the next report or slot lease
+-- prunes it as any expired heartbeat (step 1; with the commands of the least-privilege ACL,
+-- redislua.ACLCommands).
+if leaving then
+  redis.call('ZADD', KEYS[2], fmt(now - ttl - 1), instance)
+  redis.call('HDEL', KEYS[3], instance)
+  for k = 5, #KEYS do
+    redis.call('HDEL', KEYS[k], instance)
+  end
+end
 return { fmt(u), fmt(factors[1]), fmt(factors[2]), fmt(factors[3]), fmt(factors[4]), emergency, reason, live, fmt(remote),
   source, fmt(op_until), config_version, rejoined }

@@ -16,6 +16,8 @@ func l1Cases() []testCase {
 		{"SilentInstanceDropsOut", silentInstanceDropsOut},
 		{"RemoteInFlightExcludesReporter", remoteInFlightExcludesReporter},
 		{"AppInFlightNeedsReports", appInFlightNeedsReports},
+		{"LeavingReport", leavingReport},
+		{"LeavingReportCountsOnce", leavingReportCountsOnce},
 		{"UsageSlidingWindow", usageSlidingWindow},
 		{"UsageSpread", usageSpread},
 		{"UsageBunchedEachSecond", usageBunchedEachSecond},
@@ -137,6 +139,54 @@ func appInFlightNeedsReports(e *env) {
 	st := e.report("b", 0, x(0))
 	e.wantLive(st, 2)
 	e.wantRemote(st, 1, nil)
+}
+
+// leavingReport: a report with Leaving is applied and answered as any other, then its instance
+// is out of the live set at once (not InstanceTTL later): the next report of another instance
+// counts one instance fewer and none of the leaver's in-flight counts. An app's count the
+// leaving report does not carry expires as usual. A later report of the leaver rejoins.
+func leavingReport(e *env) {
+	x := func(n int64) store.AppReport { return store.AppReport{App: "x", InFlight: n} }
+	y := func(n int64) store.AppReport { return store.AppReport{App: "y", InFlight: n} }
+	e.report("a", 5, x(3), y(2))
+	e.report("a", 5, x(3)) // y is not carried again: its entry lives on its own
+	st := e.report("b", 7, x(4), y(1))
+	e.wantLive(st, 2)
+	e.wantRemote(st, 5, map[string]int64{"x": 3, "y": 2})
+	e.advance(10 * time.Millisecond)
+	left := e.reportOver("a", 0, store.Report{InFlight: 5, Apps: []store.AppReport{x(3)}, Leaving: true})
+	e.wantLive(left, 2) // answered as any report: it counts itself
+	e.wantRemote(left, 7, map[string]int64{"x": 4})
+	if left.Rejoined {
+		e.t.Fatal("leaving report: rejoined")
+	}
+	e.advance(10 * time.Millisecond)
+	st = e.report("b", 7, x(4), y(1))
+	e.wantLive(st, 1)
+	e.wantRemote(st, 0, map[string]int64{"y": 2}) // y was not in the leaving report
+	e.advance(store.InstanceTTL)
+	e.wantRemote(e.report("b", 7, x(4), y(1)), 0, nil)
+	st = e.report("a", 1, x(1))
+	if !st.Rejoined {
+		e.t.Fatal("the leaver's next report: not rejoined")
+	}
+	e.wantLive(st, 2)
+	e.wantRemote(e.report("b", 7, x(4)), 1, map[string]int64{"x": 1})
+}
+
+// leavingReportCountsOnce: a leaving report's figures are applied like any report's, and its
+// Seq is kept, so the same leaving report sent again (its reply was lost) adds nothing.
+func leavingReportCountsOnce(e *env) {
+	e.withL1()
+	e.report("b", 0)
+	rep := store.Report{Cost: 100, Seq: 7, Leaving: true}
+	e.reportOver("a", 0, rep)
+	e.reportOver("a", 0, rep)
+	st := e.report("b", 0)
+	e.wantLive(st, 1)
+	if st.Usage != 0.1 {
+		e.t.Fatalf("usage %v after a leaving report of cost 100 (capacity 1000) sent twice; want 0.1", st.Usage)
+	}
 }
 
 // usageSlidingWindow: u is the cost of the last second (capacity 1000), kept in 100 ms slots.

@@ -19,6 +19,7 @@ func slotCases() []testCase {
 		{"ReportRejoined", reportRejoined},
 		{"SlotsInvalid", slotsInvalid},
 		{"SlotsKeptAfterSilence", slotsKeptAfterSilence},
+		{"SlotsDroppedByLeavingReport", slotsDroppedByLeavingReport},
 	}
 }
 
@@ -188,4 +189,27 @@ func slotsKeptAfterSilence(e *env) {
 	e.advance(store.InstanceTTL/2 + time.Millisecond)
 	e.report("i2", 0)
 	e.wantSlots(e.slots("i2", e.app, 8, 10), 8, 0)
+}
+
+// slotsDroppedByLeavingReport: a leaving report drops the instance's holdings of the cluster
+// scope and of the apps it carries at once, also within a TTL of the fleet being heard again
+// (when holdings of instances not heard count); a holding of a scope it does not carry counts
+// as one of an instance that is not live.
+func slotsDroppedByLeavingReport(e *env) {
+	e.report("i1", 0)
+	e.report("i2", 0)
+	e.wantSlots(e.slots("i1", "", 6, 10), 6, 0)
+	e.wantSlots(e.slots("i1", e.app, 6, 10), 6, 0)
+	e.wantSlots(e.slots("i1", "other", 6, 10), 6, 0)
+	e.wantSlots(e.slots("i2", e.app, 8, 10), 4, 6)
+	e.reportOver("i1", 0, store.Report{Apps: []store.AppReport{{App: e.app}}, Leaving: true})
+	e.wantSlots(e.slots("i2", "", 10, 10), 10, 0)
+	e.wantSlots(e.slots("i2", e.app, 10, 10), 10, 0)
+	// The fleet was first heard less than a TTL ago: a holding of an instance not live counts.
+	e.wantSlots(e.slots("i2", "other", 10, 10), 4, 6)
+	e.advance(store.InstanceTTL / 2)
+	e.report("i2", 0)
+	e.advance(store.InstanceTTL/2 + time.Millisecond)
+	e.report("i2", 0)
+	e.wantSlots(e.slots("i2", "other", 10, 10), 10, 0)
 }
