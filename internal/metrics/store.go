@@ -78,8 +78,19 @@ func NewStore(st store.Store, cluster string) *Store {
 	return s
 }
 
-// Unwrap returns the Store that s instruments.
-func (s *Store) Unwrap() store.Store { return s.next }
+// timed runs call as a call of o: its latency is observed and its failure counted.
+func timed[T any](s *Store, o op, call func() (T, error)) (T, error) {
+	start := time.Now()
+	v, err := call()
+	s.done(o, start, err)
+	return v, err
+}
+
+// timedErr is timed for a call that returns only an error.
+func (s *Store) timedErr(o op, call func() error) error {
+	_, err := timed(s, o, func() (struct{}, error) { return struct{}{}, call() })
+	return err
+}
 
 // done observes a call of o that started at start and ended with err.
 func (s *Store) done(o op, start time.Time, err error) {
@@ -91,42 +102,27 @@ func (s *Store) done(o op, start time.Time, err error) {
 
 // Lease calls the Store's Lease.
 func (s *Store) Lease(ctx context.Context, req store.LeaseRequest) (store.Lease, error) {
-	start := time.Now()
-	l, err := s.next.Lease(ctx, req)
-	s.done(opLease, start, err)
-	return l, err
+	return timed(s, opLease, func() (store.Lease, error) { return s.next.Lease(ctx, req) })
 }
 
 // Return calls the Store's Return.
 func (s *Store) Return(ctx context.Context, ret store.Return) error {
-	start := time.Now()
-	err := s.next.Return(ctx, ret)
-	s.done(opReturn, start, err)
-	return err
+	return s.timedErr(opReturn, func() error { return s.next.Return(ctx, ret) })
 }
 
 // Report calls the Store's Report.
 func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterState, error) {
-	start := time.Now()
-	st, err := s.next.Report(ctx, rep)
-	s.done(opReport, start, err)
-	return st, err
+	return timed(s, opReport, func() (store.ClusterState, error) { return s.next.Report(ctx, rep) })
 }
 
 // SetEmergency calls the Store's SetEmergency.
 func (s *Store) SetEmergency(ctx context.Context, c store.ClusterPolicy, e store.Emergency) error {
-	start := time.Now()
-	err := s.next.SetEmergency(ctx, c, e)
-	s.done(opSetEmergency, start, err)
-	return err
+	return s.timedErr(opSetEmergency, func() error { return s.next.SetEmergency(ctx, c, e) })
 }
 
 // Overrides calls the Store's Overrides.
 func (s *Store) Overrides(ctx context.Context, cluster string) (store.Overrides, error) {
-	start := time.Now()
-	o, err := s.next.Overrides(ctx, cluster)
-	s.done(opOverrides, start, err)
-	return o, err
+	return timed(s, opOverrides, func() (store.Overrides, error) { return s.next.Overrides(ctx, cluster) })
 }
 
 // SetOverride calls the Store's SetOverride. A version conflict and a full override table are
@@ -145,26 +141,18 @@ func (s *Store) SetOverride(ctx context.Context, cluster string, ch store.Overri
 // Watch calls the Store's Watch; the latency is that of putting the watch in place (a refused
 // subscription is counted by whoever the Store reports it to, as op "watch").
 func (s *Store) Watch(cluster string, notify func()) (stop func()) {
-	start := time.Now()
-	stop = s.next.Watch(cluster, notify)
-	s.done(opWatch, start, nil)
+	stop, _ = timed(s, opWatch, func() (func(), error) { return s.next.Watch(cluster, notify), nil })
 	return stop
 }
 
 // LeaseSlots calls the Store's LeaseSlots.
 func (s *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.SlotLease, error) {
-	start := time.Now()
-	l, err := s.next.LeaseSlots(ctx, r)
-	s.done(opLeaseSlots, start, err)
-	return l, err
+	return timed(s, opLeaseSlots, func() (store.SlotLease, error) { return s.next.LeaseSlots(ctx, r) })
 }
 
 // Close closes the Store.
 func (s *Store) Close() error {
-	start := time.Now()
-	err := s.next.Close()
-	s.done(opClose, start, err)
-	return err
+	return s.timedErr(opClose, s.next.Close)
 }
 
 var _ store.Store = (*Store)(nil)
