@@ -253,29 +253,24 @@ func (g *gateway) kill() {
 }
 
 // stop asks Caddy to shut down (SIGINT) and kills it if it has not exited within 10 s.
-func (g *gateway) stop() {
+func (g *gateway) stop() { g.signal(syscall.SIGINT) }
+
+// terminate is stop with SIGTERM, as systemd, Kubernetes and docker stop send.
+func (g *gateway) terminate() { g.signal(syscall.SIGTERM) }
+
+// signal sends sig unless the process has exited, and waits for it to exit, killing it if it
+// has not within 10 s.
+func (g *gateway) signal(sig os.Signal) {
 	select {
 	case <-g.exited:
 		return
 	default:
 	}
-	g.cmd.Process.Signal(syscall.SIGINT)
+	_ = g.cmd.Process.Signal(sig)
 	select {
 	case <-g.exited:
 	case <-time.After(10 * time.Second):
-		g.t.Logf("gateway %s did not stop within 10 s of SIGINT; killing it", g.name)
-		g.kill()
-	}
-}
-
-// terminate sends SIGTERM (as systemd, Kubernetes and docker stop do) and waits for the process
-// to exit, killing it if it has not within 10 s.
-func (g *gateway) terminate() {
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.exited:
-	case <-time.After(10 * time.Second):
-		g.t.Logf("gateway %s did not stop within 10 s of SIGTERM; killing it", g.name)
+		g.t.Logf("gateway %s did not stop within 10 s of %v; killing it", g.name, sig)
 		g.kill()
 	}
 }

@@ -111,17 +111,3 @@ func TestCloseLeavesTheFleet(t *testing.T) {
 		t.Fatalf("Close's report %+v; want Leaving, with the cost of 1 admitted since", *last)
 	}
 }
-
-// A limiter that never reported (`caddy validate` provisions and closes one) and has nothing
-// to send leaves without a Store call: it never joined.
-func TestCloseNeverReportedAsksNothing(t *testing.T) {
-	c := clock.NewManual()
-	ps := newProbe(c)
-	l := testLimiter(t, baseConfig(), ps, c, false)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if n := ps.leases.Load() + ps.returns.Load() + ps.reps.Load(); n != 0 {
-		t.Fatalf("Close made %d Store calls, want none", n)
-	}
-}
