@@ -103,6 +103,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    format json|s3
 //	    shadow
 //	    errors
+//	    console {
+//	        prometheus <url>
+//	    }
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
@@ -128,6 +131,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"format":              set(&h.Format, oneOf("json", "s3")),
 		"shadow":              set(&h.Shadow, flagArg),
 		"errors":              set(&h.Errors, flagArg),
+		"console":             set(&h.Console, unmarshalConsole),
 	}}.parse(d)
 }
 
@@ -316,6 +320,20 @@ func unmarshalLocal(d *caddyfile.Dispenser) (*LocalConfig, error) {
 		"sync_batch":       set(&c.SyncBatch, intArg),
 		"lease_ttl":        set(&c.LeaseTTL, durationArg),
 		"stats_interval":   set(&c.StatsInterval, durationArg),
+	}}.parse(d)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func unmarshalConsole(d *caddyfile.Dispenser) (*ConsoleConfig, error) {
+	if err := noArgs(d); err != nil {
+		return nil, err
+	}
+	c := new(ConsoleConfig)
+	err := block{prefix: "console: ", subs: map[string]parser{
+		"prometheus": set(&c.Prometheus, oneArg),
 	}}.parse(d)
 	if err != nil {
 		return nil, err

@@ -157,7 +157,8 @@ func TestCaddyfileFullRoundTrip(t *testing.T) {
 		time.Duration(l.StatsInterval) != 5*time.Minute {
 		t.Errorf("local: %+v", l)
 	}
-	if h.OnRedisFailure != "closed" || h.Headers != "draft" || !h.Shadow || !h.Errors || h.MaxWait == 0 {
+	if h.OnRedisFailure != "closed" || h.Headers != "draft" || !h.Shadow || !h.Errors || h.MaxWait == 0 ||
+		h.Console == nil || h.Console.Prometheus != "http://127.0.0.1:9090" {
 		t.Errorf("flags: %+v", h)
 	}
 }
@@ -206,6 +207,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"max_connections above 2^53", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tmax_connections 9007199254740993\n\t}\n}", `got 9007199254740993, at Caddyfile:5`},
 		{"max_connections beyond int64", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tmax_connections 99999999999999999999\n\t}\n}", `max_connections: 99999999999999999999 is an integer out of range (beyond ±2^63)`},
 		{"connections range names its line", "rate_limit {\n\tconnections {\n\t\tapp 5\n\t\tidle_timeout 1ms\n\t\tcluster 9\n\t}\n}", "connections.idle_timeout must be >= 1s, got 1ms, at Caddyfile:5"},
+		{"console unknown", "rate_limit {\n\tconsole {\n\t\tgrafana http://g\n\t}\n}", `console: unknown subdirective "grafana"`},
+		{"console prometheus args", "rate_limit {\n\tconsole {\n\t\tprometheus\n\t}\n}", `prometheus`},
 		{"local unknown", "rate_limit {\n\tlocal {\n\t\tcache 5\n\t}\n}", `local: unknown subdirective "cache"`},
 		{"local duplicate", "rate_limit {\n\tlocal {\n\t\treserve 5\n\t\treserve 6\n\t}\n}", `local: duplicate subdirective "reserve"`},
 		{"redis unknown", "rate_limit {\n\tredis {\n\t\thost x\n\t}\n}", `redis: unknown subdirective "host"`},

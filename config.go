@@ -16,6 +16,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
+	"github.com/tierbucket/caddy-tierbucket/internal/promhistory"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
 	"github.com/tierbucket/caddy-tierbucket/store"
@@ -81,6 +82,14 @@ func (a *AppConfig) UnmarshalJSON(b []byte) error {
 		}
 	}
 	return nil
+}
+
+// ConsoleConfig is the `console` block: where the console's long history ranges come from.
+type ConsoleConfig struct {
+	// A Prometheus server that scrapes this fleet's metrics (http[s]://host:port): the admin
+	// API reads the 1h, 6h, 24h and 7d ranges from it. Empty: only the 15 minutes kept in
+	// memory.
+	Prometheus string `json:"prometheus,omitempty"`
 }
 
 // LocalConfig is the `local` block: the L3 tuning knobs. Zero fields take the limiter's
@@ -164,6 +173,14 @@ func (h *Handler) definition() (cluster.Definition, error) {
 		lc.StoreTimeout = rc.Timeout
 	}
 	def.Limiter = lc
+	if h.Console != nil && h.Console.Prometheus != "" {
+		// {env.*} placeholders keep credentials out of the config Caddy serves
+		raw := caddy.NewReplacer().ReplaceKnown(h.Console.Prometheus, "")
+		if _, err := promhistory.ValidateURL(raw); err != nil {
+			return def, fmt.Errorf("console: %v", err)
+		}
+		def.Prometheus = raw
+	}
 
 	// The fingerprint is the configuration as written (not the resolved secrets), so it is
 	// stable and never carries a resolved password: the handler's fields less the per-handler

@@ -44,6 +44,8 @@ func TestProvisionRejectsInvalidConfig(t *testing.T) {
 		{"emergency_ratios count", `{"emergency_ratios":[1,0.5,0.1]}`, "emergency_ratios needs 4 values"},
 		{"emergency_ratios range", `{"emergency_ratios":[1,0.5,2,0]}`, "emergency_ratios[2] must be in [0,1]"},
 		{"capacity negative", `{"capacity":-5}`, "capacity must be >= 0"},
+		{"console prometheus scheme", `{"console":{"prometheus":"127.0.0.1:9090"}}`, "console: prometheus: "},
+		{"console prometheus query", `{"console":{"prometheus":"http://u:secret@p:9090/?x=1"}}`, "console: prometheus: http://u:xxxxx@p:9090/?x=1: want http[s]://host[:port][/path]"},
 		{
 			"sum of guaranteed", `{"capacity":1000,"apps":{"a":{"guaranteed":600},"b":{"guaranteed":301}}}`,
 			"apps: sum of guaranteed (901) exceeds (1 - reserved_ratio) × capacity = 900",

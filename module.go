@@ -74,6 +74,8 @@ type Handler struct {
 	Shadow bool `json:"shadow,omitempty"`
 	// Return a Caddy error (for handle_errors) instead of writing the rejection body.
 	Errors bool `json:"errors,omitempty"`
+	// What the web console reads beyond this process (docs/console.md).
+	Console *ConsoleConfig `json:"console,omitempty"`
 
 	state   *cluster.State // shared buckets and counters of the cluster
 	release func()         // gives this handler's references back (Cleanup)

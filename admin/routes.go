@@ -39,6 +39,7 @@ const wildcardApp = "*"
 //	POST /rate_limit/emergency/activate      {"reason": "…", "duration": "5m"} → EmergencyView
 //	POST /rate_limit/emergency/deactivate    (no body, or {}) → EmergencyView
 //	GET  /rate_limit/history?seconds=N       HistoryView
+//	GET  /rate_limit/history?range=R         RangeView
 //	GET  /rate_limit/stream                  text/event-stream of StreamEvent
 //	GET  /rate_limit/ui/                     the web console (ui.go)
 //
@@ -87,6 +88,9 @@ func (a API) routes() []route {
 		{path: "emergency/activate", post: a.activate},
 		{path: "emergency/deactivate", post: a.deactivate},
 		{path: "history", get: func(_ http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+			if q := r.URL.Query(); q.Has("range") {
+				return rangeView(r, c, q)
+			}
 			return historyView(c, r.URL.Query())
 		}},
 		{path: "stream", get: a.stream},

@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The Redis store's tests and the fleet e2e tests start their own redis-server processes; the
-# S3 end-to-end tests drive boto3; the console's browser tests run Debian's chromium.
+# S3 end-to-end tests drive boto3; the console's browser tests run Debian's chromium; the long
+# history test starts Debian's prometheus.
 if ! command -v redis-server >/dev/null 2>&1 || ! python3 -c 'import boto3' >/dev/null 2>&1 ||
-	! command -v chromium >/dev/null 2>&1; then
-	pkgs="redis-server redis-tools python3-boto3 chromium"
+	! command -v chromium >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+	pkgs="redis-server redis-tools python3-boto3 chromium prometheus"
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
@@ -17,11 +18,11 @@ if ! command -v redis-server >/dev/null 2>&1 || ! python3 -c 'import boto3' >/de
 		sudo apt-get update -qq
 		sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs >/dev/null
 	else
-		echo "scripts/test.sh: redis-server or chromium is not installed and this user cannot install them;" >&2
-		echo "  the Redis and browser tests will skip (or fail under CI=true)." >&2
+		echo "scripts/test.sh: redis-server, chromium or prometheus is not installed and this user cannot install them;" >&2
+		echo "  the tests that need them will skip (or fail under CI=true)." >&2
 	fi
 fi
-# Debian's package starts a system redis on :6379; the tests never use it.
+# Debian's packages start a system redis on :6379 and prometheus on :9090; the tests never use them.
 
 # The web console (console/): its packages from the lockfile, lint, type check, unit tests, and
 # the build, which must be what is committed in console/dist (embedded in the Go binary). Its

@@ -61,6 +61,9 @@ type Definition struct {
 	Limiter     limiter.Config
 	Conns       connlimit.Config
 	Redis       *redislua.Config // nil: the memory store
+	// Prometheus is the address of a Prometheus server scraping the fleet (empty: none), for
+	// the console's long history ranges.
+	Prometheus string
 }
 
 // Options are the process's facts a state is built with.

@@ -36,10 +36,11 @@ type State struct {
 }
 
 type genConfig struct {
-	gen   any
-	lim   limiter.Config
-	conns connlimit.Config
-	refs  int
+	gen        any
+	lim        limiter.Config
+	conns      connlimit.Config
+	prometheus string
+	refs       int
 }
 
 func newState(def Definition, opts Options) (*State, error) {
@@ -147,6 +148,17 @@ func (s *State) PreAppRejections() (invalidAppID, unknownApp int64) {
 	return s.invalidIDs.Load(), s.unknownRejects.Load()
 }
 
+// Prometheus is the address of the Prometheus server the newest configuration names for the
+// console's long history ranges (empty: none).
+func (s *State) Prometheus() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.gens); n > 0 {
+		return s.gens[n-1].prometheus
+	}
+	return ""
+}
+
 // join records one more handler of generation gen; the first of a new generation applies its
 // policy to the live state (unless the state was just built from it).
 func (s *State) join(gen any, def Definition, fresh bool) error {
@@ -170,7 +182,7 @@ func (s *State) join(gen any, def Definition, fresh bool) error {
 			logPolicyChange(lc.Logger, prev.lim, lc, prev.conns, def.Conns)
 		}
 	}
-	s.gens = append(s.gens, &genConfig{gen: gen, lim: lc, conns: def.Conns, refs: 1})
+	s.gens = append(s.gens, &genConfig{gen: gen, lim: lc, conns: def.Conns, prometheus: def.Prometheus, refs: 1})
 	return nil
 }
 
