@@ -73,12 +73,12 @@ func TestAdminSource(t *testing.T) {
 		t.Errorf("app a: %+v policy %+v", a, a.Policy)
 	}
 	// burst defaults to guaranteed; max_connections to connections.app
-	if want := (admin.PolicyView{Guaranteed: 5, Burst: 5, Priority: 2, MaxConnections: 1000, Warmup: "1m0s"}); b.ID != "b" || b.Policy == nil || *b.Policy != want {
+	if want := (admin.PolicyView{Guaranteed: 5, Burst: 5, Priority: 2, MaxConnections: 1000, Warmup: "1m0s", Enabled: true}); b.ID != "b" || b.Policy == nil || *b.Policy != want {
 		t.Errorf("app b: %+v, want %+v", b.Policy, want)
 	}
 	if want := (admin.PolicyView{
 		Guaranteed: DefaultAppGuaranteed, Burst: DefaultAppBurst, Priority: DefaultAppPriority,
-		MaxConnections: 1000, Warmup: "0s",
+		MaxConnections: 1000, Warmup: "0s", Enabled: true,
 	}); star.ID != "*" || star.Policy == nil || *star.Policy != want {
 		t.Errorf("*: %+v, want %+v", star.Policy, want)
 	}

@@ -54,6 +54,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        max_borrow <n>
 //	        max_connections <n>
 //	        warmup <duration>
+//	        disabled
 //	    }
 //	    cost {
 //	        operations s3|http
@@ -212,7 +213,8 @@ func (h *Handler) unmarshalApp(d *caddyfile.Dispenser) error {
 			}
 			return err
 		},
-		"warmup": set(&a.Warmup, durationArg),
+		"warmup":   set(&a.Warmup, durationArg),
+		"disabled": set(&a.Disabled, flagArg),
 	}}.parse(d)
 	if err != nil {
 		return err

@@ -143,7 +143,7 @@ func TestCaddyfileFullRoundTrip(t *testing.T) {
 		time.Duration(a.Warmup) != 30*time.Second {
 		t.Errorf("app alpha: %+v", a)
 	}
-	if a := h.Apps["beta.team:prod"]; a == nil || a.Guaranteed != 500.5 || a.Priority != 2 {
+	if a := h.Apps["beta.team:prod"]; a == nil || a.Guaranteed != 500.5 || a.Priority != 2 || !a.Disabled {
 		t.Errorf("app beta.team:prod: %+v", a)
 	}
 	if c := h.Cost; c == nil || c.Quantum != 65536 || c.StreamEstimate != 8<<20 || c.Base["PUT"] != 7 ||
@@ -207,6 +207,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"max_connections above 2^53", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tmax_connections 9007199254740993\n\t}\n}", `got 9007199254740993, at Caddyfile:5`},
 		{"max_connections beyond int64", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tmax_connections 99999999999999999999\n\t}\n}", `max_connections: 99999999999999999999 is an integer out of range (beyond ±2^63)`},
 		{"connections range names its line", "rate_limit {\n\tconnections {\n\t\tapp 5\n\t\tidle_timeout 1ms\n\t\tcluster 9\n\t}\n}", "connections.idle_timeout must be >= 1s, got 1ms, at Caddyfile:5"},
+		{"disabled with an argument", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\tdisabled yes\n\t}\n}", `disabled`},
 		{"console unknown", "rate_limit {\n\tconsole {\n\t\tgrafana http://g\n\t}\n}", `console: unknown subdirective "grafana"`},
 		{"console prometheus args", "rate_limit {\n\tconsole {\n\t\tprometheus\n\t}\n}", `prometheus`},
 		{"local unknown", "rate_limit {\n\tlocal {\n\t\tcache 5\n\t}\n}", `local: unknown subdirective "cache"`},

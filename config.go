@@ -60,6 +60,9 @@ type AppConfig struct {
 	// from guaranteed / 3 to guaranteed over this duration, and the stored burst is released no
 	// faster than that ramp. Default 0 (off). See store.AppPolicy.Warmup.
 	Warmup caddy.Duration `json:"warmup,omitempty"`
+	// Refuse every request of the app (403 app_disabled) while keeping its policy and
+	// statistics; the admin API's "enabled": true overrides it fleet-wide.
+	Disabled bool `json:"disabled,omitempty"`
 }
 
 // UnmarshalJSON decodes an app policy strictly, as Caddy decodes module config, and names the
@@ -214,6 +217,7 @@ func appPolicy(id string, a *AppConfig) (store.AppPolicy, error) {
 		MaxBorrow:      a.MaxBorrow,
 		MaxConnections: a.MaxConnections,
 		Warmup:         time.Duration(a.Warmup),
+		Disabled:       a.Disabled,
 	}
 	if p.Burst == 0 {
 		p.Burst = max(p.Guaranteed, 1) // one request of cost 1 fits: `guaranteed 0.5` alone is valid

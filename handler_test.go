@@ -669,3 +669,27 @@ func TestTinyRateWaitsDoNotOverflow(t *testing.T) {
 		})
 	}
 }
+
+// TestDisabledAppRefused: a disabled app is refused with 403 app_disabled before it takes an
+// in-flight slot or a token, with no Retry-After (waiting does not cure it), and counted.
+func TestDisabledAppRefused(t *testing.T) {
+	h := unitHandler(t, "unit-disabled", map[string]*AppConfig{"a": {Guaranteed: 1000, Burst: 1000, MaxConnections: 1, Disabled: true}})
+	w := httptest.NewRecorder()
+	called := false
+	if err := h.ServeHTTP(w, get("a"), caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		called = true
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if called || w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), `"reason":"app_disabled"`) {
+		t.Fatalf("disabled app: next called %v, %d %s", called, w.Code, w.Body)
+	}
+	if ra := w.Header().Get("Retry-After"); ra != "" {
+		t.Errorf("Retry-After %q on a disabled app", ra)
+	}
+	st := h.state.Limiter().Stats()[0]
+	if n := connCurrent(h, "a"); n != 0 || st.Label != "a" || st.Requests[store.ReasonAppDisabled] != 1 || st.Requests[store.ReasonNone] != 0 {
+		t.Errorf("in flight %d, %s counted %v", n, st.Label, st.Requests)
+	}
+}

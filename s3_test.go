@@ -29,7 +29,7 @@ func s3Handler(t *testing.T, cluster, unknown string, errorsMode bool) *Handler 
 	return newTestHandler(t, &Handler{
 		Cluster:    cluster,
 		Key:        "{http.request.header.X-App-Id}",
-		Apps:       map[string]*AppConfig{"a": {Guaranteed: 1, Burst: 2}},
+		Apps:       map[string]*AppConfig{"a": {Guaranteed: 1, Burst: 2}, "off": {Guaranteed: 1, Disabled: true}},
 		UnknownApp: unknown,
 		Format:     response.FormatS3,
 		Errors:     errorsMode,
@@ -69,6 +69,7 @@ func TestFormatS3Rejections(t *testing.T) {
 	}{
 		{"throttled", "GET", "a", "/bucket/a&b<c>.txt", http.StatusServiceUnavailable, "SlowDown", true},
 		{"unknown app", "GET", "nobody", "/b/o", http.StatusForbidden, "AccessDenied", false},
+		{"disabled app", "GET", "off", "/b/o", http.StatusForbidden, "AccessDenied", false},
 		{"invalid id", "GET", "", "/b/o", http.StatusBadRequest, "InvalidArgument", false},
 	}
 	ids := map[string]bool{}

@@ -42,6 +42,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	o.Cost = est.Cost
 	pol := app.Policy()
 	o.Limit, o.Guaranteed = max(int64(pol.Burst), 1), pol.Guaranteed
+	if pol.Disabled { // before the in-flight slot, so that a full app still says why
+		app.Record(store.ReasonAppDisabled, est.Cost)
+		return h.refuse(w, r, repl, next, &o, store.ReasonAppDisabled)
+	}
 
 	conns := s.Connections()
 	ticket, reason := conns.Acquire(app.Label(), pol.MaxConnections)

@@ -191,6 +191,7 @@ type PolicyView struct {
 	MaxBorrow      float64 `json:"max_borrow"`
 	MaxConnections int64   `json:"max_connections"`
 	Warmup         string  `json:"warmup"` // a Caddy duration ("0s": off)
+	Enabled        bool    `json:"enabled"`
 }
 
 // newPolicyView is p as the API shows it.
@@ -198,6 +199,7 @@ func newPolicyView(p store.AppPolicy) PolicyView {
 	return PolicyView{
 		Guaranteed: num(p.Guaranteed), Burst: num(p.Burst), Priority: p.Priority,
 		MaxBorrow: num(p.MaxBorrow), MaxConnections: p.MaxConnections, Warmup: p.Warmup.String(),
+		Enabled: !p.Disabled,
 	}
 }
 

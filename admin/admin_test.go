@@ -251,13 +251,13 @@ func TestApps(t *testing.T) {
 		t.Fatalf("apps %+v", v)
 	}
 	alpha, beta, star := v.Apps[0], v.Apps[1], v.Apps[2]
-	if want := (PolicyView{Guaranteed: 0.01, Burst: 5, Priority: 1, MaxConnections: 3, Warmup: "0s"}); alpha.Policy == nil || *alpha.Policy != want {
+	if want := (PolicyView{Guaranteed: 0.01, Burst: 5, Priority: 1, MaxConnections: 3, Warmup: "0s", Enabled: true}); alpha.Policy == nil || *alpha.Policy != want {
 		t.Errorf("alpha policy %+v, want %+v", alpha.Policy, want)
 	}
-	if want := (PolicyView{Guaranteed: 100, Burst: 200, MaxBorrow: 50, MaxConnections: 40, Warmup: "1m30s"}); beta.Policy == nil || *beta.Policy != want {
+	if want := (PolicyView{Guaranteed: 100, Burst: 200, MaxBorrow: 50, MaxConnections: 40, Warmup: "1m30s", Enabled: true}); beta.Policy == nil || *beta.Policy != want {
 		t.Errorf("beta policy %+v, want %+v (max_connections: connections.app)", beta.Policy, want)
 	}
-	if want := (PolicyView{Guaranteed: 100, Burst: 200, Priority: 3, MaxConnections: 40, Warmup: "0s"}); star.Policy == nil || *star.Policy != want {
+	if want := (PolicyView{Guaranteed: 100, Burst: 200, Priority: 3, MaxConnections: 40, Warmup: "0s", Enabled: true}); star.Policy == nil || *star.Policy != want {
 		t.Errorf("* policy %+v, want %+v", star.Policy, want)
 	}
 	wantReq := RequestsView{Allowed: 5, Rejected: 2, Reasons: map[string]int64{"app_exhausted": 2}}

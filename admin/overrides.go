@@ -28,6 +28,7 @@ type appOverrideRequest struct {
 	MaxBorrow      *float64        `json:"max_borrow"`
 	MaxConnections *int64          `json:"max_connections"`
 	Warmup         json.RawMessage `json:"warmup"` // a Caddy duration ("30s", "1d") or nanoseconds
+	Enabled        *bool           `json:"enabled"`
 }
 
 // clusterOverrideRequest is the body of PUT /rate_limit/clusters/<id>.
@@ -111,7 +112,7 @@ func (a API) putApp(id string) action {
 		}
 		o := limiter.AppOverride{
 			Guaranteed: req.Guaranteed, Burst: req.Burst, Priority: req.Priority,
-			MaxBorrow: req.MaxBorrow, MaxConnections: req.MaxConnections,
+			MaxBorrow: req.MaxBorrow, MaxConnections: req.MaxConnections, Enabled: req.Enabled,
 		}
 		if len(req.Warmup) > 0 && string(req.Warmup) != "null" {
 			var d caddy.Duration
@@ -125,9 +126,30 @@ func (a API) putApp(id string) action {
 		}
 		if len(o.Fields()) == 0 {
 			return nil, apiError(http.StatusBadRequest, "the override sets no field: give at least one of guaranteed, "+
-				"burst, priority, max_borrow, max_connections, warmup (DELETE removes an override)")
+				"burst, priority, max_borrow, max_connections, warmup, enabled (DELETE removes an override)")
 		}
+		keepOther(&o, c, id)
 		return a.setApp(r, c, id, &o)
+	}
+}
+
+// keepOther makes enabling or disabling an app and editing its policy independent changes: a
+// PUT of enabled alone keeps the override's policy fields, and a PUT of policy fields keeps
+// its enabled (a quota edit never enables a disabled app by accident). A PUT otherwise replaces
+// the override whole.
+func keepOther(o *limiter.AppOverride, c Cluster, id string) {
+	cur, ok, _ := c.Limiter().StoredAppOverride(id)
+	if !ok {
+		return
+	}
+	if o.Enabled == nil {
+		o.Enabled = cur.Enabled
+		return
+	}
+	if len(o.Fields()) == 1 { // enabled alone
+		enabled := o.Enabled
+		*o = cur
+		o.Enabled = enabled
 	}
 }
 

@@ -63,7 +63,7 @@ func TestPutAndDeleteAppOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := decodeApp(t, w)
-	want := PolicyView{Guaranteed: 2, Burst: 10, Priority: 1, MaxConnections: 3, Warmup: "1m0s"}
+	want := PolicyView{Guaranteed: 2, Burst: 10, Priority: 1, MaxConnections: 3, Warmup: "1m0s", Enabled: true}
 	if v.Policy == nil || *v.Policy != want || v.Source != "override" ||
 		!reflect.DeepEqual(v.Override, map[string]any{"guaranteed": 2.0, "burst": 10.0, "warmup": "1m0s"}) {
 		t.Fatalf("after PUT: %+v policy %+v", v, v.Policy)
@@ -87,7 +87,7 @@ func TestPutAndDeleteAppOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	v = decodeApp(t, w)
-	want = PolicyView{Guaranteed: 0.01, Burst: 5, Priority: 1, MaxConnections: 3, Warmup: "0s"}
+	want = PolicyView{Guaranteed: 0.01, Burst: 5, Priority: 1, MaxConnections: 3, Warmup: "0s", Enabled: true}
 	if *v.Policy != want || v.Source != "caddyfile" || v.Override != nil {
 		t.Fatalf("after DELETE: %+v policy %+v", v, v.Policy)
 	}

@@ -197,7 +197,13 @@ func (a *App) Borrowing() (borrowed, debt float64) {
 //
 // A request costing more than the app's burst can never be covered by L2; it is admitted when a
 // full burst's worth of tokens can be taken, and the excess becomes local debt.
+//
+// A disabled app (store.AppPolicy.Disabled) is refused with ReasonAppDisabled at once, without
+// waiting and without touching its tokens.
 func (a *App) Take(ctx context.Context, cost int64, maxWait time.Duration) Decision {
+	if p := a.pol.Load(); p.Disabled {
+		return Decision{Reason: store.ReasonAppDisabled, Remaining: a.Remaining(), Limit: p.burst}
+	}
 	d := a.take(ctx, cost)
 	if d.Allowed || maxWait <= 0 {
 		return d

@@ -21,6 +21,7 @@ type AppOverride struct {
 	MaxBorrow      *float64       `json:"max_borrow,omitempty"`
 	MaxConnections *int64         `json:"max_connections,omitempty"`
 	Warmup         *time.Duration `json:"warmup,omitempty"` // nanoseconds in the Store
+	Enabled        *bool          `json:"enabled,omitempty"`
 }
 
 // Apply returns p with the override's fields. An override of guaranteed without a burst keeps
@@ -36,6 +37,9 @@ func (o AppOverride) Apply(p store.AppPolicy) store.AppPolicy {
 	set(&p.MaxBorrow, o.MaxBorrow)
 	set(&p.MaxConnections, o.MaxConnections)
 	set(&p.Warmup, o.Warmup)
+	if o.Enabled != nil {
+		p.Disabled = !*o.Enabled
+	}
 	return p
 }
 
@@ -43,7 +47,8 @@ func (o AppOverride) Apply(p store.AppPolicy) store.AppPolicy {
 func (o AppOverride) Fields() []string {
 	return present(
 		"guaranteed", o.Guaranteed != nil, "burst", o.Burst != nil, "priority", o.Priority != nil,
-		"max_borrow", o.MaxBorrow != nil, "max_connections", o.MaxConnections != nil, "warmup", o.Warmup != nil)
+		"max_borrow", o.MaxBorrow != nil, "max_connections", o.MaxConnections != nil, "warmup", o.Warmup != nil,
+		"enabled", o.Enabled != nil)
 }
 
 // ClusterOverride is a fleet-wide override of the cluster's L1 policy.

@@ -16,6 +16,7 @@ const (
 	ReasonUnknownApp
 	ReasonInvalidAppID
 	ReasonRedisUnavailable
+	ReasonAppDisabled
 	NumReasons // the number of reasons, ReasonNone included
 )
 
@@ -31,6 +32,7 @@ var reasonNames = [NumReasons]string{
 	ReasonUnknownApp:             "unknown_app",
 	ReasonInvalidAppID:           "invalid_app_id",
 	ReasonRedisUnavailable:       "redis_unavailable",
+	ReasonAppDisabled:            "app_disabled",
 }
 
 // String returns the reason as it appears in responses and metrics ("" for ReasonNone).

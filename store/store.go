@@ -113,6 +113,11 @@ type AppPolicy struct {
 	// allowance back. The time of the last grant is kept whether or not Warmup is set, so
 	// turning it on by a reload does not make active apps cold.
 	Warmup time.Duration
+
+	// Disabled: every request of the app is refused (ReasonAppDisabled) by the instances
+	// before any token is taken; its policy, tokens and statistics are kept for when it is
+	// enabled again. The Store never sees it: it is an admission rule of the gateways.
+	Disabled bool
 }
 
 // WarmupUS is Warmup in whole microseconds, rounded up (0: no warm-up) and at most 2^53 (so

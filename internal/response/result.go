@@ -43,9 +43,10 @@ func (r *Result) hasQuota() bool {
 }
 
 // retryable reports whether the result is (or, in shadow mode, would have been) a rejection
-// that tokens arriving later can cure, so Retry-After applies.
+// that tokens arriving later can cure, so Retry-After applies (not a disabled app: only an
+// operator cures that).
 func (r *Result) retryable() bool {
-	return r.Reason != store.ReasonNone && r.hasQuota()
+	return r.Reason != store.ReasonNone && r.Reason != store.ReasonAppDisabled && r.hasQuota()
 }
 
 // resetSeconds is the reset time of the headers in whole seconds: on a rejection when tokens

@@ -13,7 +13,7 @@ import (
 // s3Error is the S3 error a rejection reason maps to: its HTTP status, code and message.
 func s3Error(r store.Reason) (status int, code, message string) {
 	switch r {
-	case store.ReasonUnknownApp:
+	case store.ReasonUnknownApp, store.ReasonAppDisabled:
 		return http.StatusForbidden, "AccessDenied", "Access Denied"
 	case store.ReasonInvalidAppID:
 		return http.StatusBadRequest, "InvalidArgument", "Invalid app id."

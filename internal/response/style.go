@@ -69,7 +69,7 @@ func (s Style) Status(reason store.Reason) int {
 	switch reason {
 	case store.ReasonInvalidAppID:
 		return http.StatusBadRequest
-	case store.ReasonUnknownApp:
+	case store.ReasonUnknownApp, store.ReasonAppDisabled:
 		return http.StatusForbidden
 	case store.ReasonRedisUnavailable:
 		return http.StatusServiceUnavailable
