@@ -44,7 +44,7 @@ func TestThroughCaddyAdmin(t *testing.T) {
 		{
 			"GET", "/rate_limit/nope", 404, "",
 			`{"error":"no rate_limit admin route /rate_limit/nope (see /rate_limit/apps, /rate_limit/clusters/\u003cid\u003e, ` +
-				`/rate_limit/connections, /rate_limit/emergency, /rate_limit/history, /rate_limit/stream, /rate_limit/ui/)"}` + "\n",
+				`/rate_limit/connections, /rate_limit/emergency, /rate_limit/history, /rate_limit/stream, /rate_limit/audit, /rate_limit/ui/)"}` + "\n",
 		},
 	} {
 		req, err := http.NewRequest(tc.method, "http://localhost"+tc.path, nil)

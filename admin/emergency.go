@@ -121,6 +121,7 @@ func (a API) change(r *http.Request, c Cluster, action string, e store.Emergency
 			"after":       viewMap(after),
 		})
 	}
+	a.record(r, c, "emergency_"+action, map[string]any{"requested": requested}, viewMap(before), viewMap(after))
 	return after, nil
 }
 

@@ -325,6 +325,7 @@ func (a API) logChange(r *http.Request, c Cluster, change string, details map[st
 		}
 		a.events.Emit(a.ctx, configChangedEvent, data)
 	}
+	a.record(r, c, change, details, before, after)
 }
 
 // overrideFields is an override as the JSON object of the fields it sets (warmup as a Caddy

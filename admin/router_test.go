@@ -82,7 +82,7 @@ func TestUnknownPaths(t *testing.T) {
 			w, err := call(apiWith(c), m, target)
 			msg := apiErr(t, err, http.StatusNotFound)
 			want := "no rate_limit admin route " + path + " (see /rate_limit/apps, /rate_limit/clusters/<id>, " +
-				"/rate_limit/connections, /rate_limit/emergency, /rate_limit/history, /rate_limit/stream, /rate_limit/ui/)"
+				"/rate_limit/connections, /rate_limit/emergency, /rate_limit/history, /rate_limit/stream, /rate_limit/audit, /rate_limit/ui/)"
 			if msg != want {
 				t.Errorf("%s %s: %q, want %q", m, target, msg, want)
 			}

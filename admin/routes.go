@@ -40,6 +40,7 @@ const wildcardApp = "*"
 //	POST /rate_limit/emergency/deactivate    (no body, or {}) → EmergencyView
 //	GET  /rate_limit/history?seconds=N       HistoryView
 //	GET  /rate_limit/history?range=R         RangeView
+//	GET  /rate_limit/audit?limit=N           AuditView
 //	GET  /rate_limit/stream                  text/event-stream of StreamEvent
 //	GET  /rate_limit/ui/                     the web console (ui.go)
 //
@@ -94,6 +95,7 @@ func (a API) routes() []route {
 			return historyView(c, r.URL.Query())
 		}},
 		{path: "stream", get: a.stream},
+		{path: "audit", get: func(_ http.ResponseWriter, r *http.Request, c Cluster) (any, error) { return auditView(r, c) }},
 	}
 }
 
@@ -195,8 +197,8 @@ func invalidAppID(id string) error {
 
 // noRoute is the 404 of a path below /rate_limit/ that no route has, whatever the method.
 func noRoute(_ http.ResponseWriter, r *http.Request) error {
-	return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sclusters/<id>, %sconnections, %semergency, %shistory, %sstream, %sui/)",
-		r.URL.Path, prefix, prefix, prefix, prefix, prefix, prefix, prefix)
+	return apiError(http.StatusNotFound, "no rate_limit admin route %s (see %sapps, %sclusters/<id>, %sconnections, %semergency, %shistory, %sstream, %saudit, %sui/)",
+		r.URL.Path, prefix, prefix, prefix, prefix, prefix, prefix, prefix, prefix)
 }
 
 // serve answers a request below /rate_limit/: the console (ui.go) and an escaped slash in an

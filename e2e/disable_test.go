@@ -53,6 +53,24 @@ func TestDisableAppFleetWide(t *testing.T) {
 		t.Fatalf("another app while quota is disabled: %d %s", r.status, r.body)
 	}
 
+	// The change made through g1 is in the fleet's audit log, read through g2.
+	var audit struct {
+		Entries []struct {
+			Instance string         `json:"instance"`
+			Remote   string         `json:"remote_addr"`
+			Route    string         `json:"route"`
+			Change   string         `json:"change"`
+			After    map[string]any `json:"after"`
+		} `json:"entries"`
+	}
+	if status, _, body := g2.adminJSON("GET", "/rate_limit/audit?limit=5", &audit); status != 200 || len(audit.Entries) != 2 {
+		t.Fatalf("g2's audit: %d %s", status, body)
+	}
+	if e := audit.Entries[0]; e.Route != "PUT /rate_limit/apps/quota" || e.Change != "app_override_set" ||
+		e.After["enabled"] != false || !strings.HasPrefix(e.Remote, "127.0.0.1:") || e.Instance == "" {
+		t.Fatalf("g2's newest audit entry: %+v", e)
+	}
+
 	// A reload and a restart keep it disabled (the override lives in Redis).
 	g2.reload(site)
 	waitRefusal(t, g2, "quota", 403, "app_disabled", 2*time.Second)

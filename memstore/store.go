@@ -81,6 +81,7 @@ type Store struct {
 	lastSweep int64 // µs; when expired app records were last dropped
 
 	overrides map[string]*memOverrides // by cluster id
+	audit     map[string][][]byte      // by cluster id, oldest first
 	watchers  map[string]memWatchers   // by cluster id
 	lastWatch int
 }
@@ -95,6 +96,7 @@ func New(clk clock.Clock) *Store {
 		apps:      make(map[memAppKey]*memBucket),
 		clusters:  make(map[string]*memLedger),
 		overrides: make(map[string]*memOverrides),
+		audit:     make(map[string][][]byte),
 		watchers:  make(map[string]memWatchers),
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 // TestDifferential drives the memory store and the Redis store with one random sequence of
 // leases, returns, reports (numbered or not, with resent Seqs), policy changes (warm-up included),
-// operator emergencies (set, expiring, cleared), admin overrides, connection slots and clock steps, and requires identical answers and
+// operator emergencies (set, expiring, cleared), admin overrides, audit entries, connection slots and clock steps, and requires identical answers and
 // identical stored buckets (bit for bit: both compute in IEEE doubles in the same order).
 func TestDifferential(t *testing.T) {
 	client := standaloneClient(t)
@@ -67,7 +67,7 @@ func TestDifferential(t *testing.T) {
 		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
 		for step := 0; step < steps; step++ {
 			app := rapid.SampledFrom(apps).Draw(rt, "app")
-			switch op := rapid.IntRange(0, 8).Draw(rt, "op"); op {
+			switch op := rapid.IntRange(0, 9).Draw(rt, "op"); op {
 			case 0, 1: // lease
 				req := store.LeaseRequest{
 					Cluster: cluster, App: app, Policy: policies[app],
@@ -202,6 +202,18 @@ func TestDifferential(t *testing.T) {
 				o2, err2 := red.Overrides(ctx, cluster.ID)
 				if err1 != nil || err2 != nil || o1.Version != o2.Version || !reflect.DeepEqual(o1.Entries, o2.Entries) {
 					rt.Fatalf("step %d overrides: memory %+v %v, redis %+v %v", step, o1, err1, o2, err2)
+				}
+			case 9: // an audit entry (or a refused empty one), then the newest few read back
+				entry := []byte(rapid.SampledFrom([]string{`{"change":"a"}`, `"ünï"`, ""}).Draw(rt, "entry"))
+				e1, e2 := mem.AppendAudit(ctx, cluster.ID, entry), red.AppendAudit(ctx, cluster.ID, entry)
+				if (e1 == nil) != (e2 == nil) {
+					rt.Fatalf("step %d AppendAudit(%q): memory %v, redis %v", step, entry, e1, e2)
+				}
+				limit := rapid.IntRange(-1, 5).Draw(rt, "limit")
+				a1, err1 := mem.Audit(ctx, cluster.ID, limit)
+				a2, err2 := red.Audit(ctx, cluster.ID, limit)
+				if err1 != nil || err2 != nil || len(a1) != len(a2) || (len(a1) > 0 && !reflect.DeepEqual(a1, a2)) {
+					rt.Fatalf("step %d Audit(%d): memory %q %v, redis %q %v", step, limit, a1, err1, a2, err2)
 				}
 			}
 			for _, a := range apps {

@@ -25,6 +25,10 @@ func (k keys) clusterConn(cluster string) string {
 	return k.prefix + ":" + k.clusterTag(cluster) + ":conn"
 }
 func (k keys) cfg(cluster string) string { return k.prefix + ":" + k.clusterTag(cluster) + ":cfg" }
+func (k keys) audit(cluster string) string {
+	return k.prefix + ":" + k.clusterTag(cluster) + ":audit"
+}
+
 func (k keys) events(cluster string) string {
 	return k.prefix + ":" + k.clusterTag(cluster) + ":events"
 }

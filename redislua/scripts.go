@@ -21,6 +21,7 @@ var (
 	borrowCreditScript  = loadScript("borrow_credit.lua")
 	setOverrideScript   = loadScript("set_override.lua")
 	leaseSlotsScript    = loadScript("lease_slots.lua")
+	appendAuditScript   = loadScript("append_audit.lua")
 )
 
 func loadScript(name string) *redis.Script {

@@ -78,6 +78,14 @@ type Store interface {
 	// of instances that are not are dropped. A holding of 0 is removed.
 	LeaseSlots(ctx context.Context, r SlotRequest) (SlotLease, error)
 
+	// AppendAudit adds entry (see ValidateAuditEntry) to the cluster's audit log, fleet-wide;
+	// the log keeps the newest MaxAuditEntries and never expires.
+	AppendAudit(ctx context.Context, cluster string, entry []byte) error
+
+	// Audit returns the newest min(limit, MaxAuditEntries) entries of the cluster's audit log,
+	// newest first (none for limit <= 0).
+	Audit(ctx context.Context, cluster string, limit int) ([][]byte, error)
+
 	// Close releases the Store's resources.
 	Close() error
 }

@@ -50,13 +50,15 @@ const (
 	opSetOverride
 	opWatch
 	opLeaseSlots
+	opAppendAudit
+	opAudit
 	opClose
 	numOps
 )
 
 var opNames = [numOps]string{
 	"lease", "return", "report", "set_emergency", "overrides",
-	"set_override", "watch", "lease_slots", "close",
+	"set_override", "watch", "lease_slots", "append_audit", "audit", "close",
 }
 
 // Store is a store.Store that observes the latency of every call of the Store it wraps and
@@ -148,6 +150,16 @@ func (s *Store) Watch(cluster string, notify func()) (stop func()) {
 // LeaseSlots calls the Store's LeaseSlots.
 func (s *Store) LeaseSlots(ctx context.Context, r store.SlotRequest) (store.SlotLease, error) {
 	return timed(s, opLeaseSlots, func() (store.SlotLease, error) { return s.next.LeaseSlots(ctx, r) })
+}
+
+// AppendAudit calls the Store's AppendAudit.
+func (s *Store) AppendAudit(ctx context.Context, cluster string, entry []byte) error {
+	return s.timedErr(opAppendAudit, func() error { return s.next.AppendAudit(ctx, cluster, entry) })
+}
+
+// Audit calls the Store's Audit.
+func (s *Store) Audit(ctx context.Context, cluster string, limit int) ([][]byte, error) {
+	return timed(s, opAudit, func() ([][]byte, error) { return s.next.Audit(ctx, cluster, limit) })
 }
 
 // Close closes the Store.

@@ -18,6 +18,10 @@ type failingStore struct{}
 
 var errDown = errors.New("down")
 
+func (failingStore) AppendAudit(context.Context, string, []byte) error { return errDown }
+
+func (failingStore) Audit(context.Context, string, int) ([][]byte, error) { return nil, errDown }
+
 func (failingStore) Lease(context.Context, store.LeaseRequest) (store.Lease, error) {
 	return store.Lease{}, errDown
 }
