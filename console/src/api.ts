@@ -2,7 +2,7 @@
 
 import type {
   AppsView, AppView, ClusterPolicy, ClusterPolicyView, ClusterView, ConnectionsView, Emergency,
-  HistoryView, Policy, RemovedView,
+  AuditView, HistoryView, Policy, RangeView, RemovedView,
 } from './types'
 
 export const DEFAULT_TIMEOUT_MS = 8000
@@ -165,6 +165,17 @@ export class Client {
   }
   streamURL(): string {
     return this.url('stream')
+  }
+  /** A long range (1h, 6h, 24h, 7d) of the fleet or one app, read from Prometheus by the API. */
+  historyRange(range: string, app = ''): Promise<RangeView> {
+    return this.call('GET', `history?range=${encodeURIComponent(range)}` + (app ? '&app=' + encodeURIComponent(app) : ''))
+  }
+  /** Enables or disables an app fleet-wide (its policy override is kept). */
+  setEnabled(id: string, enabled: boolean): Promise<AppView> {
+    return this.call('PUT', 'apps/' + encodeURIComponent(id), { enabled })
+  }
+  audit(limit = 200): Promise<AuditView> {
+    return this.call('GET', `audit?limit=${limit}`)
   }
 }
 

@@ -1,4 +1,4 @@
-// Hash routing: #/ dashboard, #/apps, #/apps/<id>, #/cluster, #/emergency.
+// Hash routing: #/ dashboard, #/apps, #/apps/<id>, #/cluster, #/emergency, #/audit.
 
 import { ref } from 'vue'
 
@@ -8,6 +8,7 @@ export type Route =
   | { name: 'app'; id: string }
   | { name: 'cluster' }
   | { name: 'emergency' }
+  | { name: 'audit' }
   | { name: 'unknown'; path: string }
 
 export function parseRoute(hash: string): Route {
@@ -18,6 +19,7 @@ export function parseRoute(hash: string): Route {
   if (m) return { name: 'app', id: decodeURIComponent(m[1]!) }
   if (path === '/cluster') return { name: 'cluster' }
   if (path === '/emergency') return { name: 'emergency' }
+  if (path === '/audit') return { name: 'audit' }
   return { name: 'unknown', path }
 }
 

@@ -36,6 +36,8 @@ export interface Policy {
   max_borrow: number
   max_connections: number
   warmup: string
+  /** false: every request of the app is refused (403 app_disabled). Not a form field. */
+  enabled?: boolean
 }
 
 export type PolicyField = keyof Policy
@@ -146,4 +148,44 @@ export interface StreamEvent {
   cluster: string
   sample: Sample
   apps: Record<string, AppSample>
+}
+
+/** One point of GET /rate_limit/history?range=…: rates per second over the step. */
+export interface RangePoint {
+  t: number
+  admitted: number
+  rejected: number
+  reasons?: Record<string, number>
+  cost: number
+  usage: number
+  in_flight: number
+  instances: number
+}
+
+export interface RangeView {
+  cluster: string
+  app?: string
+  range: string
+  step_seconds: number
+  available: boolean
+  reason?: string
+  source?: string
+  points: RangePoint[]
+}
+
+export interface AuditEntry {
+  time: string
+  instance: string
+  remote_addr: string
+  client_subject?: string
+  route: string
+  change: string
+  details?: Record<string, unknown>
+  before: unknown
+  after: unknown
+}
+
+export interface AuditView {
+  cluster: string
+  entries: AuditEntry[]
 }

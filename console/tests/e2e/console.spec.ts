@@ -164,6 +164,44 @@ test('emergency: activate with confirmation, then deactivate', async ({ page, re
   await expect(page.getByTestId('emergency-state')).toHaveAttribute('data-active', 'false', { timeout: 10_000 })
 })
 
+test('app: disable and enable with confirmation, enforced by the gateway, both in the audit', async ({ page, request }) => {
+  const status = async () => (await request.get(`${SITE_URL}/console-e2e`, { headers: { 'X-App-Id': 'beta' } })).status()
+  await page.goto(CONSOLE_URL + '#/apps/beta')
+  const toggle = page.getByTestId('enable-toggle')
+  await expect(toggle).toHaveAttribute('data-enabled', 'true')
+  await toggle.getByRole('button', { name: 'Disable app' }).click()
+  expect((await (await request.get(`${ADMIN}/rate_limit/apps/beta`)).json()).policy.enabled, 'nothing before the confirmation').toBe(true)
+  await toggle.getByRole('button', { name: 'Disable', exact: true }).click()
+  await expect(page.getByTestId('app-disabled')).toBeVisible()
+  await expect.poll(status, { timeout: 5_000 }).toBe(403)
+  await shot(page, 'app-disabled')
+
+  await toggle.getByRole('button', { name: 'Enable app' }).click()
+  await toggle.getByRole('button', { name: 'Enable', exact: true }).click()
+  await expect(toggle).toHaveAttribute('data-enabled', 'true')
+  await expect.poll(status, { timeout: 5_000 }).not.toBe(403)
+
+  await page.goto(CONSOLE_URL + '#/audit')
+  const rows = page.getByTestId('audit').locator('tr[data-subject="beta"]')
+  await expect(rows).toHaveCount(2)
+  await expect(rows.first()).toContainText('"enabled":true')
+  await expect(rows.nth(1)).toContainText('"enabled":false')
+  await shot(page, 'audit')
+  // The enable/disable override goes, so that the other tests see the config's policy.
+  await request.delete(`${ADMIN}/rate_limit/apps/beta`)
+})
+
+test('history: the long ranges say why they are unavailable without Prometheus', async ({ page }) => {
+  await page.goto(CONSOLE_URL)
+  await page.getByTestId('range-picker').locator('button[data-range="24h"]').click()
+  await expect(page.getByTestId('range-unavailable')).toContainText('prometheus <url>')
+  await page.getByTestId('range-picker').locator('button[data-range="15m"]').click()
+  await expect.poll(() => points(page, 'chart-requests')).toBeGreaterThan(0)
+  await page.goto(CONSOLE_URL + '#/apps/alpha')
+  await page.getByTestId('range-picker').locator('button[data-range="7d"]').click()
+  await expect(page.getByTestId('range-unavailable')).toContainText('unavailable')
+})
+
 test('layout: no view overflows the page at 1280 or 800 px; an overridden field keeps its input in line', async ({ page, request }) => {
   // Two fields of the cluster form tagged "overridden" (removed again at the end).
   const put = await request.put(`${ADMIN}/rate_limit/clusters/console-e2e`, { data: { capacity: 1200, emergency_threshold: 0.9 } })
@@ -171,7 +209,7 @@ test('layout: no view overflows the page at 1280 or 800 px; an overridden field 
   try {
     for (const width of [1280, 800]) {
       await page.setViewportSize({ width, height: 800 })
-      for (const view of ['#/', '#/apps', '#/apps/alpha', '#/cluster', '#/emergency']) {
+      for (const view of ['#/', '#/apps', '#/apps/alpha', '#/cluster', '#/emergency', '#/audit']) {
         await page.goto(CONSOLE_URL + view)
         await expect(page.locator('main .panel').first()).toBeVisible()
         const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)
