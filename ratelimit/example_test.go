@@ -16,7 +16,7 @@ import (
 func ExampleNew() {
 	lim, err := ratelimit.New(ratelimit.Options{
 		Apps: map[string]ratelimit.App{
-			"alpha": {Guaranteed: 100, Burst: 200},           // 100 tokens/s, 200 at once
+			"alpha": {Guaranteed: 100, Burst: 200},            // 100 tokens/s, 200 at once
 			"*":     {Guaranteed: 10, Burst: 20, Priority: 3}, // every other key, together
 		},
 	})
