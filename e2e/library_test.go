@@ -233,7 +233,7 @@ func waitLibrary(t *testing.T, what string, cond func() (bool, string)) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("library: no %s within 5 s; last: %s", what, last)
+			t.Fatalf("library: %s: not within 5 s; last: %s", what, last)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
