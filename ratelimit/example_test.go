@@ -38,7 +38,7 @@ func ExampleNew_invalid() {
 
 // A Limiter on Redis shares its quotas with every instance, Caddy gateways included, that
 // uses the same Redis, key prefix and cluster id.
-func ExampleNew_redis() {
+func ExampleNew_redis() { //nolint:testableexamples // needs a Redis Cluster: compiled, not run
 	lim, err := ratelimit.New(ratelimit.Options{
 		Cluster:  "backend",
 		Capacity: 10000,
