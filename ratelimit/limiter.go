@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,7 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
+	"github.com/tierbucket/caddy-tierbucket/internal/instance"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
@@ -25,7 +27,7 @@ import (
 type Limiter struct {
 	lim   *limiter.Limiter
 	conns *connlimit.Counter
-	store store.Store
+	parts *instance.Parts // lim and conns, closed together
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -47,6 +49,11 @@ func New(o Options) (*Limiter, error) {
 	}
 	var st store.Store
 	if r.redis != nil {
+		if r.redis.TLSInsecureSkipVerify && o.Logger != nil {
+			o.Logger.Warn("ratelimit: TLSInsecureSkipVerify: the Redis server's certificate is not verified; "+
+				"anyone on the path to Redis can read and change the rate limits (use RootCAs instead)",
+				zap.String("cluster", r.limiter.Cluster.ID))
+		}
 		rs, err := redislua.Open(*r.redis)
 		if err != nil {
 			return nil, fmt.Errorf("ratelimit: %w", err)
@@ -59,21 +66,16 @@ func New(o Options) (*Limiter, error) {
 	} else {
 		st = memstore.New(nil)
 	}
-	conns := connlimit.New(r.conns, nil)
 	lc := r.limiter
-	lc.Connections = conns
 	lc.Logger = o.Logger
 	lc.Instance = instanceID()
-	lim, err := limiter.New(lc, st)
+	parts, err := instance.Start(lc, r.conns, st, nil)
 	if err != nil {
-		conns.Close()
-		_ = st.Close()
 		return nil, fmt.Errorf("ratelimit: %w", err)
 	}
-	conns.UseSlots(lim) // fleet-wide in-flight limits through leased slots
-	conns.KeepApps(lim.Configured)
+	lim := parts.Limiter
 	lim.SyncNow() // the fleet's overrides and emergency before the first decision
-	return &Limiter{lim: lim, conns: conns, store: st}, nil
+	return &Limiter{lim: lim, conns: parts.Conns, parts: parts}, nil
 }
 
 // refused probes Redis once: an error if Redis refuses the configuration, nil if it accepts
@@ -217,10 +219,7 @@ func (l *Limiter) Acquire(key string) (release func(), d Decision) {
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
-		l.conns.GiveBackSlots()
-		limErr := l.lim.Close()
-		l.conns.Close()
-		l.closeErr = errors.Join(limErr, l.store.Close())
+		l.closeErr = l.parts.Close()
 	})
 	return l.closeErr
 }
