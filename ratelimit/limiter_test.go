@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -196,4 +198,38 @@ func TestAcquire(t *testing.T) {
 	r2()
 	r3()
 	rb()
+}
+
+// TestConcurrentAllowN: callers on many goroutines together get no more than the app's burst
+// plus its rate over the time they took, and every call gets a decision.
+func TestConcurrentAllowN(t *testing.T) {
+	const (
+		guaranteed = 10.0
+		burst      = 100.0
+		goroutines = 8
+		calls      = 500
+	)
+	start := time.Now()
+	l := newLimiter(t, Options{Apps: map[string]App{"a": {Guaranteed: guaranteed, Burst: burst}}})
+	var admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range calls {
+				if d := l.Allow(context.Background(), "a"); d.Allowed {
+					admitted.Add(1)
+				} else if d.Reason != "" {
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	bound := burst + guaranteed*time.Since(start).Seconds()
+	if n := admitted.Load(); float64(n) > bound || n == 0 {
+		t.Errorf("admitted %d, want 1..%.1f", n, bound)
+	}
+	if n := admitted.Load() + refused.Load(); n != goroutines*calls {
+		t.Errorf("%d decisions with a verdict, want %d", n, goroutines*calls)
+	}
 }
