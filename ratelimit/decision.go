@@ -22,7 +22,7 @@ type Decision struct {
 	// Limit is the app's burst (for Acquire, the in-flight limit that refused).
 	Limit int64
 	// Err is set for a misuse, which is never allowed: an invalid key (ErrInvalidKey, with
-	// ReasonInvalidAppID), a cost <= 0 (ErrInvalidCost) or a closed Limiter (ErrClosed).
+	// ReasonInvalidAppID), a cost <= 0 (ErrInvalidCost) or a closed or nil Limiter (ErrClosed).
 	Err error
 }
 
@@ -50,10 +50,12 @@ var (
 	ErrInvalidKey = errors.New("ratelimit: invalid key (1-128 characters of [A-Za-z0-9._:-])")
 	// ErrInvalidCost: a cost must be > 0.
 	ErrInvalidCost = errors.New("ratelimit: cost must be > 0")
-	// ErrClosed: the Limiter was closed.
+	// ErrClosed: the Limiter was closed (or is nil).
 	ErrClosed = errors.New("ratelimit: limiter closed")
 	// ErrUnknownApp: Wait for a key that UnknownReject refuses for good.
 	ErrUnknownApp = errors.New("ratelimit: unknown app (unknown_app reject)")
+	// ErrMiddlewareArgs: Middleware was given a nil Limiter, key function or handler.
+	ErrMiddlewareArgs = errors.New("ratelimit: Middleware needs a Limiter, a key function and a handler")
 )
 
 // reasonOf is the reason's name as the plugin writes it.

@@ -109,7 +109,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) Decision { return l.All
 // the Redis timeout (only when the local tokens are spent and a lease is needed), and ctx
 // bounds that wait too. A refusal carries its reason and when to retry. A cost above the app's
 // burst is allowed once a full burst's worth is there; the excess is owed and paid first from
-// the next tokens. Misuse (an invalid key, cost <= 0, a closed Limiter) is refused with
+// the next tokens. Misuse (an invalid key, cost <= 0, a closed or nil Limiter) is refused with
 // Decision.Err set; it never panics.
 func (l *Limiter) AllowN(ctx context.Context, key string, cost int64) Decision {
 	app, d := l.app(key, cost)
@@ -122,7 +122,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, cost int64) Decision {
 // app finds key's bucket, or returns the decision on a call that cannot take tokens.
 func (l *Limiter) app(key string, cost int64) (*limiter.App, Decision) {
 	switch {
-	case l.closed.Load():
+	case l == nil || l.closed.Load():
 		return nil, misuse(ErrClosed, store.ReasonNone)
 	case !limiter.ValidAppID(key):
 		return nil, misuse(fmt.Errorf("%w: %q", ErrInvalidKey, key), store.ReasonInvalidAppID)
@@ -217,6 +217,9 @@ func (l *Limiter) Acquire(key string) (release func(), d Decision) {
 // last statistics, leaves the fleet and closes the Store connection. Decisions after Close are
 // refused with ErrClosed. It is safe to call more than once.
 func (l *Limiter) Close() error {
+	if l == nil {
+		return ErrClosed
+	}
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		l.closeErr = l.parts.Close()

@@ -97,6 +97,19 @@ func TestMisuse(t *testing.T) {
 	if err := l.Wait(ctx, "a", 1); !errors.Is(err, ErrClosed) {
 		t.Errorf("Wait after Close = %v, want ErrClosed", err)
 	}
+	var none *Limiter // what a failed New returns
+	if d := none.Allow(ctx, "a"); d.Allowed || !errors.Is(d.Err, ErrClosed) {
+		t.Errorf("Allow on a nil Limiter = %+v, want ErrClosed", d)
+	}
+	if err := none.Wait(ctx, "a", 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Wait on a nil Limiter = %v, want ErrClosed", err)
+	}
+	if _, d := none.Acquire("a"); d.Allowed || !errors.Is(d.Err, ErrClosed) {
+		t.Errorf("Acquire on a nil Limiter = %+v, want ErrClosed", d)
+	}
+	if err := none.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Close on a nil Limiter = %v, want ErrClosed", err)
+	}
 }
 
 // TestAllowNTakesCost: AllowN takes cost tokens: a burst of 10 admits 4 + 6 and refuses the

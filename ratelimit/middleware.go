@@ -21,7 +21,15 @@ import (
 // headers; admitted responses get no header. Each request holds an in-flight slot of its app
 // while next runs (Acquire's limits). A request that next itself answers with 429 (a limiter
 // further down, or the backend's own) gets its token back, as in the plugin.
+//
+// A nil lim, key or next is a programming error: every request is then answered 500 with
+// the error's text, and next is not called.
 func Middleware(lim *Limiter, key func(*http.Request) string, next http.Handler) http.Handler {
+	if lim == nil || key == nil || next == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, ErrMiddlewareArgs.Error(), http.StatusInternalServerError)
+		})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res := response.Result{App: key(r), Cost: 1}
 		app, d := lim.app(res.App, res.Cost)

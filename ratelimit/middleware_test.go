@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -117,5 +118,22 @@ func TestMiddlewareHoldsSlot(t *testing.T) {
 	}
 	if rec := serveOne(h, "a"); rec.Code != http.StatusOK || inner.Code != http.StatusTooManyRequests {
 		t.Errorf("after the first request ended: %d", rec.Code)
+	}
+}
+
+// TestMiddlewareNilArguments: a Middleware built without a Limiter, key function or handler
+// answers 500 with the error, and never panics.
+func TestMiddlewareNilArguments(t *testing.T) {
+	l := newLimiter(t, Options{})
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("next was called") })
+	for name, h := range map[string]http.Handler{
+		"limiter": Middleware(nil, byHeader, ok),
+		"key":     Middleware(l, nil, ok),
+		"next":    Middleware(l, byHeader, nil),
+	} {
+		rec := serveOne(h, "a")
+		if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), ErrMiddlewareArgs.Error()) {
+			t.Errorf("nil %s: %d %q", name, rec.Code, rec.Body)
+		}
 	}
 }
