@@ -157,6 +157,9 @@ func (l *Limiter) book(app *limiter.App, d limiter.Decision, cost int64) Decisio
 // Misuse returns ErrInvalidKey, ErrInvalidCost or ErrClosed; a key UnknownReject refuses
 // returns ErrUnknownApp.
 func (l *Limiter) Wait(ctx context.Context, key string, cost int64) error {
+	if ctx == nil {
+		ctx = context.Background() // as AllowN takes it: a nil context never ends
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -97,6 +97,9 @@ func TestMisuse(t *testing.T) {
 	if err := l.Wait(ctx, "a", 1); !errors.Is(err, ErrClosed) {
 		t.Errorf("Wait after Close = %v, want ErrClosed", err)
 	}
+	if err := l.Wait(nil, "a", 1); !errors.Is(err, ErrClosed) { //nolint:staticcheck // a nil context is misuse that must not panic
+		t.Errorf("Wait(nil context) after Close = %v, want ErrClosed", err)
+	}
 	var none *Limiter // what a failed New returns
 	if d := none.Allow(ctx, "a"); d.Allowed || !errors.Is(d.Err, ErrClosed) {
 		t.Errorf("Allow on a nil Limiter = %+v, want ErrClosed", d)
