@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
-	"sort"
 	"strings"
 	"time"
 
@@ -17,31 +15,24 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
 	"github.com/tierbucket/caddy-tierbucket/internal/promhistory"
+	"github.com/tierbucket/caddy-tierbucket/internal/settings"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
-	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// Defaults of the handler's own fields. The concept packages own the defaults of
-// their blocks (cost, connections, local, redis).
+// Defaults of the handler's own fields (the shared-state ones are package settings').
 const (
-	DefaultCluster            = "default"
+	DefaultCluster            = settings.DefaultCluster
 	DefaultKey                = "{http.request.host}"
-	DefaultReservedRatio      = 0.1
-	DefaultEmergencyThreshold = 0.95
+	DefaultReservedRatio      = settings.DefaultReservedRatio
+	DefaultEmergencyThreshold = settings.DefaultEmergencyThreshold
 
 	// The `app *` template used when the config has no `app *` block: every unknown app id
 	// shares (or, isolated, each gets) a bucket of 100 tokens/s, burst 200, lowest priority.
-	DefaultAppGuaranteed = 100
-	DefaultAppBurst      = 200
-	DefaultAppPriority   = store.MaxPriority
+	DefaultAppGuaranteed = settings.DefaultAppGuaranteed
+	DefaultAppBurst      = settings.DefaultAppBurst
+	DefaultAppPriority   = settings.DefaultAppPriority
 )
-
-// defaultEmergencyRatios are the refill factors per priority in emergency mode (P0 … P3).
-var defaultEmergencyRatios = [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
-
-// wildcardApp is the id of the template policy for app ids without their own block.
-const wildcardApp = "*"
 
 // AppConfig is one `app <id>` block: the L2 policy of one app.
 type AppConfig struct {
@@ -129,30 +120,6 @@ func (c *ConnectionsConfig) limits() connlimit.Config {
 	}
 }
 
-func parseUnknownApp(s string) (limiter.UnknownAppMode, bool) {
-	switch s {
-	case "", "shared":
-		return limiter.UnknownShared, true
-	case "isolated":
-		return limiter.UnknownIsolated, true
-	case "reject":
-		return limiter.UnknownReject, true
-	}
-	return 0, false
-}
-
-func parseFailureMode(s string) (limiter.FailureMode, bool) {
-	switch s {
-	case "", "local":
-		return limiter.FailLocal, true
-	case "open":
-		return limiter.FailOpen, true
-	case "closed":
-		return limiter.FailClosed, true
-	}
-	return 0, false
-}
-
 // definition validates the shared-state fields of h and returns what they define.
 func (h *Handler) definition() (cluster.Definition, error) {
 	var def cluster.Definition
@@ -200,173 +167,61 @@ func (h *Handler) definition() (cluster.Definition, error) {
 	return def, nil
 }
 
-// finite reports whether f is a real number (not NaN, not ±Inf).
-func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
-
-// appPolicy turns one app block into the limiter's policy with defaults applied, or an error
-// naming the app and the field.
-func appPolicy(id string, a *AppConfig) (store.AppPolicy, error) {
-	name := fmt.Sprintf("apps[%q]", id)
-	if a == nil {
-		return store.AppPolicy{}, fmt.Errorf("%s: empty app block (guaranteed is required)", name)
-	}
-	p := store.AppPolicy{
-		Guaranteed:     a.Guaranteed,
-		Burst:          a.Burst,
-		Priority:       a.Priority,
-		MaxBorrow:      a.MaxBorrow,
-		MaxConnections: a.MaxConnections,
-		Warmup:         time.Duration(a.Warmup),
-		Disabled:       a.Disabled,
-	}
-	if p.Burst == 0 {
-		p.Burst = max(p.Guaranteed, 1) // one request of cost 1 fits: `guaranteed 0.5` alone is valid
-	}
-	if es := p.Validate(); len(es) > 0 {
-		return p, es.Prefixed(name + ".")
-	}
-	return p, nil
-}
-
 // limiterConfig validates the handler's shared-state fields and returns the limiter config
 // they describe (defaults applied). Errors name the field as in JSON / the Caddyfile.
 func (h *Handler) limiterConfig() (limiter.Config, error) {
-	var cfg limiter.Config
-	cp, err := h.clusterPolicy()
+	cfg, err := h.sharedSettings().Limiter()
 	if err != nil {
-		return cfg, err
-	}
-	cfg.Cluster = cp
-	unknown, ok := parseUnknownApp(h.UnknownApp)
-	if !ok {
-		return cfg, fmt.Errorf("unknown_app must be shared, isolated or reject, got %q", h.UnknownApp)
-	}
-	cfg.UnknownApp = unknown
-	fail, ok := parseFailureMode(h.OnRedisFailure)
-	if !ok {
-		return cfg, fmt.Errorf("on_redis_failure must be local, open or closed, got %q", h.OnRedisFailure)
-	}
-	cfg.OnStoreFailure = fail
-	if cfg.Apps, cfg.Default, err = h.appPolicies(); err != nil {
-		return cfg, err
-	}
-	if es := cfg.Admission(); len(es) > 0 {
-		return cfg, fmt.Errorf("apps: %s", es[0].Problem)
-	}
-	if err := h.Local.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	cfg.Instance = cluster.InstanceID()
 	return cfg, nil
 }
 
-// clusterPolicy is the cluster's L1 policy: its id, capacity and emergency settings.
-func (h *Handler) clusterPolicy() (store.ClusterPolicy, error) {
-	id := h.Cluster
-	if id == "" {
-		id = DefaultCluster
-	}
-	if !limiter.ValidAppID(id) {
-		return store.ClusterPolicy{}, fmt.Errorf("cluster: invalid id %q (1-128 characters of [A-Za-z0-9._:-])", id)
-	}
-	cp := store.ClusterPolicy{
-		ID:                 id,
+// sharedSettings are the handler's shared-state fields as package settings takes them.
+func (h *Handler) sharedSettings() settings.Cluster {
+	c := settings.Cluster{
+		ID:                 h.Cluster,
 		Capacity:           h.Capacity,
-		ReservedRatio:      DefaultReservedRatio,
-		EmergencyThreshold: DefaultEmergencyThreshold,
-		EmergencyRatios:    defaultEmergencyRatios,
+		ReservedRatio:      h.ReservedRatio,
+		EmergencyThreshold: h.EmergencyThreshold,
+		EmergencyRatios:    h.EmergencyRatios,
+		UnknownApp:         h.UnknownApp,
+		OnRedisFailure:     h.OnRedisFailure,
 	}
-	if h.ReservedRatio != nil {
-		cp.ReservedRatio = *h.ReservedRatio
-	}
-	if h.EmergencyThreshold != nil {
-		cp.EmergencyThreshold = *h.EmergencyThreshold
-	}
-	if h.EmergencyRatios != nil {
-		if len(h.EmergencyRatios) != store.MaxPriority+1 {
-			return cp, fmt.Errorf("emergency_ratios needs %d values (P0..P%d), got %d",
-				store.MaxPriority+1, store.MaxPriority, len(h.EmergencyRatios))
+	if h.Apps != nil {
+		c.Apps = make(map[string]*settings.App, len(h.Apps))
+		for id, a := range h.Apps {
+			var app *settings.App
+			if a != nil {
+				app = &settings.App{
+					Guaranteed:     a.Guaranteed,
+					Burst:          a.Burst,
+					Priority:       a.Priority,
+					MaxBorrow:      a.MaxBorrow,
+					MaxConnections: a.MaxConnections,
+					Warmup:         time.Duration(a.Warmup),
+					Disabled:       a.Disabled,
+				}
+			}
+			c.Apps[id] = app
 		}
-		copy(cp.EmergencyRatios[:], h.EmergencyRatios)
 	}
-	if es := cp.Validate(); len(es) > 0 {
-		return cp, es
+	if l := h.Local; l != nil {
+		c.Local = &settings.Local{
+			Reserve:         l.Reserve,
+			RefillThreshold: l.RefillThreshold,
+			SyncInterval:    time.Duration(l.SyncInterval),
+			SyncBatch:       l.SyncBatch,
+			LeaseTTL:        time.Duration(l.LeaseTTL),
+			StatsInterval:   time.Duration(l.StatsInterval),
+		}
 	}
-	return cp, nil
+	return c
 }
-
-// appPolicies are the policies of the `app` blocks by id, and the template of the app ids
-// without their own (the `app *` block, or the built-in one).
-func (h *Handler) appPolicies() (map[string]store.AppPolicy, store.AppPolicy, error) {
-	apps := make(map[string]store.AppPolicy, len(h.Apps))
-	template := store.AppPolicy{
-		Guaranteed: DefaultAppGuaranteed,
-		Burst:      DefaultAppBurst,
-		Priority:   DefaultAppPriority,
-	}
-	for _, id := range sortedKeys(h.Apps) {
-		if id != wildcardApp && !limiter.ValidAppID(id) {
-			return nil, template, fmt.Errorf("apps: invalid app id %q (1-128 characters of [A-Za-z0-9._:-], or *)", id)
-		}
-		p, err := appPolicy(id, h.Apps[id])
-		if err != nil {
-			return nil, template, err
-		}
-		if id == wildcardApp {
-			template = p
-			continue
-		}
-		apps[id] = p
-	}
-	return apps, template, nil
-}
-
-// apply validates the `local` block and sets its knobs in cfg (nil: every default).
-func (l *LocalConfig) apply(cfg *limiter.Config) error {
-	if l == nil {
-		return nil
-	}
-	switch {
-	case l.Reserve < 0:
-		return fmt.Errorf("local.reserve must be >= 0, got %d", l.Reserve)
-	case !finite(l.RefillThreshold) || l.RefillThreshold < 0 || l.RefillThreshold > 1:
-		return fmt.Errorf("local.refill_threshold must be in [0,1], got %v", l.RefillThreshold)
-	case l.SyncInterval < 0 || l.SyncInterval > 0 && time.Duration(l.SyncInterval) < minSyncInterval:
-		return fmt.Errorf("local.sync_interval must be >= %v (0: the default), got %v", minSyncInterval, time.Duration(l.SyncInterval))
-	case l.SyncBatch < 0:
-		return fmt.Errorf("local.sync_batch must be >= 0, got %d", l.SyncBatch)
-	case l.LeaseTTL < 0 || l.LeaseTTL > 0 && time.Duration(l.LeaseTTL) < minLeaseTTL:
-		return fmt.Errorf("local.lease_ttl must be >= %v (0: the default), got %v", minLeaseTTL, time.Duration(l.LeaseTTL))
-	case l.StatsInterval < 0 || l.StatsInterval > 0 && time.Duration(l.StatsInterval) < minStatsInterval:
-		return fmt.Errorf("local.stats_interval must be >= %v (0: the default), got %v", minStatsInterval, time.Duration(l.StatsInterval))
-	}
-	cfg.Reserve = l.Reserve
-	cfg.RefillThreshold = l.RefillThreshold
-	cfg.SyncInterval = time.Duration(l.SyncInterval)
-	cfg.SyncBatch = l.SyncBatch
-	cfg.LeaseTTL = time.Duration(l.LeaseTTL)
-	cfg.StatsInterval = time.Duration(l.StatsInterval)
-	return nil
-}
-
-// The shortest sync_interval and lease_ttl: below them an instance would report or give back
-// tokens as fast as Redis answers (1ns made one idle gateway send 80 000 commands a second).
-// Below minStatsInterval every app with traffic would flush its statistics in every report.
-const (
-	minSyncInterval  = 10 * time.Millisecond
-	minLeaseTTL      = 100 * time.Millisecond
-	minStatsInterval = time.Second
-)
 
 // sortedKeys returns the keys of m in order, so that errors are deterministic.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func sortedKeys[V any](m map[string]V) []string { return settings.SortedKeys(m) }
 
 // validateKey checks the key template: non-empty; a placeholder must be closed.
 func validateKey(key string) error {

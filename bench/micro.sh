@@ -2,7 +2,7 @@
 # Go microbenchmarks of the hot paths (target: < 1 µs and 0 allocs per request).
 # Usage: bash bench/micro.sh     → bench/results/micro-<date>.txt (benchstat input) and its
 #                                   benchstat summary bench/results/micro-<date>.md
-# Settings (environment): COUNT=6 BENCHTIME=1s BENCH=. PKGS="./cost ./limiter ./connlimit ."
+# Settings (environment): COUNT=6 BENCHTIME=1s BENCH=. PKGS="./cost ./limiter ./connlimit ./redislua ./ratelimit ."
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -10,7 +10,7 @@ root=$(cd "$here/.." && pwd)
 COUNT=${COUNT:-6} # benchstat gives a confidence interval from 6 samples on
 BENCHTIME=${BENCHTIME:-1s}
 BENCH=${BENCH:-.}
-PKGS=${PKGS:-./cost ./limiter ./connlimit ./redislua .}
+PKGS=${PKGS:-./cost ./limiter ./connlimit ./redislua ./ratelimit .}
 
 stamp=$(date -u +%Y-%m-%dT%H%MZ)
 mkdir -p "$here/results"

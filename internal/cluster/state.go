@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/history"
+	"github.com/tierbucket/caddy-tierbucket/internal/instance"
 	"github.com/tierbucket/caddy-tierbucket/internal/metrics"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/memstore"
@@ -21,9 +21,9 @@ import (
 // State is one cluster's shared state: the limiter, the in-flight counter, the Store.
 type State struct {
 	key   Key
+	parts *instance.Parts // lim and conns, closed together
 	lim   *limiter.Limiter
 	conns *connlimit.Counter
-	store store.Store
 	hist  *sampler              // the per-second history (nil: none)
 	probe atomic.Pointer[probe] // the start-up probe of a Redis Store (nil: none)
 
@@ -47,6 +47,7 @@ func newState(def Definition, opts Options) (*State, error) {
 	s := &State{key: def.Key}
 	lc := def.Limiter
 	var rs *redislua.Store
+	var st store.Store
 	if def.Redis != nil {
 		redislua.RouteLogs(caddy.Log)
 		if def.Redis.TLSInsecureSkipVerify && opts.Logger != nil {
@@ -64,24 +65,18 @@ func newState(def Definition, opts Options) (*State, error) {
 			return nil, err
 		}
 		rs.OnWatchRefused(func(p store.PermanentError, first bool) { s.watchRefused(opts.Logger, p, first) })
-		s.store = rs
+		st = rs
 		lc.KnownInstances, lc.OnLiveInstances = liveInstancesFile(def.Key, opts.Logger)
 	} else {
-		s.store = memstore.New(nil)
+		st = memstore.New(nil)
 	}
-	s.conns = connlimit.New(def.Conns, nil)
-	lc.Connections = s.conns
-	lim, err := limiter.New(lc, metrics.NewStore(s.store, def.Key.Cluster))
+	parts, err := instance.Start(lc, def.Conns, st, metrics.NewStore(st, def.Key.Cluster))
 	if err != nil {
-		s.conns.Close()
-		_ = s.store.Close()
 		return nil, fmt.Errorf("cluster %q: %v", def.Key.Cluster, err)
 	}
-	s.lim = lim
-	s.conns.UseSlots(lim) // fleet-wide in-flight limits through leased slots
-	s.conns.KeepApps(lim.Configured)
+	s.parts, s.lim, s.conns = parts, parts.Limiter, parts.Conns
 	if !opts.Validating {
-		lim.SyncNow() // the fleet's overrides and emergency before the first requests
+		s.lim.SyncNow() // the fleet's overrides and emergency before the first requests
 		if rs != nil {
 			s.probe.Store(startProbe(s, rs, opts.Logger))
 		}
@@ -101,10 +96,7 @@ func (s *State) Destruct() error {
 	if s.hist != nil {
 		s.hist.close()
 	}
-	s.conns.GiveBackSlots()
-	limErr := s.lim.Close()
-	s.conns.Close()
-	err := errors.Join(limErr, s.store.Close())
+	err := s.parts.Close()
 	forgetStoreMetrics(s.key.Cluster)
 	return err
 }
