@@ -81,7 +81,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	o.Decision = response.Allowed
-	out := h.style.Publish(w, repl, &o)
+	out := h.style.Publish(w, placeholders(repl), &o)
 	return h.serveAdmitted(w, r, next, app, d, est, charge, ticket, out)
 }
 
@@ -209,7 +209,7 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 	if h.Shadow {
 		o.Decision = response.ShadowRejected
 	}
-	out := h.style.Publish(w, repl, o)
+	out := h.style.Publish(w, placeholders(repl), o)
 	h.emit(o)
 	if h.Shadow {
 		if out == nil || repl == nil {
@@ -223,7 +223,24 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 	if out == nil {
 		out = h.style.NewOutcome(o)
 	}
-	return h.style.Reject(w, r, out, h.Errors)
+	err := h.style.Reject(w, r, out, h.Errors)
+	if re, ok := err.(*response.RejectionError); ok {
+		return caddyhttp.Error(re.Status, re) // for handle_errors
+	}
+	return err
+}
+
+// replacer is Caddy's replacer as the response package registers placeholders with it.
+type replacer caddy.Replacer
+
+func (r *replacer) Provide(provide func(key string) (any, bool)) { (*caddy.Replacer)(r).Map(provide) }
+
+// placeholders is repl as a response.Placeholders (nil: none).
+func placeholders(repl *caddy.Replacer) response.Placeholders {
+	if repl == nil {
+		return nil
+	}
+	return (*replacer)(repl)
 }
 
 // emit sends the rate_limit_exceeded event; building it is skipped when nothing listens.

@@ -48,6 +48,12 @@ fi
 echo "== go vet"
 go vet ./...
 
+# The Go library (ratelimit/) is for programs that do not run Caddy: it must not link it.
+if go list -deps ./ratelimit | grep -q '^github.com/caddyserver/'; then
+	echo "scripts/test.sh: package ratelimit depends on Caddy (go list -deps ./ratelimit | grep caddyserver)" >&2
+	exit 1
+fi
+
 # golangci-lint (.golangci.yml) at the version pinned in tools/go.mod, on this module and on the
 # load harness's (bench/). `go tool` builds it once into Go's build cache (a few minutes on a
 # cold cache: about 1,200 packages), then starts it in about a second; the lint results are

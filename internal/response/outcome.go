@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
-
-	"github.com/caddyserver/caddy/v2"
 )
 
 // Outcome is a Result published to the response headers and the replacer: the one record a
@@ -58,7 +56,7 @@ func (s Style) NewOutcome(res *Result) *Outcome {
 // writer the handler was given: when an earlier rate_limit handler of the chain wrapped it,
 // that handler's placeholder function is pointed at this outcome instead of registering a
 // second one.
-func (s Style) Publish(w http.ResponseWriter, repl *caddy.Replacer, res *Result) *Outcome {
+func (s Style) Publish(w http.ResponseWriter, repl Placeholders, res *Result) *Outcome {
 	if repl == nil && (!res.hasQuota() || s.Headers == HeadersOff ||
 		(res.Decision == Allowed && !s.onAdmitted())) {
 		return nil
@@ -71,10 +69,16 @@ func (s Style) Publish(w http.ResponseWriter, repl *caddy.Replacer, res *Result)
 			root.latest.Store(o)
 		} else {
 			o.root = o
-			repl.Map(o.placeholder)
+			repl.Provide(o.placeholder)
 		}
 	}
 	return o
+}
+
+// Placeholders is where a request's placeholders are registered (Caddy's replacer): provide
+// answers the keys it knows, and false for the others.
+type Placeholders interface {
+	Provide(provide func(key string) (any, bool))
 }
 
 // The placeholders for later handlers and logs: {http.rate_limit.app}, .cost, .remaining,

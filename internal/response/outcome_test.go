@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/caddyserver/caddy/v2"
-
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -77,13 +75,27 @@ func TestMostFields(t *testing.T) {
 // garbage keeps the heap moving between the providers.
 var garbage []byte
 
+// providers is a Placeholders that keeps what is registered, as Caddy's replacer does.
+type providers struct{ fs []func(string) (any, bool) }
+
+func (p *providers) Provide(f func(string) (any, bool)) { p.fs = append(p.fs, f) }
+
+func (p *providers) Get(key string) (any, bool) {
+	for _, f := range p.fs {
+		if v, ok := f(key); ok {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
 // TestPlaceholderProviderSurvivesGC: providers kept only by what the replacer holds keep their
 // outcomes alive and answer with their own values, through garbage collections.
 func TestPlaceholderProviderSurvivesGC(t *testing.T) {
 	const n = 2000
-	repls := make([]*caddy.Replacer, n)
+	repls := make([]*providers, n)
 	for i := range repls {
-		repls[i] = caddy.NewEmptyReplacer()
+		repls[i] = new(providers)
 		res := Result{App: "app-" + strconv.Itoa(i), Cost: int64(i)}
 		Style{}.Publish(newRecorder(), repls[i], &res)
 		garbage = make([]byte, 512)

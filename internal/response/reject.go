@@ -6,8 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -30,7 +28,7 @@ func (s Style) Reject(w http.ResponseWriter, r *http.Request, o *Outcome, asErro
 		if s.S3 {
 			setS3Headers(w.Header(), o)
 		}
-		return caddyhttp.Error(status, rejectionError{reason: o.Reason})
+		return &RejectionError{Status: status, Reason: o.Reason}
 	}
 	if s.S3 {
 		return writeS3Rejection(w, r, status, o)
@@ -52,10 +50,14 @@ func waitsForContinue(r *http.Request) bool {
 	return false
 }
 
-// rejectionError is the error handed to handle_errors in `errors` mode.
-type rejectionError struct{ reason store.Reason }
+// RejectionError is Reject's answer in `errors` mode: the caller hands it to its error
+// handling (Caddy's handle_errors) with Status.
+type RejectionError struct {
+	Status int
+	Reason store.Reason
+}
 
-func (e rejectionError) Error() string { return "rate limit exceeded: " + e.reason.String() }
+func (e *RejectionError) Error() string { return "rate limit exceeded: " + e.Reason.String() }
 
 // writeJSONRejection writes the JSON body of a rejection:
 // {"error":"rate_limit_exceeded","reason":"app_exhausted","retry_after":1,"remaining":0,"cost":17}

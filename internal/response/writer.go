@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 )
 
@@ -18,7 +16,7 @@ import (
 // returns. Flush, Push and the rest are reached through Unwrap (http.ResponseController), as
 // with Caddy's own wrappers. Pooled: nothing may keep it after the handler returns.
 type TrackedWriter struct {
-	caddyhttp.ResponseWriterWrapper
+	http.ResponseWriter
 	ticket   connlimit.Handle
 	n        int64 // response body bytes written
 	status   int   // the final status written (0 before WriteHeader)
@@ -73,9 +71,17 @@ func (tw *TrackedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadFrom counts the bytes copied (the file server and the proxy use it).
-func (tw *TrackedWriter) ReadFrom(r io.Reader) (int64, error) {
-	n, err := tw.ResponseWriterWrapper.ReadFrom(r)
+// Unwrap is the wrapped writer (http.ResponseController reaches Flush and the rest through it).
+func (tw *TrackedWriter) Unwrap() http.ResponseWriter { return tw.ResponseWriter }
+
+// ReadFrom counts the bytes copied (the file server and the proxy use it), with the wrapped
+// writer's ReadFrom when it has one (sendfile).
+func (tw *TrackedWriter) ReadFrom(r io.Reader) (n int64, err error) {
+	if rf, ok := tw.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(r)
+	} else {
+		n, err = io.Copy(tw.ResponseWriter, r)
+	}
 	tw.n += n
 	tw.ticket.Touch()
 	return n, err
