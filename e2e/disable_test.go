@@ -32,10 +32,7 @@ func waitRefusal(t *testing.T, g *gateway, app string, status int, reason string
 func TestDisableAppFleetWide(t *testing.T) {
 	requireCaddy(t)
 	addr, _ := redistest.Standalone(t)
-	site := overridesSite(addr, "e2e-disable")
-	g1, g2 := startGateway(t, "g1", site), startGateway(t, "g2", site)
-	f := newFleet(t, addr, "e2e-disable", "e2e-overrides")
-	f.waitLive(g1, g2)
+	g1, g2, _, site := overridesFleet(t, addr, "e2e-disable")
 	if r := g2.send("GET", "/", "quota", ""); r.status != 200 {
 		t.Fatalf("quota before: %d %s", r.status, r.body)
 	}

@@ -38,6 +38,17 @@ func overridesSite(addr, prefix string) string {
 	respond "ok"`, addr, prefix)
 }
 
+// overridesFleet starts two gateways, g1 and g2, with overridesSite on the redis-server at addr
+// under prefix, and waits until each counts both live.
+func overridesFleet(t *testing.T, addr, prefix string) (g1, g2 *gateway, f *fleet, site string) {
+	t.Helper()
+	site = overridesSite(addr, prefix)
+	g1, g2 = startGateway(t, "g1", site), startGateway(t, "g2", site)
+	f = newFleet(t, addr, prefix, "e2e-overrides")
+	f.waitLive(g1, g2)
+	return g1, g2, f, site
+}
+
 // appInfo is the part of GET /rate_limit/apps/<id> these tests read.
 type appInfo struct {
 	Policy   map[string]any `json:"policy"`
@@ -91,10 +102,7 @@ func appsPolicies(t *testing.T, g *gateway) string {
 func TestOverridesFleet(t *testing.T) {
 	requireCaddy(t)
 	addr, _ := redistest.Standalone(t)
-	site := overridesSite(addr, "e2e-overrides")
-	g1, g2 := startGateway(t, "g1", site), startGateway(t, "g2", site)
-	f := newFleet(t, addr, "e2e-overrides", "e2e-overrides")
-	f.waitLive(g1, g2)
+	g1, g2, f, site := overridesFleet(t, addr, "e2e-overrides")
 	loaded := appsPolicies(t, g2)
 	if r := g2.send("GET", "/", "quota", ""); r.status != 200 {
 		t.Fatalf("quota before: %d %s", r.status, r.body)
@@ -254,10 +262,7 @@ func TestBorrowingE2E(t *testing.T) {
 func TestOverridePropagation(t *testing.T) {
 	requireCaddy(t)
 	addr, _ := redistest.Standalone(t)
-	site := overridesSite(addr, "e2e-propagation")
-	g1, g2 := startGateway(t, "g1", site), startGateway(t, "g2", site)
-	f := newFleet(t, addr, "e2e-propagation", "e2e-overrides")
-	f.waitLive(g1, g2)
+	g1, g2, _, _ := overridesFleet(t, addr, "e2e-propagation")
 	var took []time.Duration
 	for i := range 100 {
 		want := float64(1000 + i)
@@ -282,9 +287,7 @@ func TestOverridesSurviveRedisDataLoss(t *testing.T) {
 	requireCaddy(t)
 	addr, srv := redistest.Standalone(t)
 	const prefix = "e2e-loss"
-	site := overridesSite(addr, prefix)
-	g1, g2 := startGateway(t, "g1", site), startGateway(t, "g2", site)
-	newFleet(t, addr, prefix, "e2e-overrides").waitLive(g1, g2)
+	g1, g2, _, _ := overridesFleet(t, addr, prefix)
 	if status, body := g1.adminDo("PUT", "/rate_limit/apps/quota", "application/json", `{"guaranteed": 1, "burst": 2}`); status != 200 {
 		t.Fatalf("PUT on g1: %d %s", status, body)
 	}
