@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -82,10 +81,9 @@ func TestLibraryJoinsFleet(t *testing.T) {
 	waitLibraryLive(t, f)
 
 	// Quota: all three on "shop".
-	type tally struct{ ok, limited, other atomic.Int64 }
-	tallies := make([]*tally, len(gws)+1) // the gateways, then the library
+	tallies := make([]*loadTally, len(gws)+1) // the gateways, then the library
 	for i := range tallies {
-		tallies[i] = new(tally)
+		tallies[i] = new(loadTally)
 	}
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
@@ -104,22 +102,7 @@ func TestLibraryJoinsFleet(t *testing.T) {
 				for n := 0; n < maxPerWkr && time.Now().Before(deadline); n++ {
 					resp, body, err := get(client, g.base, "/bucket/object", "shop")
 					done()
-					switch {
-					case err != nil:
-						tallies[i].other.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: %v", g.name, err))
-					case resp.StatusCode == http.StatusOK:
-						tallies[i].ok.Add(1)
-					case resp.StatusCode == http.StatusTooManyRequests:
-						tallies[i].limited.Add(1)
-						if r, err := parseRejection(resp, body); err != nil || r.Reason != "app_exhausted" {
-							tallies[i].other.Add(1)
-							firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: 429 %+v %v", g.name, r, err))
-						}
-					default:
-						tallies[i].other.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: status %d body %q", g.name, resp.StatusCode, body))
-					}
+					tallies[i].count(&firstErr, g.name, resp, body, err)
 				}
 			})
 		}

@@ -51,8 +51,7 @@ func TestFleetQuota(t *testing.T) {
 	f := newFleet(t, addr, "e2e-quota", "quota")
 	f.waitLive(gws...) // both know the fleet has two instances before the load starts
 
-	type tally struct{ ok, limited, other atomic.Int64 }
-	tallies := make([]*tally, len(gws))
+	tallies := make([]*loadTally, len(gws))
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	client := newClient(t, 5*time.Second, 2*workers)
@@ -60,7 +59,7 @@ func TestFleetQuota(t *testing.T) {
 	deadline := start.Add(duration)
 	var lastDone atomic.Int64 // ns since start of the last response
 	for i, g := range gws {
-		tallies[i] = new(tally)
+		tallies[i] = new(loadTally)
 		for w := 0; w < workers; w++ {
 			wg.Add(1)
 			go func() {
@@ -70,25 +69,11 @@ func TestFleetQuota(t *testing.T) {
 					if d := int64(time.Since(start)); d > lastDone.Load() {
 						lastDone.Store(d) // racy max, good enough: all workers end within µs
 					}
-					switch {
-					case err != nil:
-						tallies[i].other.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: %v", g.name, err))
-					case resp.StatusCode == http.StatusOK:
-						tallies[i].ok.Add(1)
+					if tallies[i].count(&firstErr, g.name, resp, body, err) {
 						if c := resp.Header.Get("X-Ratelimit-Cost"); c != "1" {
 							tallies[i].other.Add(1)
 							firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: X-RateLimit-Cost %q, want 1", g.name, c))
 						}
-					case resp.StatusCode == http.StatusTooManyRequests:
-						tallies[i].limited.Add(1)
-						if r, err := parseRejection(resp, body); err != nil || r.Reason != "app_exhausted" {
-							tallies[i].other.Add(1)
-							firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: 429 %+v %v", g.name, r, err))
-						}
-					default:
-						tallies[i].other.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: status %d body %q", g.name, resp.StatusCode, body))
 					}
 				}
 			}()
@@ -132,4 +117,32 @@ func TestFleetQuota(t *testing.T) {
 	if math.Abs(dev) > 0.05 {
 		t.Errorf("admitted %d is %+.2f%% off burst + rate × T = %.1f (bound ±5%%)", admitted, 100*dev, allowed)
 	}
+}
+
+// loadTally counts a load's answers from one source: admitted, refused with app_exhausted, and
+// anything else.
+type loadTally struct{ ok, limited, other atomic.Int64 }
+
+// count counts one answer of gateway name (err: the request failed), keeping the first answer
+// that is neither an admission nor an app_exhausted refusal in firstErr. It reports whether
+// the request was admitted.
+func (t *loadTally) count(firstErr *atomic.Value, name string, resp answer, body string, err error) bool {
+	switch {
+	case err != nil:
+		t.other.Add(1)
+		firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: %v", name, err))
+	case resp.StatusCode == http.StatusOK:
+		t.ok.Add(1)
+		return true
+	case resp.StatusCode == http.StatusTooManyRequests:
+		t.limited.Add(1)
+		if r, err := parseRejection(resp, body); err != nil || r.Reason != "app_exhausted" {
+			t.other.Add(1)
+			firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: 429 %+v %v", name, r, err))
+		}
+	default:
+		t.other.Add(1)
+		firstErr.CompareAndSwap(nil, fmt.Sprintf("gateway %s: status %d body %q", name, resp.StatusCode, body))
+	}
+	return false
 }
