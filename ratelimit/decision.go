@@ -42,6 +42,7 @@ const (
 	ReasonUnknownApp             Reason = "unknown_app"              // no policy for the key, and UnknownReject
 	ReasonInvalidAppID           Reason = "invalid_app_id"           // the key is not 1-128 characters of [A-Za-z0-9._:-]
 	ReasonRedisUnavailable       Reason = "redis_unavailable"        // the Store is down and FailClosed is in force
+	ReasonAppDisabled            Reason = "app_disabled"             // the app is disabled (config or the admin API)
 )
 
 // The misuse errors (Decision.Err, and Wait's errors), for errors.Is.
@@ -54,6 +55,8 @@ var (
 	ErrClosed = errors.New("ratelimit: limiter closed")
 	// ErrUnknownApp: Wait for a key that UnknownReject refuses for good.
 	ErrUnknownApp = errors.New("ratelimit: unknown app (unknown_app reject)")
+	// ErrAppDisabled: Wait for an app that is disabled; waiting does not enable it.
+	ErrAppDisabled = errors.New("ratelimit: app disabled")
 	// ErrMiddlewareArgs: Middleware was given a nil Limiter, key function or handler.
 	ErrMiddlewareArgs = errors.New("ratelimit: Middleware needs a Limiter, a key function and a handler")
 )

@@ -179,6 +179,10 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int64) error {
 		if l.closed.Load() {
 			return ErrClosed
 		}
+		if ld.Reason == store.ReasonAppDisabled {
+			app.Record(ld.Reason, cost)
+			return fmt.Errorf("%w: %q", ErrAppDisabled, key)
+		}
 		t := time.NewTimer(ld.RetryAfter)
 		select {
 		case <-t.C:

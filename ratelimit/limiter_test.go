@@ -249,3 +249,20 @@ func TestConcurrentAllowN(t *testing.T) {
 		t.Errorf("%d decisions with a verdict, want %d", n, goroutines*calls)
 	}
 }
+
+// TestDisabledApp: a disabled app is refused with app_disabled, and Wait says so at once
+// instead of waiting for tokens that would not help.
+func TestDisabledApp(t *testing.T) {
+	l := newLimiter(t, Options{Apps: map[string]App{"off": {Guaranteed: 10, Disabled: true}, "on": {Guaranteed: 10}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if d := l.Allow(ctx, "off"); d.Allowed || d.Reason != ReasonAppDisabled {
+		t.Fatalf("Allow(off) = %+v, want app_disabled", d)
+	}
+	if err := l.Wait(ctx, "off", 1); !errors.Is(err, ErrAppDisabled) || ctx.Err() != nil {
+		t.Fatalf("Wait(off) = %v (context %v), want ErrAppDisabled at once", err, ctx.Err())
+	}
+	if d := l.Allow(ctx, "on"); !d.Allowed {
+		t.Fatalf("Allow(on) = %+v", d)
+	}
+}

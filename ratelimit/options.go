@@ -69,6 +69,9 @@ type App struct {
 	MaxConnections int64
 	// Warmup ramps an app idle this long from Guaranteed/3 up to Guaranteed (default 0: off).
 	Warmup time.Duration
+	// Disabled refuses every call for the app (ReasonAppDisabled); the fleet's admin API can
+	// enable or disable an app for every instance, this one included.
+	Disabled bool
 }
 
 // UnknownApp says what happens to keys without their own entry in Options.Apps.
@@ -174,6 +177,7 @@ func (o Options) resolve() (resolved, error) {
 				MaxBorrow:      a.MaxBorrow,
 				MaxConnections: a.MaxConnections,
 				Warmup:         a.Warmup,
+				Disabled:       a.Disabled,
 			}
 		}
 	}
