@@ -46,6 +46,7 @@ type App struct {
 	listed   atomic.Bool // on the sync loop's list (active.go)
 	pol      atomic.Pointer[appPolicy]
 	stats    *appStats // shared by all unknown apps
+	own      *appStats // an isolated bucket's own counters (tenants.go); nil for the others
 
 	// Written by every admitted request, so kept on one cache line (with what a take reads):
 	// requests of one app on several cores then move one line between them, not four.
