@@ -39,7 +39,6 @@ func (l *Limiter) IsolatedStats() []AppStats {
 	return out
 }
 
-
 // StatsTotals is the sum of the counters Stats returns (every configured app and "*"), without
 // building or sorting the list.
 func (l *Limiter) StatsTotals() AppStats {
