@@ -141,24 +141,22 @@ type EmergencyView struct {
 	Until  *time.Time `json:"until"`  // the operator emergency's end; null: until deactivated / L1 leaves it
 }
 
-// AppsView is GET /rate_limit/apps.
-type AppsView struct {
-	Cluster string    `json:"cluster"`
-	Apps    []AppView `json:"apps"`
-}
-
-// AppView is one app (GET /rate_limit/apps/<id>): a configured app, or "*", every unknown app
-// together (their shared bucket and the isolated ones).
+// AppView is one app (GET /rate_limit/apps/<id>): a configured app, an active isolated tenant,
+// or "*", every unknown app together (their shared bucket and the isolated ones).
 type AppView struct {
 	ID     string      `json:"id"`
 	Policy *PolicyView `json:"policy"` // null for "*" with unknown_app reject (no bucket)
-	Source string      `json:"source"` // "caddyfile" (the config), "override" (the config's, overridden) or "api" (created by PUT)
+	Source string      `json:"source"` // "caddyfile" (the config), "override" (the config's, overridden), "api" (created by PUT) or "isolated"
 
 	// Override is the fields the app's admin override sets; null without one.
 	Override map[string]any `json:"override"`
 	// OverrideNotApplied is an override the Store holds that this instance leaves out, because
 	// it does not fit the loaded config (the policy shown is the config's).
 	OverrideNotApplied *NotAppliedView `json:"override_not_applied,omitempty"`
+
+	// Live is the app's decisions and cost over the last history.LiveWindow seconds on this
+	// instance (the console's live window).
+	Live history.Live `json:"live"`
 
 	LocalTokens int64        `json:"local_tokens"`
 	LocalDebt   int64        `json:"local_debt"`

@@ -30,7 +30,7 @@ const wildcardApp = "*"
 // ServeMux holding the routes below.
 //
 //	GET  /rate_limit/                        ClusterView
-//	GET  /rate_limit/apps                    AppsView
+//	GET  /rate_limit/apps                    AppsView, a page (apps.go)
 //	GET  /rate_limit/apps/<id>               AppView
 //	PUT|DELETE /rate_limit/apps/<id>         an app's override (overrides.go) → AppView
 //	GET|PUT|DELETE /rate_limit/clusters/<id> the cluster's L1 policy and override → ClusterPolicyView
@@ -69,7 +69,9 @@ type route struct {
 
 // routes is the API's routes.
 func (a API) routes() []route {
-	apps := show(func(c Cluster) AppsView { return AppsView{Cluster: c.ID(), Apps: appViews(c)} })
+	apps := func(_ http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+		return appsPage(c, r.URL.Query())
+	}
 	return []route{
 		{path: "{$}", get: show(clusterView)},
 		{path: "apps", get: apps},
@@ -351,15 +353,10 @@ func clusterView(c Cluster) ClusterView {
 	for i, f := range st.Factors {
 		v.Factors[i] = num(f)
 	}
-	var admitted, hits int64
-	for _, s := range lim.Stats() {
-		admitted += s.Requests[store.ReasonNone]
-		hits += s.LocalHits
-		v.Leases += s.Leases
-		v.LeaseTokens += s.LeaseTokens
-	}
-	if admitted > 0 {
-		v.LocalHitRatio = min(float64(hits)/float64(admitted), 1)
+	tot := lim.StatsTotals()
+	v.Leases, v.LeaseTokens = tot.Leases, tot.LeaseTokens
+	if admitted := tot.Requests[store.ReasonNone]; admitted > 0 {
+		v.LocalHitRatio = min(float64(tot.LocalHits)/float64(admitted), 1)
 	}
 	return v
 }
@@ -382,28 +379,6 @@ func emergencyView(st store.ClusterState) EmergencyView {
 	return e
 }
 
-// appViews is every configured app, sorted by id, then "*".
-func appViews(c Cluster) []AppView {
-	lim, counter := c.Limiter(), c.Connections()
-	cfg := lim.Config()
-	stats := statsByLabel(c)
-	conns := connsByApp(counter)
-	ids := appIDs(cfg)
-	out := make([]AppView, 0, len(ids)+1)
-	for _, id := range ids {
-		p := cfg.Apps[id]
-		v := newAppView(id, &p, stats[id], conns[id], counter)
-		v.Source = lim.AppSource(id)
-		if o, ok, why := lim.StoredAppOverride(id); ok && why != nil {
-			v.OverrideNotApplied = &NotAppliedView{Override: overrideFields(&o), Reason: why.Error()}
-		} else if ok {
-			v.Override = overrideFields(&o)
-		}
-		out = append(out, v)
-	}
-	return append(out, newAppView(wildcardApp, starPolicy(cfg), stats[wildcardApp], conns[wildcardApp], counter))
-}
-
 // appIDs is the configured apps' ids, sorted.
 func appIDs(cfg limiter.Config) []string {
 	ids := make([]string, 0, len(cfg.Apps))
@@ -420,21 +395,6 @@ func starPolicy(cfg limiter.Config) *store.AppPolicy {
 		return nil
 	}
 	return &cfg.Default
-}
-
-// appView is GET /rate_limit/apps/<id>: a configured app or "*".
-func appView(c Cluster, id string) (AppView, error) {
-	for _, v := range appViews(c) {
-		if v.ID == id {
-			return v, nil
-		}
-	}
-	if _, ok, why := c.Limiter().StoredAppOverride(id); ok && why != nil {
-		return AppView{}, apiError(http.StatusNotFound, "app %q of cluster %q exists through an admin override "+
-			"that this instance leaves out (%v): change it, or remove it with DELETE", id, c.ID(), why)
-	}
-	return AppView{}, apiError(http.StatusNotFound, "unknown app %q in cluster %q (unknown apps are shown as %q)",
-		id, c.ID(), wildcardApp)
 }
 
 // statsByLabel is the limiter's statistics by label, with the decisions the root takes before
