@@ -63,6 +63,10 @@ func liveClusters() []Cluster {
 type API struct {
 	// source, when set, replaces the process's live clusters (tests).
 	source func() []Cluster
+	// readOnly refuses every change (403): the API as a site serves it without allow_changes.
+	readOnly bool
+	// stop, when closed, ends the open streams (a site's server shutting down); nil: never.
+	stop <-chan struct{}
 
 	ctx    caddy.Context
 	logger *zap.Logger      // nil (not provisioned): Caddy's default logger, named as Provision names it
@@ -124,6 +128,8 @@ type ClusterView struct {
 	Leases        int64         `json:"leases"`
 	LeaseTokens   int64         `json:"lease_tokens"`
 	StoreLatency  float64       `json:"store_latency_seconds"` // moving average of Store calls
+	// ReadOnly: this API refuses changes (a console served on a site without allow_changes).
+	ReadOnly bool `json:"read_only"`
 }
 
 // LevelView is a degradation level: normal 0, mild 1, significant 2, fail_open 3.

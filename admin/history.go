@@ -194,6 +194,8 @@ func (a API) stream(w http.ResponseWriter, r *http.Request, c Cluster) (any, err
 			return written{}, nil
 		case <-unloaded:
 			return written{}, nil
+		case <-a.stop:
+			return written{}, nil
 		case <-changed:
 		}
 	}

@@ -45,14 +45,20 @@ const wildcardApp = "*"
 // Every route takes ?cluster=<id>, which may be omitted when this process runs exactly one
 // cluster.
 func (a API) Routes() []caddy.AdminRoute {
+	mux := a.mux()
+	return []caddy.AdminRoute{{Pattern: prefix, Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		return serve(mux, w, r)
+	})}}
+}
+
+// mux is the ServeMux of the routes below.
+func (a API) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(prefix, muxHandler(noRoute)) // the paths no route below has
 	for _, rt := range a.routes() {
 		a.register(mux, rt)
 	}
-	return []caddy.AdminRoute{{Pattern: prefix, Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-		return serve(mux, w, r)
-	})}}
+	return mux
 }
 
 // action is one method of one route: it runs on the cluster the request selects and returns
@@ -73,7 +79,11 @@ func (a API) routes() []route {
 		return appsPage(c, r.URL.Query())
 	}
 	return []route{
-		{path: "{$}", get: show(clusterView)},
+		{path: "{$}", get: show(func(c Cluster) ClusterView {
+			v := clusterView(c)
+			v.ReadOnly = a.readOnly
+			return v
+		})},
 		{path: "apps", get: apps},
 		{path: "apps/{$}", get: apps},
 		{
@@ -139,6 +149,9 @@ func (a API) register(mux *http.ServeMux, rt route) {
 // (400/404), then act on the cluster.
 func (a API) run(rt route, act action) caddy.AdminHandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		if a.readOnly && r.Method != http.MethodGet {
+			return readOnlyError(r)
+		}
 		if rt.validate != nil {
 			if err := rt.validate(r); err != nil {
 				return err
