@@ -94,7 +94,13 @@ func startCaddy(t *testing.T) string {
 	return "http://" + addr
 }
 
-func do(t *testing.T, method, url string) (*http.Response, string) {
+// answer is a response read in full.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func do(t *testing.T, method, url string) (answer, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(`{"guaranteed": 1}`))
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -104,7 +110,7 @@ func do(t *testing.T, method, url string) (*http.Response, string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return answer{resp.StatusCode, resp.Header}, string(b)
 }
 
 // TestServes: the console and the API below the path, a redirect at the path itself, other

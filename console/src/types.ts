@@ -43,7 +43,9 @@ export type PolicyField = keyof Policy
 export interface AppView {
   id: string
   policy: Policy | null
-  source: 'caddyfile' | 'override' | 'api'
+  source: 'caddyfile' | 'override' | 'api' | 'isolated'
+  /** Decisions and cost over the last `live_window_seconds` on this instance. */
+  live: LiveFigures
   override: Partial<Record<PolicyField, unknown>> | null
   local_tokens: number
   local_debt: number
@@ -60,9 +62,23 @@ export interface AppView {
   leaked: number
 }
 
+export interface LiveFigures {
+  allowed: number
+  rejected: number
+  cost: number
+}
+
+/** The orders of GET /rate_limit/apps (a "-" prefix: descending). */
+export type AppSortKey = 'id' | 'admitted' | 'rejected' | 'cost' | 'in_flight'
+
+/** One page of GET /rate_limit/apps. */
 export interface AppsView {
   cluster: string
   apps: AppView[]
+  total: number
+  next_cursor: string | null
+  sort: string
+  live_window_seconds: number
 }
 
 export interface RemovedView {
