@@ -27,6 +27,8 @@ export interface ClusterView {
   leases: number
   lease_tokens: number
   store_latency_seconds: number
+  /** This API refuses changes (a console served on a site without allow_changes). */
+  read_only?: boolean
 }
 
 export interface Policy {
