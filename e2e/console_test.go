@@ -51,7 +51,7 @@ func manySite() string {
 	b.WriteString("\thandle /ops/* {\n\t\trate_limit_console /ops {\n\t\t\tallow_changes\n\t\t}\n\t}\n")
 	b.WriteString("\thandle {\n\t\trate_limit {\n\t\t\tcluster many-e2e\n\t\t\tkey {http.request.header.X-App-Id}\n\t\t\tunknown_app isolated\n")
 	for i := range manyConfigured {
-		fmt.Fprintf(&b, "\t\t\tapp app%05d {\n\t\t\t\tguaranteed 5\n\t\t\t\tburst 50\n\t\t\t}\n", i)
+		fmt.Fprintf(&b, "\t\t\tapp app%05d {\n\t\t\t\tguaranteed 20\n\t\t\t\tburst 100\n\t\t\t}\n", i)
 	}
 	b.WriteString("\t\t}\n\t\trespond \"ok\"\n\t}")
 	return b.String()

@@ -100,7 +100,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if !ok || rest != "" && !strings.HasPrefix(rest, "/") {
 		return next.ServeHTTP(w, r)
 	}
-	if rest == "" || rest == "/" {
+	if rest == "" { // <path>/ is the API's overview, as /rate_limit/ is
 		http.Redirect(w, r, h.Path+"/ui/", http.StatusFound)
 		return nil
 	}

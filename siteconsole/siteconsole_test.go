@@ -130,6 +130,9 @@ func TestServes(t *testing.T) {
 		}
 	}
 	// No rate_limit cluster runs here: a read reaches the API, which finds none.
+	if resp, body := do(t, "GET", base+"/ops/"); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "no rate_limit cluster") {
+		t.Errorf("GET /ops/ (the overview): %d %s", resp.StatusCode, body)
+	}
 	if resp, body := do(t, "GET", base+"/ops/apps"); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "no rate_limit cluster") {
 		t.Errorf("GET /ops/apps: %d %s", resp.StatusCode, body)
 	}
