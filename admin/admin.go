@@ -124,10 +124,12 @@ type ClusterView struct {
 	Factors       []float64     `json:"factors"` // L1's refill factor per priority, index = priority
 	Emergency     EmergencyView `json:"emergency"`
 	LiveInstances int           `json:"live_instances"`
-	LocalHitRatio float64       `json:"local_hit_ratio"` // admitted from local tokens / admitted
-	Leases        int64         `json:"leases"`
-	LeaseTokens   int64         `json:"lease_tokens"`
-	StoreLatency  float64       `json:"store_latency_seconds"` // moving average of Store calls
+	LocalHitRatio float64       `json:"local_hit_ratio"` // admitted from local tokens / admitted (see Leases)
+	// Leases, LeaseTokens and LocalHitRatio are as of the history's last reading (at most a
+	// second old) when the cluster keeps one.
+	Leases       int64   `json:"leases"`
+	LeaseTokens  int64   `json:"lease_tokens"`
+	StoreLatency float64 `json:"store_latency_seconds"` // moving average of Store calls
 	// ReadOnly: this API refuses changes (a console served on a site without allow_changes).
 	ReadOnly bool `json:"read_only"`
 }

@@ -149,21 +149,39 @@ func appsPage(c Cluster, params url.Values) (any, error) {
 	lim := c.Limiter()
 	cfg := lim.Config()
 	key := sortKey(c, lq.sort)
-	entries := make([]entry, 0, len(cfg.Apps)+1)
-	addID := func(id string) {
-		if lq.q == "" || strings.Contains(id, lq.q) {
-			entries = append(entries, entry{id: id, key: key(id)})
+	ids := sortedIDs(lim, cfg)
+	var isolated []string
+	for _, st := range lim.IsolatedStats() {
+		if _, configured := cfg.Apps[st.Label]; !configured && strings.Contains(st.Label, lq.q) {
+			isolated = append(isolated, st.Label)
 		}
 	}
-	for id := range cfg.Apps {
-		addID(id)
-	}
-	addID(wildcardApp)
-	for _, s := range lim.IsolatedStats() {
-		if _, configured := cfg.Apps[s.Label]; !configured {
-			addID(s.Label)
+	slices.Sort(isolated)
+	// Every matching app in id order ("*" last), then in the order asked for: the apps with a
+	// figure (few: the active ones) sorted apart, so that tens of thousands of idle apps cost
+	// a pass, not a sort.
+	entries := make([]entry, 0, len(ids)+len(isolated)+1)
+	var busy []entry
+	add := func(id string) {
+		if !strings.Contains(id, lq.q) {
+			return
+		}
+		if e := (entry{id: id, key: key(id)}); e.key != 0 {
+			busy = append(busy, e)
+		} else {
+			entries = append(entries, e)
 		}
 	}
+	for i, j := 0, 0; i < len(ids) || j < len(isolated); {
+		if j == len(isolated) || i < len(ids) && ids[i] < isolated[j] {
+			add(ids[i])
+			i++
+		} else {
+			add(isolated[j])
+			j++
+		}
+	}
+	add(wildcardApp)
 	less := func(a, b entry) int {
 		if a.key != b.key {
 			if (a.key < b.key) != lq.desc {
@@ -172,11 +190,19 @@ func appsPage(c Cluster, params url.Values) (any, error) {
 			return 1
 		}
 		if lq.desc && lq.sort == "id" {
-			return strings.Compare(b.id, a.id)
+			return idCompare(b.id, a.id)
 		}
-		return strings.Compare(a.id, b.id) // ties of a figure: by id
+		return idCompare(a.id, b.id) // ties of a figure: in id order
 	}
-	slices.SortFunc(entries, less)
+	slices.SortFunc(busy, less)
+	switch {
+	case lq.desc && lq.sort == "id":
+		slices.Reverse(entries)
+	case lq.desc:
+		entries = append(busy, entries...)
+	default:
+		entries = append(entries, busy...)
+	}
 	start := 0
 	if lq.after != nil {
 		at := entry{id: lq.after.ID, key: lq.after.Key}
@@ -203,8 +229,21 @@ func appsPage(c Cluster, params url.Values) (any, error) {
 	return v, nil
 }
 
-// sortKey returns the function giving an app's key in the order sort. For "id" every key ties
-// (the id orders) but "*"'s, which comes after every app id.
+// idCompare orders app ids: by their bytes, with "*" (every unknown app) after every id.
+func idCompare(a, b string) int {
+	switch {
+	case a == b:
+		return 0
+	case a == wildcardApp:
+		return 1
+	case b == wildcardApp:
+		return -1
+	}
+	return strings.Compare(a, b)
+}
+
+// sortKey returns the function giving an app's key in the order sort (0 for "id": the id
+// orders).
 func sortKey(c Cluster, sort string) func(id string) int64 {
 	switch sort {
 	case "admitted", "rejected", "cost":
@@ -232,12 +271,7 @@ func sortKey(c Cluster, sort string) func(id string) int64 {
 		}
 		return func(id string) int64 { return apps[id] }
 	}
-	return func(id string) int64 {
-		if id == wildcardApp {
-			return 1
-		}
-		return 0
-	}
+	return func(string) int64 { return 0 }
 }
 
 // appView is GET /rate_limit/apps/<id>: a configured app, "*", or an active isolated tenant. It

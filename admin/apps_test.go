@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -111,7 +112,7 @@ func TestAppsSortByLive(t *testing.T) {
 	for _, app := range v.Apps {
 		got = append(got, fmt.Sprintf("%s:%d", app.ID, app.Live.Allowed))
 	}
-	if want := []string{"app00011:8", "app00003:5", "app00007:1", "*:0"}; !slices.Equal(got, want) {
+	if want := []string{"app00011:8", "app00003:5", "app00007:1", "app00000:0"}; !slices.Equal(got, want) {
 		t.Errorf("sort=-admitted: %v, want %v", got, want)
 	}
 	var one AppView
@@ -173,12 +174,23 @@ func TestAppsBadParameters(t *testing.T) {
 func TestAppsPagesProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(0, 60).Draw(rt, "apps")
-		c := newCluster(t, "c1", manyConfig(n), nil)
-		c.hist.Record(t0, Read(c))
+		cfg := manyConfig(n)
+		cfg.UnknownApp = limiter.UnknownIsolated
+		c := newCluster(t, "c1", cfg, nil)
 		busy := map[string]int{"*": 0}
-		for id := range c.lim.Config().Apps {
+		apps := slices.Sorted(maps.Keys(cfg.Apps))
+		for _, i := range rapid.SliceOfDistinct(rapid.IntRange(0, 70), rapid.ID).Draw(rt, "isolated") {
+			id := fmt.Sprintf("app%05dx", i) // isolated tenants among the configured ids
+			c.lim.App(id)
+			apps = append(apps, id)
+		}
+		c.hist.Record(t0, Read(c))
+		for _, id := range apps {
 			k := rapid.IntRange(0, 3).Draw(rt, "take-"+id)
 			busy[id] = k
+			if _, configured := cfg.Apps[id]; !configured {
+				busy["*"] += k // every unknown app's decisions count under "*" too
+			}
 			if k > 0 {
 				take(t, c, id, k)
 			}
@@ -193,9 +205,6 @@ func TestAppsPagesProperty(t *testing.T) {
 		}
 		key := func(id string) int {
 			if strings.HasSuffix(order, "id") {
-				if id == "*" {
-					return 1
-				}
 				return 0
 			}
 			return busy[id]
@@ -208,7 +217,13 @@ func TestAppsPagesProperty(t *testing.T) {
 				return 1
 			}
 			if order == "-id" {
-				return strings.Compare(y, x)
+				x, y = y, x
+			}
+			switch { // "*" after every id
+			case x == "*":
+				return 1
+			case y == "*":
+				return -1
 			}
 			return strings.Compare(x, y)
 		})
@@ -216,4 +231,22 @@ func TestAppsPagesProperty(t *testing.T) {
 			rt.Fatalf("sort=%s limit=%d:\n got %v\nwant %v", order, limit, ids, want)
 		}
 	})
+}
+
+// TestOverviewFromHistory: with a history, the overview's lease and hit figures are the last
+// reading's totals, which are every app's (the isolated tenants' counted once, under "*").
+func TestOverviewFromHistory(t *testing.T) {
+	cfg := testConfig()
+	cfg.UnknownApp = limiter.UnknownIsolated
+	c := newCluster(t, "c1", cfg, nil)
+	take(t, c, "beta", 9)
+	take(t, c, "tenant", 4)
+	c.hist.Record(t0, Read(c))
+	want := c.lim.StatsTotals()
+	var v ClusterView
+	get(t, apiWith(c), "/rate_limit/", &v)
+	ratio := min(float64(want.LocalHits)/float64(want.Requests[store.ReasonNone]), 1)
+	if v.Leases != want.Leases || v.LeaseTokens != want.LeaseTokens || v.LocalHitRatio != ratio || want.Leases == 0 {
+		t.Errorf("overview leases %d tokens %d ratio %v, want %d %d %v", v.Leases, v.LeaseTokens, v.LocalHitRatio, want.Leases, want.LeaseTokens, ratio)
+	}
 }

@@ -74,7 +74,9 @@ func Read(c Cluster) history.Reading {
 	conns := connsByApp(counter)
 	read := func(id string, s limiter.AppStats, p *store.AppPolicy) history.AppReading {
 		a := history.AppReading{
-			ID: id, Totals: history.Totals{Requests: s.Requests, Cost: s.Cost, LocalHits: s.LocalHits},
+			ID: id, Totals: history.Totals{
+				Requests: s.Requests, Cost: s.Cost, LocalHits: s.LocalHits, Leases: s.Leases, LeaseTokens: s.LeaseTokens,
+			},
 			LocalTokens: s.LocalTokens, InFlight: conns[id].Current, Borrowed: num(s.Borrowed), Debt: num(s.Debt),
 		}
 		if p != nil {
@@ -84,7 +86,7 @@ func Read(c Cluster) history.Reading {
 	}
 	isolated := lim.IsolatedStats()
 	rd.Apps = make([]history.AppReading, 0, len(cfg.Apps)+1+len(isolated))
-	for _, id := range appIDs(cfg) {
+	for _, id := range sortedIDs(lim, cfg) {
 		p := cfg.Apps[id]
 		rd.Apps = append(rd.Apps, read(id, stats[id], &p))
 	}
@@ -95,6 +97,8 @@ func Read(c Cluster) history.Reading {
 		}
 		rd.Cost += a.Cost
 		rd.LocalHits += a.LocalHits
+		rd.Leases += a.Leases
+		rd.LeaseTokens += a.LeaseTokens
 	}
 	for _, s := range isolated {
 		if _, configured := cfg.Apps[s.Label]; !configured {

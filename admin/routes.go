@@ -8,14 +8,19 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/console"
+	"github.com/tierbucket/caddy-tierbucket/history"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -366,12 +371,25 @@ func clusterView(c Cluster) ClusterView {
 	for i, f := range st.Factors {
 		v.Factors[i] = num(f)
 	}
-	tot := lim.StatsTotals()
+	tot := totals(c)
 	v.Leases, v.LeaseTokens = tot.Leases, tot.LeaseTokens
 	if admitted := tot.Requests[store.ReasonNone]; admitted > 0 {
 		v.LocalHitRatio = min(float64(tot.LocalHits)/float64(admitted), 1)
 	}
 	return v
+}
+
+// totals is the cluster's cumulative counters as of its history's last reading (taken once a
+// second), or read from every app when it keeps no history yet: with tens of thousands of apps,
+// that read is most of the overview's time.
+func totals(c Cluster) history.Totals {
+	if rec := c.History(); rec != nil {
+		if t, ok := rec.Totals(); ok {
+			return t
+		}
+	}
+	s := c.Limiter().StatsTotals()
+	return history.Totals{Requests: s.Requests, Cost: s.Cost, LocalHits: s.LocalHits, Leases: s.Leases, LeaseTokens: s.LeaseTokens}
 }
 
 // emergencyView is L1's emergency state from the last successful report: the operator's
@@ -392,15 +410,43 @@ func emergencyView(st store.ClusterState) EmergencyView {
 	return e
 }
 
-// appIDs is the configured apps' ids, sorted.
-func appIDs(cfg limiter.Config) []string {
+// sortedIDs is the configured apps' ids, sorted: kept per limiter while its configuration
+// stays (a reload or an override installs a new one), so that neither a page of the app list
+// nor the sampler sorts tens of thousands of ids each time. The slice is shared: not changed.
+func sortedIDs(lim *limiter.Limiter, cfg limiter.Config) []string {
+	apps := reflect.ValueOf(cfg.Apps).UnsafePointer() // a new map for each configuration installed
+	if v, ok := idCache.Load(lim); ok {
+		if l := v.(*idList); l.apps == apps {
+			return l.ids
+		}
+	}
 	ids := make([]string, 0, len(cfg.Apps))
 	for id := range cfg.Apps {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	idCache.Store(lim, &idList{apps: apps, ids: ids})
+	if idCacheSize.Add(1) > maxIDCache { // limiters of closed clusters: start again
+		idCache.Clear()
+		idCacheSize.Store(0)
+	}
 	return ids
 }
+
+// idList is one limiter's sorted ids and the Apps map they were taken from.
+type idList struct {
+	apps unsafe.Pointer
+	ids  []string
+}
+
+// idCache is the sortedIDs by *limiter.Limiter; idCacheSize counts its stores (bounded by
+// maxIDCache, then cleared).
+var (
+	idCache     sync.Map
+	idCacheSize atomic.Int64
+)
+
+const maxIDCache = 64
 
 // starPolicy is the policy of unknown apps ("*"): nil when they are rejected (no bucket).
 func starPolicy(cfg limiter.Config) *store.AppPolicy {

@@ -37,6 +37,8 @@ type Totals struct {
 	Requests  [store.NumReasons]int64 // final decisions by reason; store.ReasonNone = admitted
 	Cost      int64                   // admitted cost
 	LocalHits int64                   // admitted from local tokens
+
+	Leases, LeaseTokens int64 // leases that granted tokens, and the tokens granted
 }
 
 // Reading is one cluster's figures at one instant: cumulative Totals and current levels.
@@ -230,7 +232,10 @@ func (r *Recorder) dropStale(t int64) {
 
 // delta is cur - prev per counter; a counter below its previous value was reset: cur.
 func delta(cur, prev Totals) Totals {
-	d := Totals{Cost: sub(cur.Cost, prev.Cost), LocalHits: sub(cur.LocalHits, prev.LocalHits)}
+	d := Totals{
+		Cost: sub(cur.Cost, prev.Cost), LocalHits: sub(cur.LocalHits, prev.LocalHits),
+		Leases: sub(cur.Leases, prev.Leases), LeaseTokens: sub(cur.LeaseTokens, prev.LeaseTokens),
+	}
 	for i := range cur.Requests {
 		d.Requests[i] = sub(cur.Requests[i], prev.Requests[i])
 	}
@@ -247,6 +252,8 @@ func sub(cur, prev int64) int64 {
 func add(a, b Totals) Totals {
 	a.Cost += b.Cost
 	a.LocalHits += b.LocalHits
+	a.Leases += b.Leases
+	a.LeaseTokens += b.LeaseTokens
 	for i := range a.Requests {
 		a.Requests[i] += b.Requests[i]
 	}
@@ -328,6 +335,14 @@ func (r *Recorder) busiest(from int64) []string {
 		ids = append(ids, b.id)
 	}
 	return ids
+}
+
+// Totals returns the cluster's cumulative counters as of the last reading; ok is false while
+// nothing was recorded.
+func (r *Recorder) Totals() (t Totals, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.prev, r.ring.last() != nil
 }
 
 // Latest returns the newest sample and the samples of every app that has one for the same
