@@ -122,8 +122,10 @@ func TestConsoleBrowser(t *testing.T) {
 		app   string
 		every time.Duration
 	}{
-		{g, "alpha", 500 * time.Millisecond}, {g, "beta", 100 * time.Millisecond},
-		{many, "app12345", 100 * time.Millisecond}, {many, "api0777", 200 * time.Millisecond},
+		{g, "alpha", 500 * time.Millisecond},
+		{g, "beta", 100 * time.Millisecond},
+		{many, "app12345", 100 * time.Millisecond},
+		{many, "api0777", 200 * time.Millisecond},
 		{many, "stranger-1", 250 * time.Millisecond}, // an isolated unknown tenant
 	} {
 		wg.Add(1)
