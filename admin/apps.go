@@ -146,63 +146,7 @@ func appsPage(c Cluster, params url.Values) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim := c.Limiter()
-	cfg := lim.Config()
-	key := sortKey(c, lq.sort)
-	ids := sortedIDs(lim, cfg)
-	var isolated []string
-	for _, st := range lim.IsolatedStats() {
-		if _, configured := cfg.Apps[st.Label]; !configured && strings.Contains(st.Label, lq.q) {
-			isolated = append(isolated, st.Label)
-		}
-	}
-	slices.Sort(isolated)
-	// Every matching app in id order ("*" last), then in the order asked for: the apps with a
-	// figure (few: the active ones) sorted apart, so that tens of thousands of idle apps cost
-	// a pass, not a sort.
-	entries := make([]entry, 0, len(ids)+len(isolated)+1)
-	var busy []entry
-	add := func(id string) {
-		if !strings.Contains(id, lq.q) {
-			return
-		}
-		if e := (entry{id: id, key: key(id)}); e.key != 0 {
-			busy = append(busy, e)
-		} else {
-			entries = append(entries, e)
-		}
-	}
-	for i, j := 0, 0; i < len(ids) || j < len(isolated); {
-		if j == len(isolated) || i < len(ids) && ids[i] < isolated[j] {
-			add(ids[i])
-			i++
-		} else {
-			add(isolated[j])
-			j++
-		}
-	}
-	add(wildcardApp)
-	less := func(a, b entry) int {
-		if a.key != b.key {
-			if (a.key < b.key) != lq.desc {
-				return -1
-			}
-			return 1
-		}
-		if lq.desc && lq.sort == "id" {
-			return idCompare(b.id, a.id)
-		}
-		return idCompare(a.id, b.id) // ties of a figure: in id order
-	}
-	slices.SortFunc(busy, less)
-	switch {
-	case lq.desc && lq.sort == "id":
-		slices.Reverse(entries)
-	case lq.desc:
-		entries = append(busy, entries...)
-	default:
-		entries = append(entries, busy...)
-	}
+	entries, less := ordered(c, lq)
 	start := 0
 	if lq.after != nil {
 		at := entry{id: lq.after.ID, key: lq.after.Key}
@@ -227,6 +171,68 @@ func appsPage(c Cluster, params url.Values) (any, error) {
 		v.NextCursor = &next
 	}
 	return v, nil
+}
+
+// ordered is every app matching lq.q in the order lq asks for, and that order. The apps come
+// in id order ("*" last) from the sorted configured ids and the active isolated tenants; those
+// with a figure (few: the active ones) are sorted apart and put first or last, so that tens of
+// thousands of idle apps cost a pass, not a sort.
+func ordered(c Cluster, lq listQuery) (entries []entry, less func(a, b entry) int) {
+	lim := c.Limiter()
+	cfg := lim.Config()
+	key := sortKey(c, lq.sort)
+	ids := sortedIDs(lim, cfg)
+	var isolated []string
+	for _, st := range lim.IsolatedStats() {
+		if _, configured := cfg.Apps[st.Label]; !configured {
+			isolated = append(isolated, st.Label)
+		}
+	}
+	slices.Sort(isolated)
+	entries = make([]entry, 0, len(ids)+len(isolated)+1)
+	var busy []entry
+	add := func(id string) {
+		if !strings.Contains(id, lq.q) {
+			return
+		}
+		if e := (entry{id: id, key: key(id)}); e.key > 0 { // keys are counts: never negative
+			busy = append(busy, e)
+		} else {
+			entries = append(entries, e)
+		}
+	}
+	for i, j := 0, 0; i < len(ids) || j < len(isolated); {
+		if j == len(isolated) || i < len(ids) && ids[i] < isolated[j] {
+			add(ids[i])
+			i++
+		} else {
+			add(isolated[j])
+			j++
+		}
+	}
+	add(wildcardApp)
+	less = func(a, b entry) int {
+		if a.key != b.key {
+			if (a.key < b.key) != lq.desc {
+				return -1
+			}
+			return 1
+		}
+		if lq.desc && lq.sort == "id" {
+			return idCompare(b.id, a.id)
+		}
+		return idCompare(a.id, b.id) // ties of a figure: in id order
+	}
+	slices.SortFunc(busy, less)
+	switch {
+	case lq.desc && lq.sort == "id":
+		slices.Reverse(entries)
+	case lq.desc:
+		entries = append(busy, entries...)
+	default:
+		entries = append(entries, busy...)
+	}
+	return entries, less
 }
 
 // idCompare orders app ids: by their bytes, with "*" (every unknown app) after every id.
