@@ -127,7 +127,6 @@ func (c *catalog) isolatedApp(id string, s *snapshot, clk clock.Clock) *App {
 	}
 	a, full := c.isolated.add(id, s.cfg.MaxIsolated, func(id string) *App {
 		a := c.newApp(id, "*", s.cfg.Default, c.unknown, true, &s.cfg)
-		a.own = new(appStats)
 		a.lastUse.Store(clk.Now().UnixNano())
 		return a
 	})
