@@ -248,6 +248,7 @@ test('many apps: a bounded page at once, search by id, sort by traffic, isolated
   await expect(page.getByTestId('apps-table').locator('tr[data-app="app12345"]')).toBeVisible()
 
   await page.getByTestId('apps-search').fill('')
+  await expect.poll(() => rows.count()).toBe(50)
   await page.locator('button.sort[data-sort="admitted"]').click()
   await expect(page.locator('th[aria-sort="descending"] button[data-sort="admitted"]')).toBeVisible()
   await expect.poll(async () => rows.first().getAttribute('data-app'), { timeout: 15_000 }).toBe('app12345')
@@ -256,6 +257,9 @@ test('many apps: a bounded page at once, search by id, sort by traffic, isolated
 
   await page.getByTestId('apps-search').fill('stranger')
   await expect(page.getByTestId('apps-table').locator('tr[data-app="stranger-1"]')).toContainText('isolated')
+  await page.getByTestId('apps-table').locator('tr[data-app="stranger-1"] a').click()
+  await expect(page.getByTestId('isolated-note')).toBeVisible()
+  await page.goto(MANY_CONSOLE_URL + '#/apps')
   await page.getByTestId('apps-search').fill('')
   await page.getByTestId('apps-next').click()
   await expect(page.getByTestId('apps-total')).toContainText('51–100')
