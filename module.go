@@ -23,6 +23,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/internal/cluster"
 	"github.com/tierbucket/caddy-tierbucket/internal/metrics"
 	"github.com/tierbucket/caddy-tierbucket/internal/response"
+	_ "github.com/tierbucket/caddy-tierbucket/siteconsole" // the rate_limit_console handler: the console on a site
 )
 
 func init() {

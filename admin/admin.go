@@ -63,6 +63,10 @@ func liveClusters() []Cluster {
 type API struct {
 	// source, when set, replaces the process's live clusters (tests).
 	source func() []Cluster
+	// readOnly refuses every change (403): the API as a site serves it without allow_changes.
+	readOnly bool
+	// stop, when closed, ends the open streams (a site's server shutting down); nil: never.
+	stop <-chan struct{}
 
 	ctx    caddy.Context
 	logger *zap.Logger      // nil (not provisioned): Caddy's default logger, named as Provision names it
@@ -120,10 +124,14 @@ type ClusterView struct {
 	Factors       []float64     `json:"factors"` // L1's refill factor per priority, index = priority
 	Emergency     EmergencyView `json:"emergency"`
 	LiveInstances int           `json:"live_instances"`
-	LocalHitRatio float64       `json:"local_hit_ratio"` // admitted from local tokens / admitted
-	Leases        int64         `json:"leases"`
-	LeaseTokens   int64         `json:"lease_tokens"`
-	StoreLatency  float64       `json:"store_latency_seconds"` // moving average of Store calls
+	LocalHitRatio float64       `json:"local_hit_ratio"` // admitted from local tokens / admitted (see Leases)
+	// Leases, LeaseTokens and LocalHitRatio are as of the history's last reading (at most a
+	// second old) when the cluster keeps one.
+	Leases       int64   `json:"leases"`
+	LeaseTokens  int64   `json:"lease_tokens"`
+	StoreLatency float64 `json:"store_latency_seconds"` // moving average of Store calls
+	// ReadOnly: this API refuses changes (a console served on a site without allow_changes).
+	ReadOnly bool `json:"read_only"`
 }
 
 // LevelView is a degradation level: normal 0, mild 1, significant 2, fail_open 3.
@@ -141,24 +149,22 @@ type EmergencyView struct {
 	Until  *time.Time `json:"until"`  // the operator emergency's end; null: until deactivated / L1 leaves it
 }
 
-// AppsView is GET /rate_limit/apps.
-type AppsView struct {
-	Cluster string    `json:"cluster"`
-	Apps    []AppView `json:"apps"`
-}
-
-// AppView is one app (GET /rate_limit/apps/<id>): a configured app, or "*", every unknown app
-// together (their shared bucket and the isolated ones).
+// AppView is one app (GET /rate_limit/apps/<id>): a configured app, an active isolated tenant,
+// or "*", every unknown app together (their shared bucket and the isolated ones).
 type AppView struct {
 	ID     string      `json:"id"`
 	Policy *PolicyView `json:"policy"` // null for "*" with unknown_app reject (no bucket)
-	Source string      `json:"source"` // "caddyfile" (the config), "override" (the config's, overridden) or "api" (created by PUT)
+	Source string      `json:"source"` // "caddyfile" (the config), "override" (the config's, overridden), "api" (created by PUT) or "isolated"
 
 	// Override is the fields the app's admin override sets; null without one.
 	Override map[string]any `json:"override"`
 	// OverrideNotApplied is an override the Store holds that this instance leaves out, because
 	// it does not fit the loaded config (the policy shown is the config's).
 	OverrideNotApplied *NotAppliedView `json:"override_not_applied,omitempty"`
+
+	// Live is the app's decisions and cost over the last history.LiveWindow seconds on this
+	// instance (the console's live window).
+	Live history.Live `json:"live"`
 
 	LocalTokens int64        `json:"local_tokens"`
 	LocalDebt   int64        `json:"local_debt"`

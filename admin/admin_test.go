@@ -52,7 +52,7 @@ func testConfig() limiter.Config {
 }
 
 // newCluster builds a cluster on store (nil: a fresh MemoryStore), closed at cleanup.
-func newCluster(t *testing.T, id string, cfg limiter.Config, shared store.Store) *testCluster {
+func newCluster(t testing.TB, id string, cfg limiter.Config, shared store.Store) *testCluster {
 	t.Helper()
 	conns := connlimit.New(connlimit.Config{App: 40, Cluster: 100}, nil)
 	if shared == nil {

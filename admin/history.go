@@ -50,7 +50,8 @@ type written struct{}
 
 // Read is the cluster's figures now, as the other routes show them: the input of its
 // history.Recorder (the root's sampler calls it once a second). The cluster's counts are the
-// sum of its apps', "*" included with the decisions taken before there is an app.
+// sum of its configured apps' and "*"'s (with the decisions taken before there is an app); the
+// active isolated tenants follow, each with its own counts.
 func Read(c Cluster) history.Reading {
 	lim := c.Limiter()
 	cfg := lim.Config()
@@ -65,34 +66,45 @@ func Read(c Cluster) history.Reading {
 		InFlight:        total.Current,
 		ConnectionLimit: total.Limit,
 	}
-	// The apps in the order of GET /rate_limit/apps, without building its views: this runs
-	// every second, for every app.
+	// Every app GET /rate_limit/apps lists, without building its views: this runs every
+	// second, for every app. The cluster's counts are the configured apps' and "*"'s; the
+	// isolated tenants' are part of "*" already.
 	counter := c.Connections()
 	stats := statsByLabel(c)
 	conns := connsByApp(counter)
-	read := func(id string, p *store.AppPolicy) {
-		s := stats[id]
-		tot := history.Totals{Requests: s.Requests, Cost: s.Cost, LocalHits: s.LocalHits}
-		for i, n := range tot.Requests {
-			rd.Requests[i] += n
-		}
-		rd.Cost += tot.Cost
-		rd.LocalHits += tot.LocalHits
+	read := func(id string, s limiter.AppStats, p *store.AppPolicy) history.AppReading {
 		a := history.AppReading{
-			ID: id, Totals: tot, LocalTokens: s.LocalTokens, InFlight: conns[id].Current,
-			Borrowed: num(s.Borrowed), Debt: num(s.Debt),
+			ID: id, Totals: history.Totals{
+				Requests: s.Requests, Cost: s.Cost, LocalHits: s.LocalHits, Leases: s.Leases, LeaseTokens: s.LeaseTokens,
+			},
+			LocalTokens: s.LocalTokens, InFlight: conns[id].Current, Borrowed: num(s.Borrowed), Debt: num(s.Debt),
 		}
 		if p != nil {
 			a.Limit, a.Guaranteed, a.Burst = maxConnections(id, *p, counter), num(p.Guaranteed), num(p.Burst)
 		}
-		rd.Apps = append(rd.Apps, a)
+		return a
 	}
-	rd.Apps = make([]history.AppReading, 0, len(cfg.Apps)+1)
-	for _, id := range appIDs(cfg) {
+	isolated := lim.IsolatedStats()
+	rd.Apps = make([]history.AppReading, 0, len(cfg.Apps)+1+len(isolated))
+	for _, id := range sortedIDs(lim, cfg) {
 		p := cfg.Apps[id]
-		read(id, &p)
+		rd.Apps = append(rd.Apps, read(id, stats[id], &p))
 	}
-	read(wildcardApp, starPolicy(cfg))
+	rd.Apps = append(rd.Apps, read(wildcardApp, stats[wildcardApp], starPolicy(cfg)))
+	for _, a := range rd.Apps {
+		for i, n := range a.Requests {
+			rd.Requests[i] += n
+		}
+		rd.Cost += a.Cost
+		rd.LocalHits += a.LocalHits
+		rd.Leases += a.Leases
+		rd.LeaseTokens += a.LeaseTokens
+	}
+	for _, s := range isolated {
+		if _, configured := cfg.Apps[s.Label]; !configured {
+			rd.Apps = append(rd.Apps, read(s.Label, s, &cfg.Default))
+		}
+	}
 	return rd
 }
 
@@ -185,6 +197,8 @@ func (a API) stream(w http.ResponseWriter, r *http.Request, c Cluster) (any, err
 		case <-r.Context().Done():
 			return written{}, nil
 		case <-unloaded:
+			return written{}, nil
+		case <-a.stop:
 			return written{}, nil
 		case <-changed:
 		}

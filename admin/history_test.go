@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tierbucket/caddy-tierbucket/limiter"
 )
 
 var t0 = time.Unix(1_800_000_000, 0)
@@ -208,21 +210,27 @@ func TestStreamBound(t *testing.T) {
 	}
 }
 
-// Read shows every app as GET /rate_limit/apps does, in the same order, without building its
-// views (it runs every second, for every app).
+// Read shows every app as GET /rate_limit/apps/<id> does (configured apps, "*", the active
+// isolated tenants), without building its views (it runs every second, for every app).
 func TestReadMatchesAppViews(t *testing.T) {
-	c := newCluster(t, "c1", testConfig(), nil)
+	cfg := testConfig()
+	cfg.UnknownApp = limiter.UnknownIsolated
+	c := newCluster(t, "c1", cfg, nil)
 	take(t, c, "alpha", 7)
-	rd, views := Read(c), appViews(c)
-	if len(rd.Apps) != len(views) {
-		t.Fatalf("%d apps read, %d shown", len(rd.Apps), len(views))
+	take(t, c, "tenant", 2)
+	rd := Read(c)
+	if len(rd.Apps) != 4 {
+		t.Fatalf("%d apps read, want alpha, beta, * and the tenant", len(rd.Apps))
 	}
-	for i, v := range views {
-		a := rd.Apps[i]
+	for _, a := range rd.Apps {
+		v, err := appView(c, a.ID)
+		if err != nil {
+			t.Fatalf("read %s, not shown: %v", a.ID, err)
+		}
 		want := [7]float64{float64(v.Requests.Allowed), float64(v.Cost), float64(v.LocalTokens), float64(v.InFlight), v.Borrowed, v.Debt, float64(v.LocalHits)}
 		got := [7]float64{float64(a.Requests[0]), float64(a.Cost), float64(a.LocalTokens), float64(a.InFlight), a.Borrowed, a.Debt, float64(a.LocalHits)}
-		if a.ID != v.ID || got != want {
-			t.Errorf("app %d: read %s %v, shown %s %v", i, a.ID, got, v.ID, want)
+		if got != want {
+			t.Errorf("app %s: read %v, shown %v", a.ID, got, want)
 		}
 		var limit int64
 		var guaranteed, burst float64
@@ -233,7 +241,7 @@ func TestReadMatchesAppViews(t *testing.T) {
 			t.Errorf("app %s: read policy %d %v %v, shown %d %v %v", v.ID, a.Limit, a.Guaranteed, a.Burst, limit, guaranteed, burst)
 		}
 	}
-	if rd.Apps[0].Requests[0] == 0 && rd.Apps[1].Requests[0] == 0 {
-		t.Fatal("no app admitted anything: the comparison shows nothing")
+	if rd.Requests[0] != 7 {
+		t.Errorf("cluster admitted %d, want 7 (alpha 5, the tenant 2, counted once)", rd.Requests[0])
 	}
 }

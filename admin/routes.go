@@ -8,14 +8,19 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 	"github.com/tierbucket/caddy-tierbucket/console"
+	"github.com/tierbucket/caddy-tierbucket/history"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -30,7 +35,7 @@ const wildcardApp = "*"
 // ServeMux holding the routes below.
 //
 //	GET  /rate_limit/                        ClusterView
-//	GET  /rate_limit/apps                    AppsView
+//	GET  /rate_limit/apps                    AppsView, a page (apps.go)
 //	GET  /rate_limit/apps/<id>               AppView
 //	PUT|DELETE /rate_limit/apps/<id>         an app's override (overrides.go) → AppView
 //	GET|PUT|DELETE /rate_limit/clusters/<id> the cluster's L1 policy and override → ClusterPolicyView
@@ -47,14 +52,20 @@ const wildcardApp = "*"
 // Every route takes ?cluster=<id>, which may be omitted when this process runs exactly one
 // cluster.
 func (a API) Routes() []caddy.AdminRoute {
+	mux := a.mux()
+	return []caddy.AdminRoute{{Pattern: prefix, Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		return serve(mux, w, r)
+	})}}
+}
+
+// mux is the ServeMux of the routes below.
+func (a API) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(prefix, muxHandler(noRoute)) // the paths no route below has
 	for _, rt := range a.routes() {
 		a.register(mux, rt)
 	}
-	return []caddy.AdminRoute{{Pattern: prefix, Handler: caddy.AdminHandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-		return serve(mux, w, r)
-	})}}
+	return mux
 }
 
 // action is one method of one route: it runs on the cluster the request selects and returns
@@ -71,9 +82,15 @@ type route struct {
 
 // routes is the API's routes.
 func (a API) routes() []route {
-	apps := show(func(c Cluster) AppsView { return AppsView{Cluster: c.ID(), Apps: appViews(c)} })
+	apps := func(_ http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+		return appsPage(c, r.URL.Query())
+	}
 	return []route{
-		{path: "{$}", get: show(clusterView)},
+		{path: "{$}", get: show(func(c Cluster) ClusterView {
+			v := clusterView(c)
+			v.ReadOnly = a.readOnly
+			return v
+		})},
 		{path: "apps", get: apps},
 		{path: "apps/{$}", get: apps},
 		{
@@ -143,6 +160,9 @@ func (a API) register(mux *http.ServeMux, rt route) {
 // (400/404), then act on the cluster.
 func (a API) run(rt route, act action) caddy.AdminHandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		if a.readOnly && r.Method != http.MethodGet {
+			return readOnlyError(r)
+		}
 		if rt.validate != nil {
 			if err := rt.validate(r); err != nil {
 				return err
@@ -357,17 +377,25 @@ func clusterView(c Cluster) ClusterView {
 	for i, f := range st.Factors {
 		v.Factors[i] = num(f)
 	}
-	var admitted, hits int64
-	for _, s := range lim.Stats() {
-		admitted += s.Requests[store.ReasonNone]
-		hits += s.LocalHits
-		v.Leases += s.Leases
-		v.LeaseTokens += s.LeaseTokens
-	}
-	if admitted > 0 {
-		v.LocalHitRatio = min(float64(hits)/float64(admitted), 1)
+	tot := totals(c)
+	v.Leases, v.LeaseTokens = tot.Leases, tot.LeaseTokens
+	if admitted := tot.Requests[store.ReasonNone]; admitted > 0 {
+		v.LocalHitRatio = min(float64(tot.LocalHits)/float64(admitted), 1)
 	}
 	return v
+}
+
+// totals is the cluster's cumulative counters as of its history's last reading (taken once a
+// second), or read from every app when it keeps no history yet: with tens of thousands of apps,
+// that read is most of the overview's time.
+func totals(c Cluster) history.Totals {
+	if rec := c.History(); rec != nil {
+		if t, ok := rec.Totals(); ok {
+			return t
+		}
+	}
+	s := c.Limiter().StatsTotals()
+	return history.Totals{Requests: s.Requests, Cost: s.Cost, LocalHits: s.LocalHits, Leases: s.Leases, LeaseTokens: s.LeaseTokens}
 }
 
 // emergencyView is L1's emergency state from the last successful report: the operator's
@@ -388,37 +416,43 @@ func emergencyView(st store.ClusterState) EmergencyView {
 	return e
 }
 
-// appViews is every configured app, sorted by id, then "*".
-func appViews(c Cluster) []AppView {
-	lim, counter := c.Limiter(), c.Connections()
-	cfg := lim.Config()
-	stats := statsByLabel(c)
-	conns := connsByApp(counter)
-	ids := appIDs(cfg)
-	out := make([]AppView, 0, len(ids)+1)
-	for _, id := range ids {
-		p := cfg.Apps[id]
-		v := newAppView(id, &p, stats[id], conns[id], counter)
-		v.Source = lim.AppSource(id)
-		if o, ok, why := lim.StoredAppOverride(id); ok && why != nil {
-			v.OverrideNotApplied = &NotAppliedView{Override: overrideFields(&o), Reason: why.Error()}
-		} else if ok {
-			v.Override = overrideFields(&o)
+// sortedIDs is the configured apps' ids, sorted: kept per limiter while its configuration
+// stays (a reload or an override installs a new one), so that neither a page of the app list
+// nor the sampler sorts tens of thousands of ids each time. The slice is shared: not changed.
+func sortedIDs(lim *limiter.Limiter, cfg limiter.Config) []string {
+	apps := reflect.ValueOf(cfg.Apps).UnsafePointer() // a new map for each configuration installed
+	if v, ok := idCache.Load(lim); ok {
+		if l := v.(*idList); l.apps == apps {
+			return l.ids
 		}
-		out = append(out, v)
 	}
-	return append(out, newAppView(wildcardApp, starPolicy(cfg), stats[wildcardApp], conns[wildcardApp], counter))
-}
-
-// appIDs is the configured apps' ids, sorted.
-func appIDs(cfg limiter.Config) []string {
 	ids := make([]string, 0, len(cfg.Apps))
 	for id := range cfg.Apps {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	idCache.Store(lim, &idList{apps: apps, ids: ids})
+	if idCacheSize.Add(1) > maxIDCache { // limiters of closed clusters: start again
+		idCache.Clear()
+		idCacheSize.Store(0)
+	}
 	return ids
 }
+
+// idList is one limiter's sorted ids and the Apps map they were taken from.
+type idList struct {
+	apps unsafe.Pointer
+	ids  []string
+}
+
+// idCache is the sortedIDs by *limiter.Limiter; idCacheSize counts its stores (bounded by
+// maxIDCache, then cleared).
+var (
+	idCache     sync.Map
+	idCacheSize atomic.Int64
+)
+
+const maxIDCache = 64
 
 // starPolicy is the policy of unknown apps ("*"): nil when they are rejected (no bucket).
 func starPolicy(cfg limiter.Config) *store.AppPolicy {
@@ -426,21 +460,6 @@ func starPolicy(cfg limiter.Config) *store.AppPolicy {
 		return nil
 	}
 	return &cfg.Default
-}
-
-// appView is GET /rate_limit/apps/<id>: a configured app or "*".
-func appView(c Cluster, id string) (AppView, error) {
-	for _, v := range appViews(c) {
-		if v.ID == id {
-			return v, nil
-		}
-	}
-	if _, ok, why := c.Limiter().StoredAppOverride(id); ok && why != nil {
-		return AppView{}, apiError(http.StatusNotFound, "app %q of cluster %q exists through an admin override "+
-			"that this instance leaves out (%v): change it, or remove it with DELETE", id, c.ID(), why)
-	}
-	return AppView{}, apiError(http.StatusNotFound, "unknown app %q in cluster %q (unknown apps are shown as %q)",
-		id, c.ID(), wildcardApp)
 }
 
 // statsByLabel is the limiter's statistics by label, with the decisions the root takes before

@@ -39,6 +39,16 @@ func (c *Counter) Snapshot() []Stats {
 	return out
 }
 
+// AppStats returns one app's figures, without a snapshot of every app; false for an app the
+// counter does not hold.
+func (c *Counter) AppStats(app string) (Stats, bool) {
+	a := (*c.apps.Load())[app]
+	if a == nil {
+		return Stats{}, false
+	}
+	return a.stats(app), true
+}
+
 // InFlight returns this instance's current counts, for the limiter's periodic report. Every
 // app seen so far is listed, zeros included, so that the fleet's record of a count that fell
 // to zero is overwritten rather than left stale. With slots (UseSlots) the fleet learns nothing

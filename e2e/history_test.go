@@ -117,7 +117,13 @@ func TestHistoryAndStream(t *testing.T) {
 // is closed when the server ends the stream.
 func openStream(t *testing.T, g *gateway) (ended chan struct{}) {
 	t.Helper()
-	resp, err := http.Get(g.admin + "/rate_limit/stream") //nolint:bodyclose // closed by the goroutine that reads it to its end
+	return openStreamAt(t, g.admin+"/rate_limit/stream")
+}
+
+// openStreamAt is openStream for the stream at url (a console served on a site).
+func openStreamAt(t *testing.T, url string) (ended chan struct{}) {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:bodyclose // closed by the goroutine that reads it to its end
 	if err != nil {
 		t.Fatal(err)
 	}

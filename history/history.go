@@ -1,13 +1,16 @@
 // Package history keeps a short, fixed-size history of one cluster as this instance sees it:
-// one Sample per second for the last Window seconds, and one AppSample series per app for at
-// most MaxApps apps. It is fed by the root package's sampler (once a second) and read by the
+// one Sample per second for the last Window seconds, one AppSample series per app for at most
+// MaxApps apps (the busiest, and those whose page is open), and every active app's figures over
+// the last LiveWindow seconds. It is fed by the root package's sampler (once a second) and read by the
 // admin API (GET /rate_limit/history and /rate_limit/stream, docs/admin-api.md).
 //
 // Memory is bounded whatever the traffic: the cluster ring holds Window samples, and each of at
 // most MaxApps app series is a ring of Window samples allocated when the app first appears
-// (about 150 KB per app series: about 10 MB per cluster with every series in use). Apps beyond
-// MaxApps have no series. A series whose app has had no sample for Window seconds (an app a
-// reload removed) is dropped, which frees its place.
+// (about 150 KB per app series: about 10 MB per cluster with every series in use). Once every
+// place is taken, an app busier than the least busy holder takes its place (live.go); the
+// others have no series. A series whose app has had no sample for Window seconds (an app a
+// reload removed) is dropped, which frees its place. The live figures take a few hundred bytes
+// per app with a decision in the last LiveWindow seconds, none for idle apps.
 //
 // The Recorder takes its time from the caller (Record(now, …)), so it never reads a clock.
 package history
@@ -34,6 +37,8 @@ type Totals struct {
 	Requests  [store.NumReasons]int64 // final decisions by reason; store.ReasonNone = admitted
 	Cost      int64                   // admitted cost
 	LocalHits int64                   // admitted from local tokens
+
+	Leases, LeaseTokens int64 // leases that granted tokens, and the tokens granted
 }
 
 // Reading is one cluster's figures at one instant: cumulative Totals and current levels.
@@ -121,7 +126,12 @@ type Recorder struct {
 	ring  ring[point]
 	prev  Totals
 	apps  map[string]*series
-	order []string // the apps with a series, in order of first appearance
+	order []string // the apps with a series
+	spare *series  // a ring freed by an eviction, for the next series
+
+	newest int64              // the newest sample's t
+	recent map[string]*recent // the apps with a decision in the last LiveWindow seconds (live.go)
+	wanted map[string]int64   // apps asked for by name, and when (live.go)
 
 	// The last reading's app Totals, series or not (so that an app getting a series late
 	// counts from its last reading): the apps of one reading, bounded by the config.
@@ -132,7 +142,10 @@ type Recorder struct {
 
 // New returns an empty Recorder.
 func New() *Recorder {
-	return &Recorder{ring: newRing[point](), apps: map[string]*series{}, changed: make(chan struct{})}
+	return &Recorder{
+		ring: newRing[point](), apps: map[string]*series{}, changed: make(chan struct{}),
+		recent: map[string]*recent{}, wanted: map[string]int64{},
+	}
 }
 
 // Changed returns a channel that is closed by the next Record. Taken before Latest, it tells a
@@ -163,22 +176,28 @@ func (r *Recorder) Record(now time.Time, rd Reading) {
 	} else {
 		r.ring.push(point{t: t, delta: d, r: levels})
 	}
+	r.newest = t
 	r.dropStale(t)
 	prevApps := make(map[string]Totals, len(rd.Apps))
+	var cands []candidate
 	for _, a := range rd.Apps {
 		d := delta(a.Totals, r.prevApps[a.ID])
 		prevApps[a.ID] = a.Totals
-		s := r.apps[a.ID]
-		if s == nil {
-			if len(r.apps) >= MaxApps {
-				continue
+		if l := liveOf(d); l != (Live{}) {
+			rc := r.recent[a.ID]
+			if rc == nil {
+				rc = new(recent)
+				r.recent[a.ID] = rc
 			}
-			s = &series{ring: newRing[appPoint]()}
-			r.apps[a.ID] = s
-			r.order = append(r.order, a.ID)
+			rc.add(t, l)
 		}
 		lv := a
 		lv.Totals, lv.ID = Totals{}, ""
+		s := r.apps[a.ID]
+		if s == nil {
+			cands = append(cands, candidate{id: a.ID, p: appPoint{t: t, delta: d, r: lv}})
+			continue
+		}
 		if last := s.ring.last(); last != nil && t <= last.t {
 			last.delta = add(last.delta, d)
 			last.r = lv
@@ -186,13 +205,20 @@ func (r *Recorder) Record(now time.Time, rd Reading) {
 			s.ring.push(appPoint{t: t, delta: d, r: lv})
 		}
 	}
+	r.assign(t, cands)
 	r.prevApps = prevApps
 	close(r.changed)
 	r.changed = make(chan struct{})
 }
 
-// dropStale drops the series whose newest sample is Window seconds older than t.
+// dropStale drops the series whose newest sample is Window seconds older than t, and the live
+// figures of apps without a decision in the last LiveWindow seconds.
 func (r *Recorder) dropStale(t int64) {
+	for id, rc := range r.recent {
+		if rc.stale(t) {
+			delete(r.recent, id)
+		}
+	}
 	kept := r.order[:0]
 	for _, id := range r.order {
 		if last := r.apps[id].ring.last(); last != nil && t-last.t >= Window {
@@ -206,7 +232,10 @@ func (r *Recorder) dropStale(t int64) {
 
 // delta is cur - prev per counter; a counter below its previous value was reset: cur.
 func delta(cur, prev Totals) Totals {
-	d := Totals{Cost: sub(cur.Cost, prev.Cost), LocalHits: sub(cur.LocalHits, prev.LocalHits)}
+	d := Totals{
+		Cost: sub(cur.Cost, prev.Cost), LocalHits: sub(cur.LocalHits, prev.LocalHits),
+		Leases: sub(cur.Leases, prev.Leases), LeaseTokens: sub(cur.LeaseTokens, prev.LeaseTokens),
+	}
 	for i := range cur.Requests {
 		d.Requests[i] = sub(cur.Requests[i], prev.Requests[i])
 	}
@@ -223,6 +252,8 @@ func sub(cur, prev int64) int64 {
 func add(a, b Totals) Totals {
 	a.Cost += b.Cost
 	a.LocalHits += b.LocalHits
+	a.Leases += b.Leases
+	a.LeaseTokens += b.LeaseTokens
 	for i := range a.Requests {
 		a.Requests[i] += b.Requests[i]
 	}
@@ -255,6 +286,8 @@ func (r *Recorder) Window(seconds int, apps []string) History {
 	}
 	if apps == nil {
 		apps = r.busiest(from)
+	} else {
+		r.want(apps, last.t)
 	}
 	for _, id := range apps {
 		s := r.apps[id]
@@ -302,6 +335,14 @@ func (r *Recorder) busiest(from int64) []string {
 		ids = append(ids, b.id)
 	}
 	return ids
+}
+
+// Totals returns the cluster's cumulative counters as of the last reading; ok is false while
+// nothing was recorded.
+func (r *Recorder) Totals() (t Totals, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.prev, r.ring.last() != nil
 }
 
 // Latest returns the newest sample and the samples of every app that has one for the same

@@ -133,7 +133,7 @@ func TestRecorderProperty(t *testing.T) {
 }
 
 // TestRecorderAppBound: however many apps the readings carry, at most MaxApps have a series,
-// the first ones seen; the others have none.
+// while every app is idle, the first ones seen; the others have none.
 func TestRecorderAppBound(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		r := New()

@@ -39,13 +39,12 @@ func newAppPolicy(p store.AppPolicy) *appPolicy {
 // or one admitted on credit while a lease was slow), which the next lease pays first because
 // grants are simply added to it.
 type App struct {
-	l        *Limiter
-	id       string // the id the Store knows the bucket by
-	label    string // metric label: configured id or "*"
-	isolated bool
-	listed   atomic.Bool // on the sync loop's list (active.go)
-	pol      atomic.Pointer[appPolicy]
-	stats    *appStats // shared by all unknown apps
+	l     *Limiter
+	id    string    // the id the Store knows the bucket by
+	label string    // metric label: configured id or "*"
+	own   *appStats // an isolated bucket's own counters (tenants.go); nil: not isolated
+	pol   atomic.Pointer[appPolicy]
+	stats *appStats // shared by all unknown apps
 
 	// Written by every admitted request, so kept on one cache line (with what a take reads):
 	// requests of one app on several cores then move one line between them, not four.
@@ -59,6 +58,7 @@ type App struct {
 
 	retryUntil atomic.Int64 // unix ns: until then, shortfalls are rejected without a Store call
 	refusal    atomic.Uint32
+	listed     atomic.Bool   // on the sync loop's list (active.go)
 	lastUse    atomic.Int64  // unix ns of the last take (isolated apps only)
 	lastLease  atomic.Int64  // unix ns of the last grant (lease TTL)
 	answered   atomic.Bool   // the app's last lease call succeeded (storeAway)
@@ -106,7 +106,10 @@ var doneCall = func() *leaseCall {
 }()
 
 func (l *Limiter) newApp(id, label string, p store.AppPolicy, st *appStats, isolated bool, cfg *Config) *App {
-	a := &App{l: l, id: id, label: label, stats: st, isolated: isolated}
+	a := &App{l: l, id: id, label: label, stats: st}
+	if isolated {
+		a.own = new(appStats)
+	}
 	a.pol.Store(newAppPolicy(p))
 	// Until a rate is measured, the lease target is Reserve (capped like every lease), and the
 	// rate the one a Reserve-sized lease covers over LeaseHorizon, so that the target of an app
@@ -256,7 +259,7 @@ func (a *App) tryTake(cost, need int64) bool {
 func (a *App) admitted(cost int64, l *Limiter) {
 	a.consumed.Add(cost)
 	a.requests.Add(1)
-	if a.isolated {
+	if a.own != nil { // isolated
 		a.lastUse.Store(l.clock.Now().UnixNano())
 	}
 	a.list()

@@ -34,9 +34,16 @@ func (a *App) Record(r store.Reason, cost int64) {
 	if r >= store.NumReasons {
 		return
 	}
-	a.stats.requests[r].Add(1)
+	a.stats.record(r, cost)
+	if a.own != nil {
+		a.own.record(r, cost)
+	}
+}
+
+func (s *appStats) record(r store.Reason, cost int64) {
+	s.requests[r].Add(1)
 	if r == store.ReasonNone {
-		a.stats.cost.Add(cost)
+		s.cost.Add(cost)
 	}
 }
 
@@ -46,21 +53,35 @@ func (l *Limiter) Stats() []AppStats {
 	s := l.snap()
 	out := make([]AppStats, 0, len(s.apps)+1)
 	for id, a := range s.apps {
-		b := a.balance.Load()
-		st := a.stats.snapshot(id, max(b, 0), max(-b, 0))
-		st.Borrowed, st.Debt = a.Borrowing()
-		out = append(out, st)
+		out = append(out, appSnapshot(a, a.stats, id))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })
-	if s.shared != nil {
-		b := s.shared.balance.Load()
-		held, debt := max(b, 0), max(-b, 0)
-		borrowed, l2Debt := s.shared.Borrowing()
-		l.cat.isolated.addTotals(&held, &debt, &borrowed, &l2Debt)
-		st := l.cat.unknown.snapshot("*", held, debt)
-		st.Borrowed, st.Debt = borrowed, l2Debt
+	if st, ok := l.starStats(s); ok {
 		out = append(out, st)
 	}
+	return out
+}
+
+// starStats is the counters of "*" (every unknown app: the shared bucket and the isolated
+// ones); false with UnknownReject.
+func (l *Limiter) starStats(s *snapshot) (AppStats, bool) {
+	if s.shared == nil {
+		return AppStats{}, false
+	}
+	b := s.shared.balance.Load()
+	held, debt := max(b, 0), max(-b, 0)
+	borrowed, l2Debt := s.shared.Borrowing()
+	l.cat.isolated.addTotals(&held, &debt, &borrowed, &l2Debt)
+	st := l.cat.unknown.snapshot("*", held, debt)
+	st.Borrowed, st.Debt = borrowed, l2Debt
+	return st, true
+}
+
+// appSnapshot is a's counters under label with its local tokens and L2 borrowing.
+func appSnapshot(a *App, st *appStats, label string) AppStats {
+	b := a.balance.Load()
+	out := st.snapshot(label, max(b, 0), max(-b, 0))
+	out.Borrowed, out.Debt = a.Borrowing()
 	return out
 }
 

@@ -72,6 +72,25 @@ export function errorFromThrown(e: unknown, timeoutMs: number): ApiError {
   return new ApiError('network', 0, `cannot reach the admin API (${detail})`)
 }
 
+/** The parameters of GET /rate_limit/apps. */
+export interface AppsQuery {
+  limit?: number
+  cursor?: string
+  q?: string
+  sort?: string
+}
+
+/** The query string of an AppsQuery ("" for none). */
+export function appsQuery(page: AppsQuery): string {
+  const p = new URLSearchParams()
+  if (page.limit) p.set('limit', String(page.limit))
+  if (page.q) p.set('q', page.q)
+  if (page.sort && page.sort !== 'id') p.set('sort', page.sort)
+  if (page.cursor) p.set('cursor', page.cursor)
+  const s = p.toString()
+  return s ? '?' + s : ''
+}
+
 export interface ClientOptions {
   base: string
   cluster: string
@@ -124,8 +143,9 @@ export class Client {
   overview(): Promise<ClusterView> {
     return this.call('GET', '')
   }
-  apps(): Promise<AppsView> {
-    return this.call('GET', 'apps')
+  /** One page of apps: `sort` is a key with an optional "-" prefix; `cursor` a page's next_cursor. */
+  apps(page: AppsQuery = {}): Promise<AppsView> {
+    return this.call('GET', 'apps' + appsQuery(page))
   }
   app(id: string): Promise<AppView> {
     return this.call('GET', 'apps/' + encodeURIComponent(id))

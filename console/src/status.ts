@@ -1,6 +1,6 @@
 // Status thresholds: normal / warning / critical, as the views colour them.
 
-import type { AppSample } from './types'
+import type { AppSample, LiveFigures } from './types'
 
 export type Status = 'normal' | 'warning' | 'critical'
 
@@ -59,5 +59,23 @@ export function appStatus(samples: AppSample[], window = STATUS_WINDOW): Status 
   const last = samples[samples.length - 1]!
   if (last.guaranteed > 0 && r.cost >= NEAR_QUOTA * last.guaranteed) return 'warning'
   if (last.limit > 0 && last.in_flight >= NEAR_QUOTA * last.limit) return 'warning'
+  return 'normal'
+}
+
+/**
+ * An app's status from the API's live figures over `windowSeconds` (a page of the app list):
+ * the thresholds of appStatus.
+ */
+export function liveStatus(
+  live: LiveFigures,
+  windowSeconds: number,
+  guaranteed: number,
+  inFlight: number,
+  limit: number,
+): Status {
+  if (live.rejected > 0) return 'critical'
+  const cost = live.cost / Math.max(windowSeconds, 1)
+  if (guaranteed > 0 && cost >= NEAR_QUOTA * guaranteed) return 'warning'
+  if (limit > 0 && inFlight >= NEAR_QUOTA * limit) return 'warning'
   return 'normal'
 }

@@ -27,6 +27,8 @@ export interface ClusterView {
   leases: number
   lease_tokens: number
   store_latency_seconds: number
+  /** This API refuses changes (a console served on a site without allow_changes). */
+  read_only?: boolean
 }
 
 export interface Policy {
@@ -45,7 +47,9 @@ export type PolicyField = keyof Policy
 export interface AppView {
   id: string
   policy: Policy | null
-  source: 'caddyfile' | 'override' | 'api'
+  source: 'caddyfile' | 'override' | 'api' | 'isolated'
+  /** Decisions and cost over the last `live_window_seconds` on this instance. */
+  live: LiveFigures
   override: Partial<Record<PolicyField, unknown>> | null
   local_tokens: number
   local_debt: number
@@ -62,9 +66,23 @@ export interface AppView {
   leaked: number
 }
 
+export interface LiveFigures {
+  allowed: number
+  rejected: number
+  cost: number
+}
+
+/** The orders of GET /rate_limit/apps (a "-" prefix: descending). */
+export type AppSortKey = 'id' | 'admitted' | 'rejected' | 'cost' | 'in_flight'
+
+/** One page of GET /rate_limit/apps. */
 export interface AppsView {
   cluster: string
   apps: AppView[]
+  total: number
+  next_cursor: string | null
+  sort: string
+  live_window_seconds: number
 }
 
 export interface RemovedView {

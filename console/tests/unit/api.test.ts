@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { ApiError, Client, apiBase, errorFromResponse, errorFromThrown, withCluster } from '../../src/api'
+import { ApiError, Client, apiBase, appsQuery, errorFromResponse, errorFromThrown, withCluster } from '../../src/api'
 
 function fakeFetch(status: number, body: string, seen: { url?: string; init?: RequestInit } = {}): typeof fetch {
   return (async (url: string, init: RequestInit) => {
@@ -72,5 +72,19 @@ describe('API client', () => {
       })) as unknown as typeof fetch
     const c = new Client({ base: '/rate_limit/', cluster: '', timeoutMs: 20, fetch: hang })
     await expect(c.emergency()).rejects.toMatchObject({ kind: 'timeout' })
+  })
+})
+
+describe('appsQuery', () => {
+  it('encodes the page parameters, leaving out the defaults', () => {
+    expect(appsQuery({})).toBe('')
+    expect(appsQuery({ sort: 'id' })).toBe('')
+    expect(appsQuery({ limit: 50, q: 'a b&c', sort: '-admitted', cursor: 'x_y' })).toBe('?limit=50&q=a+b%26c&sort=-admitted&cursor=x_y')
+  })
+  it('puts the cluster after the page parameters', async () => {
+    const seen: { url?: string } = {}
+    const c = new Client({ base: '/rate_limit/', cluster: 'c1', fetch: fakeFetch(200, '{}', seen) })
+    await c.apps({ q: 'app1' })
+    expect(seen.url).toBe('/rate_limit/apps?q=app1&cluster=c1')
   })
 })

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { OVERLOAD, appStatus, levelName, levelStatus, rates, usageStatus } from '../../src/status'
+import { OVERLOAD, appStatus, levelName, levelStatus, liveStatus, rates, usageStatus } from '../../src/status'
 import type { AppSample } from '../../src/types'
 
 function sample(t: number, o: Partial<AppSample> = {}): AppSample {
@@ -41,5 +41,14 @@ describe('status thresholds', () => {
     const s = [sample(1, { allowed: 100 }), sample(2, { allowed: 2 }), sample(3, { allowed: 4, rejected: 2 })]
     expect(rates(s, 2)).toEqual({ allowed: 3, rejected: 1, cost: 10 })
     expect(rates([], 10)).toEqual({ allowed: 0, rejected: 0, cost: 0 })
+  })
+})
+
+describe('liveStatus', () => {
+  it('is critical with a rejection, warning near the guaranteed rate or the in-flight limit', () => {
+    expect(liveStatus({ allowed: 10, rejected: 1, cost: 10 }, 10, 100, 0, 0)).toBe('critical')
+    expect(liveStatus({ allowed: 90, rejected: 0, cost: 90 }, 10, 10, 0, 0)).toBe('warning')
+    expect(liveStatus({ allowed: 70, rejected: 0, cost: 70 }, 10, 10, 0, 0)).toBe('normal')
+    expect(liveStatus({ allowed: 0, rejected: 0, cost: 0 }, 10, 10, 8, 10)).toBe('warning')
   })
 })
