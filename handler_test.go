@@ -430,6 +430,28 @@ func TestRollbackOnDownstream429(t *testing.T) {
 	}
 }
 
+// TestBackendThrottleStaysCharged: a 429 or 503 that the backend answered through
+// reverse_proxy (which sets {http.reverse_proxy.status_code}) is not a rejection in the chain:
+// the request reached the backend and stays charged.
+func TestBackendThrottleStaysCharged(t *testing.T) {
+	h := unitHandler(t, "unit-backend-throttle", map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 10}})
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		proxied := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+			repl.Set("http.reverse_proxy.status_code", status)
+			w.WriteHeader(status)
+			return nil
+		})
+		r := get("a")
+		repl := caddy.NewReplacer()
+		r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+		_ = h.ServeHTTP(httptest.NewRecorder(), r, proxied)
+	}
+	if got := remainingAfter(t, h, "a"); got != "7" { // both charged; this GET takes 1
+		t.Errorf("remaining %q after two backend throttles, want 7", got)
+	}
+}
+
 // TestHeaderModes: each mode writes exactly its own headers, on an admitted response and on
 // a rejection; the default writes the draft fields on rejections only.
 func TestHeaderModes(t *testing.T) {

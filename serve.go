@@ -78,20 +78,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	o.Decision = response.Allowed
 	out := h.style.Publish(w, repl, &o)
-	return h.serveAdmitted(w, r, next, app, d, est, charge, ticket, out)
+	return h.serveAdmitted(w, r, repl, next, app, d, est, charge, ticket, out)
 }
 
 // serveAdmitted runs the rest of the chain for an admitted request and settles afterwards.
 // The deferred part runs on panics too: the slot is released exactly once (or, for a hijacked
 // connection, when that connection is closed) and the cost is settled.
 //
-// Rollback: when the request is rejected later in the chain with 429 — by another
-// rate limiter after this one, or by the backend's own throttling, written as a response or
-// returned as a Caddy error — everything it took is given back. Any other outcome, errors
-// included, stays charged (only the unread part of a declared body is refunded, as for every
-// request): the request was admitted and usually reached the backend, and refunding downstream
-// rejections such as a 401 from basic_auth would make brute force free.
-func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
+// Rollback: when the request is rejected later in the chain with 429 before it reached the
+// backend — by another rate limiter after this one, written as a response or returned as a
+// Caddy error — everything it took is given back. A 429 the backend answered through
+// reverse_proxy is not a rejection in the chain but the backend throttling: the request
+// reached it and stays charged (refunded, every throttled request would be free exactly when
+// the backend is overloaded). Any other outcome, errors included, stays charged too (only the
+// unread part of a declared body is refunded, as for every request): the request was admitted
+// and usually reached the backend, and refunding downstream rejections such as a 401 from
+// basic_auth would make brute force free.
+func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, next caddyhttp.Handler,
 	app *limiter.App, d limiter.Decision, est cost.Estimate, charge int64, ticket *connlimit.Ticket,
 	out *response.Outcome,
 ) (err error) {
@@ -114,7 +117,8 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 		if body != nil {
 			charged = body.settle()
 		}
-		if tw.Status() == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests {
+		if (tw.Status() == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests) &&
+			!backendAnswered(repl) {
 			app.Settle(d, charged, 0) // rejected further down: roll back
 			app.Record(store.ReasonNone, 0)
 		} else {
@@ -137,6 +141,21 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 	}()
 	return next.ServeHTTP(tw, r)
 }
+
+// backendAnswered reports whether reverse_proxy received a response from a backend for this
+// request: it sets {http.reverse_proxy.status_code} once an upstream answered, and no handler
+// before it in the chain does. Looked up only for a 429, off the path of every other request.
+func backendAnswered(repl *caddy.Replacer) bool {
+	if repl == nil {
+		return false
+	}
+	_, ok := repl.Get(proxyStatusPlaceholder)
+	return ok
+}
+
+// proxyStatusPlaceholder is the placeholder reverse_proxy sets to the status of the backend's
+// response.
+const proxyStatusPlaceholder = "http.reverse_proxy.status_code"
 
 // errorStatus is the HTTP status of a Caddy handler error (0 for nil or other errors).
 func errorStatus(err error) int {
