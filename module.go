@@ -44,6 +44,9 @@ type Handler struct {
 	UnknownApp string `json:"unknown_app,omitempty"`
 	// L1 rate of the cluster in cost tokens per second; 0 = no cluster limit.
 	Capacity float64 `json:"capacity,omitempty"`
+	// Learn the capacity from the backend's answers, starting from Capacity (Caddyfile:
+	// `capacity <n> { adaptive { ... } }`). Absent: the capacity is static.
+	Adaptive *AdaptiveConfig `json:"adaptive,omitempty"`
 	// Share of capacity not given out as guarantees. Default 0.1.
 	ReservedRatio *float64 `json:"reserved_ratio,omitempty"`
 	// Usage share at which the cluster goes into emergency mode. Default 0.95.

@@ -55,6 +55,7 @@ func (c Cause) String() string {
 		return "latency"
 	case Increase:
 		return "demand"
+	case Hold:
 	}
 	return "hold"
 }
