@@ -85,7 +85,9 @@ type Handler struct {
 	keyHdr  string // canonical header name for keyHeader
 	style   response.Style
 	maxWait time.Duration
-	events  *caddyevents.App
+	// throttle is adaptive.throttle_status: nil when the capacity is static (no signals taken).
+	throttle *throttleSet
+	events   *caddyevents.App
 	ctx     caddy.Context
 	logger  *zap.Logger
 }
@@ -171,7 +173,15 @@ func (h *Handler) configure() (cluster.Definition, error) {
 		return cluster.Definition{}, err
 	}
 	h.model = model
-	return h.definition()
+	def, err := h.definition()
+	if err != nil {
+		return def, err
+	}
+	h.throttle = nil
+	if statuses, _ := h.Adaptive.throttleStatus(); statuses != nil {
+		h.throttle = newThrottleSet(statuses)
+	}
+	return def, nil
 }
 
 // Cleanup gives this handler's references to the cluster's shared state back. The last

@@ -6,6 +6,7 @@ import (
 	"net/textproto"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -99,6 +100,11 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, repl *ca
 	out *response.Outcome,
 ) (err error) {
 	tw := response.Track(w, ticket, out)
+	var start time.Time
+	if h.throttle != nil {
+		start = time.Now()
+		tw.TimeHeaders(start)
+	}
 	var body *touchingBody
 	orig := r.Body
 	// Content-Length 0 (a GET over HTTP/1.1 or 2) has nothing to count; Caddy wraps every
@@ -117,11 +123,17 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, repl *ca
 		if body != nil {
 			charged = body.settle()
 		}
-		if (tw.Status() == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests) &&
-			!backendAnswered(repl) {
+		status := tw.Status()
+		if status == 0 {
+			status = errorStatus(err)
+		}
+		if status == http.StatusTooManyRequests && !backendAnswered(repl) {
 			app.Settle(d, charged, 0) // rejected further down: roll back
 			app.Record(store.ReasonNone, 0)
 		} else {
+			if h.throttle != nil {
+				h.observe(app, tw, repl, status, start)
+			}
 			var used cost.Usage
 			if body != nil {
 				used = body.Usage()
@@ -140,6 +152,38 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, repl *ca
 		tw.Done()
 	}()
 	return next.ServeHTTP(tw, r)
+}
+
+// observe feeds the backend's answer to an admitted request to the adaptive capacity's
+// signals: its time to response headers (to the end of the request when no status was
+// written) and whether it is a throttle, that is a throttle_status the backend answered (a
+// handler other than reverse_proxy answering one, such as a later limiter in `format s3`, is
+// not the backend). repl is looked up for throttle statuses only.
+func (h *Handler) observe(app *limiter.App, tw *response.TrackedWriter, repl *caddy.Replacer, status int, start time.Time) {
+	latency := tw.HeaderLatency()
+	if latency == 0 {
+		latency = time.Since(start)
+	}
+	app.Observe(latency, h.throttle.has(status) && (repl == nil || backendAnswered(repl)))
+}
+
+// throttleSet is a set of 4xx and 5xx statuses (adaptive.throttle_status).
+type throttleSet [4]uint64
+
+func newThrottleSet(statuses []int) *throttleSet {
+	var s throttleSet
+	for _, st := range statuses {
+		if i := st - 400; i >= 0 && i < 200 {
+			s[i/64] |= 1 << (i % 64)
+		}
+	}
+	return &s
+}
+
+// has reports whether status is in the set.
+func (s *throttleSet) has(status int) bool {
+	i := status - 400
+	return i >= 0 && i < 200 && s[i/64]&(1<<(i%64)) != 0
 }
 
 // backendAnswered reports whether reverse_proxy received a response from a backend for this
