@@ -224,7 +224,17 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 				cost += a.Cost
 			}
 		}
-		st.Usage = l.addUsage(cost, rep.CostSpanMicros(), rep.Cluster.Capacity, now)
+		window := l.addUsage(cost, rep.CostSpanMicros(), now)
+		// 3a. the capacity in force: learned (adaptive) or configured.
+		var sig *store.Signals
+		if fresh {
+			sig = &rep.Signals
+		}
+		st.Capacity, st.CapacitySource = l.ctl.inForce(rep.Cluster, sig, window, now)
+		if rep.Cluster.Adaptive.On() {
+			st.Adaptive = l.ctl.last
+		}
+		st.Usage = window / st.Capacity
 	}
 	// 4. app statistics only: no token changes. Each app record keeps its own Seqs (Redis: one
 	// slot per script), so a report half applied before a failure is completed by its resend.
