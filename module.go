@@ -88,8 +88,8 @@ type Handler struct {
 	// throttle is adaptive.throttle_status: nil when the capacity is static (no signals taken).
 	throttle *throttleSet
 	events   *caddyevents.App
-	ctx     caddy.Context
-	logger  *zap.Logger
+	ctx      caddy.Context
+	logger   *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.

@@ -424,7 +424,7 @@ func parseClusterState(cmd *redis.Cmd) (store.ClusterState, error) {
 }
 
 // parseAdaptive reads the controller's last period ('answers throttles slow cost lat0..lat15')
-// and last change ('at_us from to cause'), each '' when there is none yet.
+// and last change ('at_us from to cause'), each ” when there is none yet.
 func parseAdaptive(lp, chg string) (store.AdaptiveState, error) {
 	var a store.AdaptiveState
 	if f := strings.Fields(lp); len(f) > 0 {

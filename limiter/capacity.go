@@ -1,0 +1,106 @@
+package limiter
+
+import (
+	"github.com/tierbucket/caddy-tierbucket/store"
+)
+
+// overloadLine is the usage at which L1's overload factors begin: the elastic share is
+// handed out below it only.
+const overloadLine = 0.9
+
+// prioritySums are the configured apps' guaranteed rates per priority and, of those whose max
+// is above their guaranteed (elastic apps), their guaranteed rates and their room
+// (max − guaranteed). Computed once per configuration.
+type prioritySums struct {
+	g, elasticG, room [store.MaxPriority + 1]float64
+}
+
+func sumsOf(cfg Config) prioritySums {
+	var s prioritySums
+	for _, p := range cfg.Apps {
+		s.g[p.Priority] += p.Guaranteed
+		if p.Max > p.Guaranteed {
+			s.elasticG[p.Priority] += p.Guaranteed
+			s.room[p.Priority] += p.Max - p.Guaranteed
+		}
+	}
+	return s
+}
+
+// shares is how a learned capacity is divided (docs/adaptive.md): cap[p] is the most of their
+// guaranteed rate the apps of priority p get, the capacity going to P0 first, then P1, …; and
+// extra[p] the elastic share per token/s of guaranteed of an elastic app of priority p, out
+// of what is left below the overload line, again by priority and in proportion to the
+// guaranteed rates.
+type shares struct {
+	cap, extra [store.MaxPriority + 1]float64
+}
+
+// capacityShares divides capacity among the priorities; the elastic share only while usage is
+// below the overload line (above it, the share is taken back at the next report).
+func capacityShares(capacity, usage float64, s *prioritySums) shares {
+	var sh shares
+	left := max(capacity, 0)
+	for p, g := range s.g {
+		sh.cap[p] = 1
+		if g > 0 {
+			if left >= g {
+				left -= g
+			} else {
+				sh.cap[p], left = max(left, 0)/g, 0
+			}
+		}
+	}
+	if usage >= overloadLine {
+		return sh
+	}
+	spare := max(overloadLine*capacity-(max(capacity, 0)-left), 0)
+	for p := range s.g {
+		if sh.cap[p] < 1 || s.room[p] <= 0 || spare <= 0 {
+			continue
+		}
+		give := min(spare, s.room[p])
+		sh.extra[p] = give / s.elasticG[p]
+		spare -= give
+	}
+	return sh
+}
+
+// adaptiveFactor is the refill factor of an app of policy p under L1's state st: L1's factor
+// for its priority, and with a learned capacity also at most its priority's share of it, plus
+// its elastic share (up to its max) while the cluster has room.
+func (s *snapshot) adaptiveFactor(st *store.ClusterState, p store.AppPolicy) float64 {
+	f := st.Factors[p.Priority]
+	if st.CapacitySource != store.CapacityAdaptive {
+		return f
+	}
+	sh := capacityShares(st.Capacity, st.Usage, &s.sums)
+	f = min(f, sh.cap[p.Priority])
+	if f >= 1 && !st.Emergency && p.Max > p.Guaranteed {
+		f += min(sh.extra[p.Priority], p.Max/p.Guaranteed-1)
+	}
+	return f
+}
+
+// unallocatedNow is the borrow pool's refill rate under L1's state: of the learned capacity
+// when there is one, else of the configured one.
+func (s *snapshot) unallocatedNow(st *store.ClusterState) float64 {
+	if st.CapacitySource != store.CapacityAdaptive {
+		return s.unallocated
+	}
+	var sum float64
+	for _, g := range s.sums.g {
+		sum += g
+	}
+	return max((1-s.cfg.Cluster.ReservedRatio)*st.Capacity-sum, 0)
+}
+
+// capacityShare is the share of their guaranteed rate the apps of priority prio get from a
+// learned capacity (1 without one): what the rescue limits keep to while the Store is away,
+// from the last capacity it answered.
+func (s *snapshot) capacityShare(st *store.ClusterState, prio int) float64 {
+	if st.CapacitySource != store.CapacityAdaptive {
+		return 1
+	}
+	return capacityShares(st.Capacity, overloadLine, &s.sums).cap[prio]
+}

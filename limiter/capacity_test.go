@@ -1,0 +1,93 @@
+package limiter
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
+)
+
+// The division of a learned capacity: guarantees up to the capacity, by priority (a priority
+// short of its guarantee leaves nothing to those below); the elastic share only below the
+// overload line, within it, and never beyond an app's max.
+func TestPropCapacityShares(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := Config{Apps: map[string]store.AppPolicy{}}
+		for i := range rapid.IntRange(0, 8).Draw(t, "apps") {
+			g := rapid.Float64Range(1, 1000).Draw(t, "g")
+			cfg.Apps[string(rune('a'+i))] = store.AppPolicy{
+				Guaranteed: g, Burst: g, Priority: rapid.IntRange(0, 3).Draw(t, "priority"),
+				Max: g * rapid.SampledFrom([]float64{0, 1, 1.5, 4}).Draw(t, "maxx"),
+			}
+		}
+		sums := sumsOf(cfg)
+		capacity := rapid.Float64Range(0, 5000).Draw(t, "capacity")
+		usage := rapid.Float64Range(0, 1.2).Draw(t, "usage")
+		sh := capacityShares(capacity, usage, &sums)
+		var guaranteed, total, extra float64
+		for p := range sh.cap {
+			if sh.cap[p] < 0 || sh.cap[p] > 1 {
+				t.Fatalf("cap[%d] = %v", p, sh.cap[p])
+			}
+			if sh.cap[p] < 1 {
+				for q := p + 1; q < len(sh.cap); q++ {
+					if sums.g[q] > 0 && sh.cap[q] > 0 {
+						t.Fatalf("P%d short (%v) while P%d gets %v", p, sh.cap[p], q, sh.cap[q])
+					}
+				}
+			}
+			guaranteed += sh.cap[p] * sums.g[p]
+			total += sums.g[p]
+			extra += sh.extra[p] * sums.elasticG[p]
+			if sh.extra[p] > 0 && (sh.cap[p] < 1 || usage >= overloadLine) {
+				t.Fatalf("elastic share %v at P%d with cap %v, usage %v", sh.extra[p], p, sh.cap[p], usage)
+			}
+			if sh.extra[p]*sums.elasticG[p] > sums.room[p]*(1+1e-9) {
+				t.Fatalf("elastic share of P%d beyond its apps' max", p)
+			}
+		}
+		if guaranteed > capacity*(1+1e-9) {
+			t.Fatalf("guarantees %v over the capacity %v", guaranteed, capacity)
+		}
+		if capacity >= total && guaranteed < total*(1-1e-9) {
+			t.Fatalf("capacity %v covers every guarantee (%v) but %v were given", capacity, total, guaranteed)
+		}
+		if guaranteed+extra > max(overloadLine*capacity, guaranteed)*(1+1e-9) {
+			t.Fatalf("guarantees %v + elastic %v over the overload line of %v", guaranteed, extra, capacity)
+		}
+	})
+}
+
+// A learned capacity below the guarantees: P0 keeps min(its guaranteed, the capacity), the
+// lower priority gets what is left; above them, an elastic app is refilled beyond its
+// guaranteed rate up to its max; a static capacity changes nothing.
+func TestAdaptiveFactor(t *testing.T) {
+	cfg := Config{Apps: map[string]store.AppPolicy{
+		"gold":   {Guaranteed: 600, Burst: 600, Priority: 0, Max: 1200},
+		"bronze": {Guaranteed: 200, Burst: 200, Priority: 3, Max: 600},
+	}}
+	s := &snapshot{cfg: cfg, sums: sumsOf(cfg)}
+	st := &store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, CapacitySource: store.CapacityAdaptive, Capacity: 500, Usage: 0.5}
+	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 500.0/600 {
+		t.Errorf("gold at capacity 500: factor %v, want 500/600", f)
+	}
+	if f := s.adaptiveFactor(st, cfg.Apps["bronze"]); f != 0 {
+		t.Errorf("bronze at capacity 500: factor %v, want 0", f)
+	}
+	st.Capacity = 2000 // 0.9 × 2000 − 800 = 1000 spare: gold takes its room (600), bronze the rest (400 > its 400 room)
+	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 2 {
+		t.Errorf("gold at capacity 2000: factor %v, want 2 (its max)", f)
+	}
+	if f := s.adaptiveFactor(st, cfg.Apps["bronze"]); f != 3 {
+		t.Errorf("bronze at capacity 2000: factor %v, want 3 (its max)", f)
+	}
+	st.Usage = 0.92 // over the overload line: the elastic share is taken back
+	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 1 {
+		t.Errorf("gold over the overload line: factor %v, want 1", f)
+	}
+	st.CapacitySource, st.Capacity, st.Usage = store.CapacityConfig, 500, 0.5
+	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 1 {
+		t.Errorf("static capacity: factor %v, want L1's 1", f)
+	}
+}
