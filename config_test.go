@@ -50,8 +50,8 @@ func TestProvisionRejectsInvalidConfig(t *testing.T) {
 		{"adaptive latency_target negative", `{"capacity":100,"adaptive":{"latency_target":"-1s"}}`, "adaptive.latency_target must be > 0"},
 		{"adaptive throttle_status", `{"capacity":100,"adaptive":{"throttle_status":[503,200]}}`, "adaptive.throttle_status: 200 is not a 4xx or 5xx status"},
 		{
-			"sum of guaranteed over the adaptive min", `{"capacity":1000,"adaptive":{"min":500},"apps":{"a":{"guaranteed":451}}}`,
-			"apps: sum of guaranteed (451) exceeds (1 - reserved_ratio) × adaptive min = 450",
+			"sum of guaranteed over an adaptive capacity", `{"capacity":1000,"adaptive":{"min":100},"apps":{"a":{"guaranteed":901}}}`,
+			"apps: sum of guaranteed (901) exceeds (1 - reserved_ratio) × capacity = 900",
 		},
 		{"app max below guaranteed", `{"apps":{"a":{"guaranteed":10,"max":5}}}`, `apps["a"].max must be >= guaranteed (10)`},
 		{

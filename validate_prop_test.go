@@ -50,7 +50,7 @@ func drawConfig(t *rapid.T, validOnly bool) *Handler {
 	}
 	if rapid.Bool().Draw(t, "has_adaptive") {
 		h.Adaptive = &AdaptiveConfig{
-			Min:           rapid.SampledFrom(pick([]float64{0, 1e6}, []float64{-1, 2e7, 50})).Draw(t, "adaptive.min"),
+			Min:           rapid.SampledFrom(pick([]float64{0, 50, 1e6}, []float64{-1, 2e7})).Draw(t, "adaptive.min"),
 			Max:           rapid.SampledFrom(pick([]float64{0, 1e8}, []float64{1, -5})).Draw(t, "adaptive.max"),
 			LatencyTarget: caddy.Duration(rapid.SampledFrom(pick([]float64{0, 1e8}, []float64{-1})).Draw(t, "adaptive.latency_target")),
 			ThrottleStatus: rapid.SliceOfN(rapid.SampledFrom(picksInt([]int{429, 503, 500}, []int{200, 600}, validOnly)), 0, 3).
@@ -148,7 +148,6 @@ func validOracle(h *Handler) bool {
 				return false
 			}
 		}
-		admission = lo
 	}
 	return admission == 0 || sum <= (1-rr)*admission
 }
@@ -221,7 +220,7 @@ func drawFaulty(t *rapid.T) *Handler {
 			}
 			h.Capacity = sum / (1 - rr) * factor
 		}
-	case 17: // the adaptive min just below / just above what the guarantees need
+	case 17: // an adaptive min below the guarantees (valid) or above the capacity
 		h.Capacity = 1e7
 		h.Adaptive = &AdaptiveConfig{Min: rapid.SampledFrom([]float64{0.5, 1e4, 2e7}).Draw(t, "adaptive.min")}
 	case 18:

@@ -7,7 +7,7 @@ import (
 )
 
 // Admission checks that the configured apps' guarantees fit the cluster's unreserved capacity:
-// Σ guaranteed <= (1 - reserved_ratio) × capacity, the adaptive min when the capacity is
+// Σ guaranteed <= (1 - reserved_ratio) × capacity, the starting figure when the capacity is
 // learned (always true without L1). The `app *`
 // template is not counted: it may stand for any number of buckets, and unknown traffic is what
 // the reserve is for. The error is reported on the field "apps" (the admin API names the field
@@ -26,13 +26,5 @@ func (c Config) Admission() store.FieldErrors {
 		return nil
 	}
 	return store.FieldErrors{{Field: "apps", Problem: fmt.Sprintf(
-		"sum of guaranteed (%v) exceeds (1 - reserved_ratio) × %s = %v", sum, admissionName(c.Cluster), limit)}}
-}
-
-// admissionName names the capacity that guarantees must fit in, for errors.
-func admissionName(c store.ClusterPolicy) string {
-	if c.Adaptive.On() {
-		return "adaptive min"
-	}
-	return "capacity"
+		"sum of guaranteed (%v) exceeds (1 - reserved_ratio) × capacity = %v", sum, limit)}}
 }

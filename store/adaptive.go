@@ -18,14 +18,12 @@ type AdaptivePolicy struct {
 // On reports whether the capacity is learned.
 func (a AdaptivePolicy) On() bool { return a.Max > 0 }
 
-// AdmissionCapacity is the capacity that guarantees must fit in: the adaptive Min when the
-// capacity is learned (the least it may become), else Capacity.
-func (c ClusterPolicy) AdmissionCapacity() float64 {
-	if c.Adaptive.On() {
-		return c.Adaptive.Min
-	}
-	return c.Capacity
-}
+// AdmissionCapacity is the capacity that guarantees must fit in: the configured Capacity,
+// also when it is only the starting figure of a learned one. Guarantees are what the operator
+// sold; a learned capacity below them is shared by priority (docs/adaptive.md) rather than
+// refused at configuration time, which would forbid the very floor (Min) that lets the fleet
+// follow a backend that lost half its capacity.
+func (c ClusterPolicy) AdmissionCapacity() float64 { return c.Capacity }
 
 // validateAdaptive adds the invalid fields of c.Adaptive to es.
 func (c ClusterPolicy) validateAdaptive(es *FieldErrors) {
