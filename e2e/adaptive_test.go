@@ -44,8 +44,10 @@ type harnessPhase struct {
 }
 
 var harnessPhases = []harnessPhase{
-	{"nominal", harnessNominal}, {"halved", harnessNominal / 2},
-	{"restored", harnessNominal}, {"doubled", harnessNominal * 2},
+	{"nominal", harnessNominal},
+	{"halved", harnessNominal / 2},
+	{"restored", harnessNominal},
+	{"doubled", harnessNominal * 2},
 }
 
 func TestAdaptiveHarness(t *testing.T) {
@@ -209,6 +211,8 @@ func runHarness(t *testing.T, addr string, adaptive bool, phase, settle time.Dur
 		from := int64((time.Duration(i)*phase + settle) / time.Second)
 		to := int64(time.Duration(i+1) * phase / time.Second)
 		served, total, throttled, p90 := backend.window(from, to)
+		ctl, _ := f.rdb.HMGet(context.Background(), prefix+":{harness}:l1", "lp", "chg").Result()
+		t.Logf("%s %s: controller's last period %v, last change %v", name, p.name, ctl[0], ctl[1])
 		secs := float64(to - from)
 		servable := min(p.capacity, min(harnessGoldMax, harnessNominal)+min(harnessBronzeMax, harnessNominal))
 		fig := phaseFigures{

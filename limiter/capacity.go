@@ -4,8 +4,9 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// overloadLine is the usage at which L1's overload factors begin: the elastic share is
-// handed out below it only.
+// overloadLine is the usage at which L1's overload factors begin: a learned capacity is handed
+// out up to it, so that a fleet at its learned capacity runs at the overload line, not in the
+// overload (where the factors would throttle the lower priorities again).
 const overloadLine = 0.9
 
 // prioritySums are the configured apps' guaranteed rates per priority and, of those whose max
@@ -27,20 +28,22 @@ func sumsOf(cfg Config) prioritySums {
 	return s
 }
 
-// shares is how a learned capacity is divided (docs/adaptive.md): cap[p] is the most of their
-// guaranteed rate the apps of priority p get, the capacity going to P0 first, then P1, …; and
-// extra[p] the elastic share per token/s of guaranteed of an elastic app of priority p, out
-// of what is left below the overload line, again by priority and in proportion to the
-// guaranteed rates.
+// shares is how a learned capacity is divided (docs/adaptive.md), up to its overload line:
+// cap[p] is the most of their guaranteed rate the apps of priority p get, P0 first, then P1,
+// …; and extra[p] the elastic share per token/s of guaranteed of an elastic app of priority
+// p, out of what the guarantees leave, again by priority and in proportion to the guaranteed
+// rates. Every guarantee is reserved before any elastic share, so an app whose demand returns
+// finds its guaranteed rate free: there is nothing to take back from the others.
 type shares struct {
 	cap, extra [store.MaxPriority + 1]float64
 }
 
 // capacityShares divides capacity among the priorities; the elastic share only while usage is
-// below the overload line (above it, the share is taken back at the next report).
-func capacityShares(capacity, usage float64, s *prioritySums) shares {
+// below limit (above it, the share is taken back at the next report).
+func capacityShares(capacity, usage, limit float64, s *prioritySums) shares {
 	var sh shares
-	left := max(capacity, 0)
+	budget := overloadLine * max(capacity, 0)
+	left := budget
 	for p, g := range s.g {
 		sh.cap[p] = 1
 		if g > 0 {
@@ -51,10 +54,10 @@ func capacityShares(capacity, usage float64, s *prioritySums) shares {
 			}
 		}
 	}
-	if usage >= overloadLine {
+	if usage >= limit {
 		return sh
 	}
-	spare := max(overloadLine*capacity-(max(capacity, 0)-left), 0)
+	spare := left
 	for p := range s.g {
 		if sh.cap[p] < 1 || s.room[p] <= 0 || spare <= 0 {
 			continue
@@ -68,13 +71,14 @@ func capacityShares(capacity, usage float64, s *prioritySums) shares {
 
 // adaptiveFactor is the refill factor of an app of policy p under L1's state st: L1's factor
 // for its priority, and with a learned capacity also at most its priority's share of it, plus
-// its elastic share (up to its max) while the cluster has room.
+// its elastic share (up to its max) while the cluster has room: outside an emergency, usage
+// below the emergency threshold.
 func (s *snapshot) adaptiveFactor(st *store.ClusterState, p store.AppPolicy) float64 {
 	f := st.Factors[p.Priority]
 	if st.CapacitySource != store.CapacityAdaptive {
 		return f
 	}
-	sh := capacityShares(st.Capacity, st.Usage, &s.sums)
+	sh := capacityShares(st.Capacity, st.Usage, s.cfg.Cluster.EmergencyThreshold, &s.sums)
 	f = min(f, sh.cap[p.Priority])
 	if f >= 1 && !st.Emergency && p.Max > p.Guaranteed {
 		f += min(sh.extra[p.Priority], p.Max/p.Guaranteed-1)
@@ -102,5 +106,5 @@ func (s *snapshot) capacityShare(st *store.ClusterState, prio int) float64 {
 	if st.CapacitySource != store.CapacityAdaptive {
 		return 1
 	}
-	return capacityShares(st.Capacity, overloadLine, &s.sums).cap[prio]
+	return capacityShares(st.Capacity, 0, 0, &s.sums).cap[prio]
 }

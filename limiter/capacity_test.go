@@ -24,7 +24,7 @@ func TestPropCapacityShares(t *testing.T) {
 		sums := sumsOf(cfg)
 		capacity := rapid.Float64Range(0, 5000).Draw(t, "capacity")
 		usage := rapid.Float64Range(0, 1.2).Draw(t, "usage")
-		sh := capacityShares(capacity, usage, &sums)
+		sh := capacityShares(capacity, usage, overloadLine, &sums)
 		var guaranteed, total, extra float64
 		for p := range sh.cap {
 			if sh.cap[p] < 0 || sh.cap[p] > 1 {
@@ -47,42 +47,42 @@ func TestPropCapacityShares(t *testing.T) {
 				t.Fatalf("elastic share of P%d beyond its apps' max", p)
 			}
 		}
-		if guaranteed > capacity*(1+1e-9) {
-			t.Fatalf("guarantees %v over the capacity %v", guaranteed, capacity)
+		if guaranteed > overloadLine*capacity*(1+1e-9) {
+			t.Fatalf("guarantees %v over the overload line of %v", guaranteed, capacity)
 		}
-		if capacity >= total && guaranteed < total*(1-1e-9) {
+		if overloadLine*capacity >= total && guaranteed < total*(1-1e-9) {
 			t.Fatalf("capacity %v covers every guarantee (%v) but %v were given", capacity, total, guaranteed)
 		}
-		if guaranteed+extra > max(overloadLine*capacity, guaranteed)*(1+1e-9) {
+		if guaranteed+extra > overloadLine*capacity*(1+1e-9) {
 			t.Fatalf("guarantees %v + elastic %v over the overload line of %v", guaranteed, extra, capacity)
 		}
 	})
 }
 
-// A learned capacity below the guarantees: P0 keeps min(its guaranteed, the capacity), the
-// lower priority gets what is left; above them, an elastic app is refilled beyond its
-// guaranteed rate up to its max; a static capacity changes nothing.
+// A learned capacity below the guarantees: P0 keeps min(its guaranteed, the capacity's
+// overload line), the lower priority gets what is left; above them, an elastic app is refilled
+// beyond its guaranteed rate up to its max; a static capacity changes nothing.
 func TestAdaptiveFactor(t *testing.T) {
-	cfg := Config{Apps: map[string]store.AppPolicy{
+	cfg := Config{Cluster: store.ClusterPolicy{EmergencyThreshold: 0.95}, Apps: map[string]store.AppPolicy{
 		"gold":   {Guaranteed: 600, Burst: 600, Priority: 0, Max: 1200},
 		"bronze": {Guaranteed: 200, Burst: 200, Priority: 3, Max: 600},
 	}}
 	s := &snapshot{cfg: cfg, sums: sumsOf(cfg)}
 	st := &store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, CapacitySource: store.CapacityAdaptive, Capacity: 500, Usage: 0.5}
-	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 500.0/600 {
-		t.Errorf("gold at capacity 500: factor %v, want 500/600", f)
+	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 450.0/600 {
+		t.Errorf("gold at capacity 500: factor %v, want 450/600", f)
 	}
 	if f := s.adaptiveFactor(st, cfg.Apps["bronze"]); f != 0 {
 		t.Errorf("bronze at capacity 500: factor %v, want 0", f)
 	}
-	st.Capacity = 2000 // 0.9 × 2000 − 800 = 1000 spare: gold takes its room (600), bronze the rest (400 > its 400 room)
+	st.Capacity = 2000 // 0.9 × 2000 − 800 = 1000 spare: gold takes its room (600), bronze the rest (400, its room)
 	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 2 {
 		t.Errorf("gold at capacity 2000: factor %v, want 2 (its max)", f)
 	}
 	if f := s.adaptiveFactor(st, cfg.Apps["bronze"]); f != 3 {
 		t.Errorf("bronze at capacity 2000: factor %v, want 3 (its max)", f)
 	}
-	st.Usage = 0.92 // over the overload line: the elastic share is taken back
+	st.Usage = 0.96 // over the emergency threshold: the elastic share is taken back
 	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 1 {
 		t.Errorf("gold over the overload line: factor %v, want 1", f)
 	}

@@ -51,3 +51,9 @@ func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, windo
 	}
 	return k.capacity, store.CapacityAdaptive
 }
+
+// overloaded reports whether the last control period showed the backend overloaded.
+func (k *memController) overloaded() bool {
+	p := k.last.Period
+	return adaptive.Overloaded(adaptive.Signals{Answers: p.Answers, Throttles: p.Throttles, Slow: p.Slow}) != adaptive.Hold
+}

@@ -262,10 +262,15 @@ func ring(slot int64) int64 { return slot % usageSlots }
 // automatic emergency is left at the first report at least 10 s after u fell below thr - 0.1
 // and stayed there (any report with u >= thr - 0.1 restarts the count). On leaving, the reason
 // is cleared.
-func (l *memLedger) updateEmergency(u, thr float64, now int64) {
+//
+// Under a learned capacity (overloaded is then whether the last control period showed the
+// backend overloaded) a usage at the threshold enters it only with an overloaded backend: a
+// fleet using the whole capacity it learned is where it should be, and a burst of borrowing
+// alone is not an emergency.
+func (l *memLedger) updateEmergency(u, thr float64, now int64, overloaded bool) {
 	const calm = 10 * 1e6 // µs
 	switch {
-	case u >= thr:
+	case u >= thr && overloaded:
 		l.emergency, l.reason, l.calmSince = true, "auto", 0
 	case l.emergency && l.reason == "auto":
 		switch {

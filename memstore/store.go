@@ -254,7 +254,8 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	}
 	// 5. automatic emergency.
 	if l1 {
-		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now)
+		overloaded := !rep.Cluster.Adaptive.On() || l.ctl.overloaded()
+		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now, overloaded)
 		st.Emergency = l.emergency
 		if l.emergency {
 			st.EmergencySource, st.EmergencyReason = store.EmergencySourceAuto, l.reason

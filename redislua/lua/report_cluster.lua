@@ -233,8 +233,15 @@ if capacity > 0 then
   end
   redis.call('HSET', KEYS[1], unpack(fields))
 
-  -- 5. emergency: entered at the threshold, left after 10 s below threshold − 0.1.
-  if u >= thr then
+  -- 5. emergency: entered at the threshold, left after 10 s below threshold − 0.1. Under a
+  -- learned capacity, entered only when the last control period showed the backend
+  -- overloaded (memLedger.updateEmergency).
+  local overloaded = true
+  if a_max > 0 then
+    local lp = numbers(last_period, 3)
+    overloaded = lp[1] > 0 and (lp[2] > 0.01 * lp[1] or lp[3] > 0.1 * lp[1])
+  end
+  if u >= thr and overloaded then
     emergency = 1
     reason = 'auto'
     calm_since = 0

@@ -18,6 +18,7 @@ func adaptiveCases() []testCase {
 		{"AdaptiveBounded", adaptiveBounded},
 		{"AdaptiveSignalsOncePerSeq", adaptiveSignalsOncePerSeq},
 		{"AdaptiveResumesFromFigureInForce", adaptiveResumesFromFigureInForce},
+		{"AdaptiveEmergencyNeedsOverload", adaptiveEmergencyNeedsOverload},
 	}
 }
 
@@ -156,4 +157,20 @@ func adaptiveResumesFromFigureInForce(e *env) {
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), 1500, store.CapacityAdaptive)
 	e.advance(time.Second)
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), 1500, store.CapacityAdaptive) // the pinned period's throttles are gone
+}
+
+// Under a learned capacity, usage at the threshold enters the automatic emergency only when
+// the last control period showed the backend overloaded.
+func adaptiveEmergencyNeedsOverload(e *env) {
+	e.withAdaptive()
+	if st := e.signal(0, 980, answers(100, 0, 0)); st.Emergency {
+		e.t.Fatalf("usage %v with a healthy backend: emergency", st.Usage)
+	}
+	e.signal(0, 0, answers(100, 5, 0))
+	e.advance(time.Second)
+	st := e.signal(0, 980, store.Signals{})
+	if !st.Emergency || st.EmergencySource != store.EmergencySourceAuto || st.Capacity != 800 {
+		e.t.Fatalf("usage %v after a throttling period: emergency %v (%s), capacity %v; want the automatic emergency at 800",
+			st.Usage, st.Emergency, st.EmergencySource, st.Capacity)
+	}
 }
