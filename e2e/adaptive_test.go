@@ -198,6 +198,10 @@ func runHarness(t *testing.T, addr string, adaptive bool, phase, settle time.Dur
 			case <-time.After(time.Until(next)):
 			}
 			c, _ := f.rdb.HGet(context.Background(), prefix+":{harness}:l1", "cap").Float64()
+			if os.Getenv("TIERBUCKET_ADAPTIVE_TRACE") != "" {
+				v, _ := f.rdb.HMGet(context.Background(), prefix+":{harness}:l1", "lp", "chg").Result()
+				t.Logf("%s t=%ds cap %.0f lp %v chg %v", name, i+1, c, v[0], v[1])
+			}
 			backend.mu.Lock()
 			real := backend.capacity
 			backend.mu.Unlock()
