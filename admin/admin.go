@@ -110,20 +110,23 @@ func (API) CaddyModule() caddy.ModuleInfo {
 
 // ClusterView is GET /rate_limit/: this instance's view of one cluster.
 type ClusterView struct {
-	Cluster       string        `json:"cluster"`
-	Instance      string        `json:"instance"` // this process's id in the fleet
-	Store         string        `json:"store"`    // "memory" or "redis"
-	Capacity      float64       `json:"capacity"` // L1 rate, cost tokens/s; 0 = no cluster limit
-	UnknownApp    string        `json:"unknown_app"`
-	Degradation   LevelView     `json:"degradation_level"`
-	Usage         float64       `json:"usage"`   // L1 usage: fleet-wide admitted cost per second / capacity
-	Factors       []float64     `json:"factors"` // L1's refill factor per priority, index = priority
-	Emergency     EmergencyView `json:"emergency"`
-	LiveInstances int           `json:"live_instances"`
-	LocalHitRatio float64       `json:"local_hit_ratio"` // admitted from local tokens / admitted
-	Leases        int64         `json:"leases"`
-	LeaseTokens   int64         `json:"lease_tokens"`
-	StoreLatency  float64       `json:"store_latency_seconds"` // moving average of Store calls
+	Cluster  string  `json:"cluster"`
+	Instance string  `json:"instance"` // this process's id in the fleet
+	Store    string  `json:"store"`    // "memory" or "redis"
+	Capacity float64 `json:"capacity"` // L1 rate in force, cost tokens/s; 0 = no cluster limit
+	// Where the capacity in force comes from: config, adaptive (learned) or override (pinned).
+	CapacitySource string        `json:"capacity_source,omitempty"`
+	Adaptive       *AdaptiveView `json:"adaptive"` // the learned capacity; null when it is static
+	UnknownApp     string        `json:"unknown_app"`
+	Degradation    LevelView     `json:"degradation_level"`
+	Usage          float64       `json:"usage"`   // L1 usage: fleet-wide admitted cost per second / capacity
+	Factors        []float64     `json:"factors"` // L1's refill factor per priority, index = priority
+	Emergency      EmergencyView `json:"emergency"`
+	LiveInstances  int           `json:"live_instances"`
+	LocalHitRatio  float64       `json:"local_hit_ratio"` // admitted from local tokens / admitted
+	Leases         int64         `json:"leases"`
+	LeaseTokens    int64         `json:"lease_tokens"`
+	StoreLatency   float64       `json:"store_latency_seconds"` // moving average of Store calls
 }
 
 // LevelView is a degradation level: normal 0, mild 1, significant 2, fail_open 3.

@@ -351,6 +351,10 @@ func clusterView(c Cluster) ClusterView {
 	for i, f := range st.Factors {
 		v.Factors[i] = num(f)
 	}
+	if capacity, source := lim.Capacity(); capacity > 0 {
+		v.Capacity, v.CapacitySource = num(capacity), source
+	}
+	v.Adaptive = adaptiveView(c)
 	var admitted, hits int64
 	for _, s := range lim.Stats() {
 		admitted += s.Requests[store.ReasonNone]

@@ -26,6 +26,8 @@ type Limiter struct {
 
 	ovr overrides // the admin API's overrides (overrides_limiter.go)
 
+	capLog capacityLog // the learned capacity's changes (capacity_state.go)
+
 	stop    chan struct{}
 	done    chan struct{}
 	reload  chan struct{} // the Store's Watch: read the overrides again

@@ -198,6 +198,7 @@ func (l *Limiter) applyState(s *snapshot, st store.ClusterState, away, leaving b
 	l.ovr.storeVersion.Store(st.ConfigVersion)
 	l.state.Store(&st)
 	l.logEmergency(prev, &st)
+	l.followCapacity(prev, &st)
 	if first := !l.deg.reached.Swap(true); (first || st.LiveInstances != prev.LiveInstances) && s.cfg.OnLiveInstances != nil {
 		s.cfg.OnLiveInstances(st.LiveInstances)
 	}
