@@ -81,14 +81,20 @@ func Overloaded(s Signals) Cause {
 
 // Next is the capacity after one control period that ended at capacity c with signals s:
 //
+//	the period follows a decrease        → c
 //	overloaded (Overloaded)              → max(Min, c × Beta)
 //	else demand >= DemandShare × c       → min(Max, c + Alpha × c)
 //	else                                 → c
 //
 // always within [Min, Max] (a c outside is brought inside first). It never lowers the capacity
-// without an overload signal: no probing dips.
-func Next(b Bounds, c float64, s Signals) (float64, Cause) {
+// without an overload signal: no probing dips. The period after a decrease holds: its answers
+// are still those of requests admitted at the higher figure (and of the backend's queue they
+// built), and a second decrease on them would undershoot.
+func Next(b Bounds, c float64, s Signals, afterDecrease bool) (float64, Cause) {
 	c = min(max(c, b.Min), b.Max)
+	if afterDecrease {
+		return c, Hold
+	}
 	if cause := Overloaded(s); cause != Hold {
 		return max(b.Min, c*Beta), cause
 	}
@@ -100,11 +106,12 @@ func Next(b Bounds, c float64, s Signals) (float64, Cause) {
 
 // FollowPeriods is how many control periods the law takes, from capacity c, to come within
 // one step of a backend that sustains real (throttling above it, healthy with demand below):
-// ceil(log_{1/Beta}(c / real)) periods down, ceil(log_{1+Alpha}(real / c)) up; 0 when c is there.
+// n = ceil(log_{1/Beta}(c / real)) decreases, each but the last followed by a held period,
+// down; ceil(log_{1+Alpha}(real × Beta / c)) up; 0 when c is there.
 func FollowPeriods(c, real float64) int {
 	switch {
 	case c > real:
-		return int(math.Ceil(math.Log(c/real) / math.Log(1/Beta)))
+		return 2*int(math.Ceil(math.Log(c/real)/math.Log(1/Beta))) - 1
 	case c < real*Beta:
 		return int(math.Ceil(math.Log(real*Beta/c) / math.Log(1+Alpha)))
 	}

@@ -4,10 +4,11 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// overloadLine is the usage at which L1's overload factors begin: a learned capacity is handed
-// out up to it, so that a fleet at its learned capacity runs at the overload line, not in the
-// overload (where the factors would throttle the lower priorities again).
-const overloadLine = 0.9
+// handOut is the share of a learned capacity that is handed out: below the usage of 0.9 where
+// L1's overload factors begin, with room for the bursts of leases, so that a fleet at its
+// learned capacity is not in the overload (where the factors would throttle the lower
+// priorities again), and above the demand (0.8) that lets the capacity grow.
+const handOut = 0.85
 
 // prioritySums are the configured apps' guaranteed rates per priority and, of those whose max
 // is above their guaranteed (elastic apps), their guaranteed rates and their room
@@ -28,7 +29,7 @@ func sumsOf(cfg Config) prioritySums {
 	return s
 }
 
-// shares is how a learned capacity is divided (docs/adaptive.md), up to its overload line:
+// shares is how a learned capacity is divided (docs/adaptive.md), up to handOut of it:
 // cap[p] is the most of their guaranteed rate the apps of priority p get, P0 first, then P1,
 // …; and extra[p] the elastic share per token/s of guaranteed of an elastic app of priority
 // p, out of what the guarantees leave, again by priority and in proportion to the guaranteed
@@ -42,7 +43,7 @@ type shares struct {
 // below limit (above it, the share is taken back at the next report).
 func capacityShares(capacity, usage, limit float64, s *prioritySums) shares {
 	var sh shares
-	budget := overloadLine * max(capacity, 0)
+	budget := handOut * max(capacity, 0)
 	left := budget
 	for p, g := range s.g {
 		sh.cap[p] = 1

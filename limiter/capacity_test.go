@@ -24,7 +24,7 @@ func TestPropCapacityShares(t *testing.T) {
 		sums := sumsOf(cfg)
 		capacity := rapid.Float64Range(0, 5000).Draw(t, "capacity")
 		usage := rapid.Float64Range(0, 1.2).Draw(t, "usage")
-		sh := capacityShares(capacity, usage, overloadLine, &sums)
+		sh := capacityShares(capacity, usage, 0.9, &sums)
 		var guaranteed, total, extra float64
 		for p := range sh.cap {
 			if sh.cap[p] < 0 || sh.cap[p] > 1 {
@@ -40,27 +40,27 @@ func TestPropCapacityShares(t *testing.T) {
 			guaranteed += sh.cap[p] * sums.g[p]
 			total += sums.g[p]
 			extra += sh.extra[p] * sums.elasticG[p]
-			if sh.extra[p] > 0 && (sh.cap[p] < 1 || usage >= overloadLine) {
+			if sh.extra[p] > 0 && (sh.cap[p] < 1 || usage >= 0.9) {
 				t.Fatalf("elastic share %v at P%d with cap %v, usage %v", sh.extra[p], p, sh.cap[p], usage)
 			}
 			if sh.extra[p]*sums.elasticG[p] > sums.room[p]*(1+1e-9) {
 				t.Fatalf("elastic share of P%d beyond its apps' max", p)
 			}
 		}
-		if guaranteed > overloadLine*capacity*(1+1e-9) {
-			t.Fatalf("guarantees %v over the overload line of %v", guaranteed, capacity)
+		if guaranteed > handOut*capacity*(1+1e-9) {
+			t.Fatalf("guarantees %v over what %v hands out", guaranteed, capacity)
 		}
-		if overloadLine*capacity >= total && guaranteed < total*(1-1e-9) {
+		if handOut*capacity >= total && guaranteed < total*(1-1e-9) {
 			t.Fatalf("capacity %v covers every guarantee (%v) but %v were given", capacity, total, guaranteed)
 		}
-		if guaranteed+extra > overloadLine*capacity*(1+1e-9) {
-			t.Fatalf("guarantees %v + elastic %v over the overload line of %v", guaranteed, extra, capacity)
+		if guaranteed+extra > handOut*capacity*(1+1e-9) {
+			t.Fatalf("guarantees %v + elastic %v over what %v hands out", guaranteed, extra, capacity)
 		}
 	})
 }
 
-// A learned capacity below the guarantees: P0 keeps min(its guaranteed, the capacity's
-// overload line), the lower priority gets what is left; above them, an elastic app is refilled
+// A learned capacity below the guarantees: P0 keeps min(its guaranteed, what the capacity
+// hands out), the lower priority gets what is left; above them, an elastic app is refilled
 // beyond its guaranteed rate up to its max; a static capacity changes nothing.
 func TestAdaptiveFactor(t *testing.T) {
 	cfg := Config{Cluster: store.ClusterPolicy{EmergencyThreshold: 0.95}, Apps: map[string]store.AppPolicy{
@@ -69,18 +69,18 @@ func TestAdaptiveFactor(t *testing.T) {
 	}}
 	s := &snapshot{cfg: cfg, sums: sumsOf(cfg)}
 	st := &store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, CapacitySource: store.CapacityAdaptive, Capacity: 500, Usage: 0.5}
-	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 450.0/600 {
-		t.Errorf("gold at capacity 500: factor %v, want 450/600", f)
+	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 425.0/600 {
+		t.Errorf("gold at capacity 500: factor %v, want 425/600", f)
 	}
 	if f := s.adaptiveFactor(st, cfg.Apps["bronze"]); f != 0 {
 		t.Errorf("bronze at capacity 500: factor %v, want 0", f)
 	}
-	st.Capacity = 2000 // 0.9 × 2000 − 800 = 1000 spare: gold takes its room (600), bronze the rest (400, its room)
+	st.Capacity = 2000 // 0.85 × 2000 − 800 = 900 spare: gold takes its room (600), bronze the rest (300 of its 400)
 	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 2 {
 		t.Errorf("gold at capacity 2000: factor %v, want 2 (its max)", f)
 	}
-	if f := s.adaptiveFactor(st, cfg.Apps["bronze"]); f != 3 {
-		t.Errorf("bronze at capacity 2000: factor %v, want 3 (its max)", f)
+	if f := s.adaptiveFactor(st, cfg.Apps["bronze"]); f != 2.5 {
+		t.Errorf("bronze at capacity 2000: factor %v, want 2.5", f)
 	}
 	st.Usage = 0.96 // over the emergency threshold: the elastic share is taken back
 	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 1 {

@@ -71,6 +71,7 @@ func TestCapacityEpisodeLoggedOnce(t *testing.T) {
 	c := clock.NewManual()
 	core, logs := observer.New(zapcore.InfoLevel)
 	cfg := adaptiveConfig()
+	cfg.Apps["a"] = pol(5000, 10000, 0)
 	cfg.Logger = zap.New(core)
 	l := testLimiter(t, cfg, newStore(c), c, false)
 	a := mustApp(t, l, "a")
@@ -87,11 +88,11 @@ func TestCapacityEpisodeLoggedOnce(t *testing.T) {
 		t.Fatalf("before the first report: %v %s", capacity, source)
 	}
 	period(false) // the first report starts the controller; no demand: hold
-	for range 3 {
+	for range 5 { // three decreases, each but the last followed by a held period
 		period(true)
 	}
 	if capacity, source := l.Capacity(); capacity != 10000*0.8*0.8*0.8 || source != store.CapacityAdaptive {
-		t.Fatalf("after three throttling periods: %v %s", capacity, source)
+		t.Fatalf("after five throttling periods: %v %s", capacity, source)
 	}
 	ch := l.CapacityChanges()
 	if len(ch) != 3 || ch[0].Cause != "throttles" || ch[0].To != 5120 || ch[2].From != 10000 {
@@ -101,8 +102,8 @@ func TestCapacityEpisodeLoggedOnce(t *testing.T) {
 		t.Fatalf("episode start logged %d times, want once", n)
 	}
 	// demand comes back and the backend is healthy: one increase ends the episode
-	for range 2 {
-		admit(a, 4800)
+	for range 2 { // the period after the last decrease holds; then demand raises it
+		admit(a, 5000)
 		period(false)
 	}
 	if capacity, _ := l.Capacity(); capacity != 5120*1.05 {

@@ -40,9 +40,11 @@ func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, windo
 		k.period.Add(sig)
 	}
 	if now-k.start >= adaptive.Period.Microseconds() {
+		ch := k.last.LastChange
+		afterDecrease := ch.To < ch.From && ch.At.UnixMicro() == k.start
 		next, cause := adaptive.Next(b, k.capacity, adaptive.Signals{
 			Answers: k.period.Answers, Throttles: k.period.Throttles, Slow: k.period.Slow, Demand: window,
-		})
+		}, afterDecrease)
 		k.last.Period, k.last.PeriodCost = k.period, window
 		if next != k.capacity {
 			k.last.LastChange = store.CapacityChange{At: time.UnixMicro(now), From: k.capacity, To: next, Cause: cause.String()}

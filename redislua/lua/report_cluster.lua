@@ -32,9 +32,12 @@ end
 -- The control law of the adaptive capacity, as package adaptive states it (law.go): a
 -- decrease by 0.8 on throttles above 1 % of the period's answers or slow answers above 10 %
 -- (p90 over the target), else an increase by 5 % when the demand reaches 0.8 of the capacity,
--- else hold; within [mn, mx].
-local function law(c, mn, mx, answers, throttles, slow, demand)
+-- else hold; within [mn, mx]. The period right after a decrease holds.
+local function law(c, mn, mx, answers, throttles, slow, demand, after_decrease)
   c = math.min(math.max(c, mn), mx)
+  if after_decrease then
+    return c, 'hold'
+  end
   if answers > 0 and throttles > 0.01 * answers then
     return math.max(mn, c * 0.8), 'throttles'
   end
@@ -203,7 +206,12 @@ if capacity > 0 then
     last_period = cv[4] or ''
     last_change = cv[5] or ''
     if now - start >= 1000000 then
-      local next_c, cause = law(c, a_min, a_max, p[1], p[2], p[3], window)
+      local ch = {}
+      for x in string.gmatch(last_change, '%S+') do
+        ch[#ch + 1] = x
+      end
+      local after_decrease = #ch == 4 and tonumber(ch[1]) == start and tonumber(ch[3]) < tonumber(ch[2])
+      local next_c, cause = law(c, a_min, a_max, p[1], p[2], p[3], window, after_decrease)
       local lp = { p[1], p[2], p[3], window }
       for i = 4, 19 do
         lp[#lp + 1] = p[i]

@@ -57,7 +57,7 @@ func adaptiveStartsAtCapacity(e *env) {
 }
 
 // More than 1 % throttles in a period: one decrease by 0.8 when the period ends, recorded
-// with its cause; more throttles within the next period wait for its end.
+// with its cause; the next period holds, whatever it shows; the one after decreases again.
 func adaptiveDecreasesOnThrottles(e *env) {
 	e.withAdaptive()
 	e.signal(0, 0, answers(200, 3, 0))
@@ -73,7 +73,13 @@ func adaptiveDecreasesOnThrottles(e *env) {
 	e.advance(500 * time.Millisecond)
 	e.wantCapacity(e.signal(0, 0, answers(100, 50, 0)), 800, store.CapacityAdaptive) // one decrease per period
 	e.advance(500 * time.Millisecond)
+	// the period after a decrease holds: its answers are of requests admitted at the old figure
+	e.wantCapacity(e.signal(0, 0, answers(100, 50, 0)), 800, store.CapacityAdaptive)
+	e.signal(0, 0, answers(100, 50, 0))
+	e.advance(time.Second)
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), 640, store.CapacityAdaptive)
+	e.advance(time.Second)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), 640, store.CapacityAdaptive) // held
 	// exactly 1 % is not overload, and without demand there is no increase
 	e.signal(0, 0, answers(300, 3, 0))
 	e.advance(time.Second)
@@ -122,6 +128,8 @@ func adaptiveBounded(e *env) {
 	for _, w := range want {
 		e.signal(0, 0, answers(100, 100, 0))
 		e.advance(time.Second)
+		e.wantCapacity(e.signal(0, 0, store.Signals{}), w, store.CapacityAdaptive)
+		e.advance(time.Second) // the period after a decrease holds
 		e.wantCapacity(e.signal(0, 0, store.Signals{}), w, store.CapacityAdaptive)
 	}
 	e.cluster.Capacity, e.cluster.Adaptive.Max = 1000, 1000
