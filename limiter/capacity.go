@@ -29,9 +29,9 @@ func sumsOf(cfg Config) prioritySums {
 	return s
 }
 
-// shares is how a learned capacity is divided (docs/adaptive.md), up to handOut of it:
-// cap[p] is the most of their guaranteed rate the apps of priority p get, P0 first, then P1,
-// …; and extra[p] the elastic share per token/s of guaranteed of an elastic app of priority
+// shares is how a learned capacity is divided (docs/adaptive.md): cap[p] is the most of their
+// guaranteed rate the apps of priority p get, P0 first, up to the whole capacity, then P1, …
+// out of what P0 leaves of handOut of it; and extra[p] the elastic share per token/s of guaranteed of an elastic app of priority
 // p, out of what the guarantees leave, again by priority and in proportion to the guaranteed
 // rates. Every guarantee is reserved before any elastic share, so an app whose demand returns
 // finds its guaranteed rate free: there is nothing to take back from the others.
@@ -43,15 +43,23 @@ type shares struct {
 // below limit (above it, the share is taken back at the next report).
 func capacityShares(capacity, usage, limit float64, s *prioritySums) shares {
 	var sh shares
-	budget := handOut * max(capacity, 0)
-	left := budget
-	for p, g := range s.g {
+	capacity = max(capacity, 0)
+	// P0 may have the whole capacity (min(its guaranteed, the capacity)); the others share what
+	// is left of handOut of it.
+	p0 := min(s.g[0], capacity)
+	sh.cap[0] = 1
+	if s.g[0] > 0 {
+		sh.cap[0] = p0 / s.g[0]
+	}
+	left := max(handOut*capacity-p0, 0)
+	for p := 1; p < len(s.g); p++ {
+		g := s.g[p]
 		sh.cap[p] = 1
 		if g > 0 {
 			if left >= g {
 				left -= g
 			} else {
-				sh.cap[p], left = max(left, 0)/g, 0
+				sh.cap[p], left = left/g, 0
 			}
 		}
 	}
