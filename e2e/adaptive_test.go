@@ -18,8 +18,8 @@ import (
 // (nominal, halved, restored, doubled) under twice its nominal capacity of offered load from
 // two tenants — gold (P0) and bronze (P3), guarantees sized on the nominal capacity, max above
 // them — through two real Caddy gateways on one real Redis. It runs the same phases with a
-// learned capacity and with the static one, and reports per phase, over the seconds
-// [settle, phase) after each change: the backend's throttles as a share of its answers, the
+// learned capacity and with the static one, after a warm-up phase at the nominal capacity, and
+// reports per phase, over the seconds [settle, phase) after each change: the backend's throttles as a share of its answers, the
 // goodput against what the backend can serve, gold's goodput against min(its guaranteed, the
 // capacity), and the backend's p90 time to response headers.
 //
@@ -209,11 +209,14 @@ func runHarness(t *testing.T, addr string, adaptive bool, phase, settle time.Dur
 			run.real = append(run.real, real)
 		}
 	}()
+	// A warm-up phase at the nominal capacity, not measured: the buckets start full, and the
+	// opening bursts of both tenants hit the backend at once in either run.
+	time.Sleep(time.Until(begin.Add(phase)))
 	for i, p := range harnessPhases {
 		backend.setCapacity(p.capacity)
-		time.Sleep(time.Until(begin.Add(time.Duration(i+1) * phase)))
-		from := int64((time.Duration(i)*phase + settle) / time.Second)
-		to := int64(time.Duration(i+1) * phase / time.Second)
+		time.Sleep(time.Until(begin.Add(phase + time.Duration(i+1)*phase)))
+		from := int64((phase + time.Duration(i)*phase + settle) / time.Second)
+		to := int64((phase + time.Duration(i+1)*phase) / time.Second)
 		served, total, throttled, p90 := backend.window(from, to)
 		ctl, _ := f.rdb.HMGet(context.Background(), prefix+":{harness}:l1", "lp", "chg").Result()
 		t.Logf("%s %s: controller's last period %v, last change %v", name, p.name, ctl[0], ctl[1])
@@ -257,7 +260,7 @@ func harnessSVG(runs []harnessRun, phase time.Duration) string {
 		for v := 0.0; v <= ymax; v += 200 {
 			fmt.Fprintf(&b, `<text x="2" y="%.1f">%.0f</text><line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>`+"\n", y(v)+4, v, pad, y(v), w-pad, y(v))
 		}
-		for i := 0; i <= len(harnessPhases); i++ {
+		for i := 0; i <= len(harnessPhases)+1; i++ {
 			sec := i * int(phase/time.Second)
 			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f">%ds</text>`+"\n", x(sec)-8, y(0)+14, sec)
 		}
