@@ -188,7 +188,8 @@ func (s *throttleSet) has(status int) bool {
 
 // backendAnswered reports whether reverse_proxy received a response from a backend for this
 // request: it sets {http.reverse_proxy.status_code} once an upstream answered, and no handler
-// before it in the chain does. Looked up only for a 429, off the path of every other request.
+// before it in the chain does. Looked up only for a 429 or a throttle status, off the path of
+// every other request.
 func backendAnswered(repl *caddy.Replacer) bool {
 	if repl == nil {
 		return false

@@ -65,3 +65,16 @@ func (a *App) takeSignals(into *store.Signals, skip bool) {
 	}
 	s.sent = cur
 }
+
+// Signals returns the app's signals on this instance since it started counting (cumulative;
+// zero for a static capacity).
+func (a *App) Signals() store.Signals {
+	var out store.Signals
+	if s := a.sig.Load(); s != nil {
+		out.Answers, out.Throttles, out.Slow = s.answers.Load(), s.throttles.Load(), s.slow.Load()
+		for i := range s.latency {
+			out.Latency[i] = s.latency[i].Load()
+		}
+	}
+	return out
+}
