@@ -459,7 +459,7 @@ func TestBackendAnswersAreSignals(t *testing.T) {
 	h := newTestHandler(t, &Handler{
 		Cluster: "unit-signals", Key: "{http.request.header.X-App-Id}",
 		Capacity: 1000, Adaptive: &AdaptiveConfig{},
-		Apps:     map[string]*AppConfig{"a": {Guaranteed: 100, Burst: 100}},
+		Apps: map[string]*AppConfig{"a": {Guaranteed: 100, Burst: 100}},
 	})
 	answer := func(status int, proxied bool) {
 		r := get("a")
