@@ -31,7 +31,7 @@ end
 
 -- The control law of the adaptive capacity, as package adaptive states it (law.go): a
 -- decrease by 0.8 on throttles above 1 % of the period's answers or slow answers above 10 %
--- (p90 over the target), else an increase by 5 % when the demand reaches 0.8 of the capacity,
+-- (p90 over the target), else an increase by 5 % when the demand reaches 0.75 of the capacity,
 -- else hold; within [mn, mx]. The period right after a decrease holds.
 local function law(c, mn, mx, answers, throttles, slow, demand, after_decrease)
   c = math.min(math.max(c, mn), mx)
@@ -44,7 +44,7 @@ local function law(c, mn, mx, answers, throttles, slow, demand, after_decrease)
   if answers > 0 and slow > 0.1 * answers then
     return math.max(mn, c * 0.8), 'latency'
   end
-  if answers > 0 and demand >= 0.8 * c and c < mx then
+  if answers > 0 and demand >= 0.75 * c and c < mx then
     return math.min(mx, c + 0.05 * c), 'demand'
   end
   return c, 'hold'

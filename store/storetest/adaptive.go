@@ -101,10 +101,10 @@ func adaptiveDecreasesOnLatency(e *env) {
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), 800, store.CapacityAdaptive)
 }
 
-// Healthy answers raise the capacity by 5 % only when the demand reaches 0.8 of it.
+// Healthy answers raise the capacity by 5 % only when the demand reaches 0.75 of it.
 func adaptiveIncreasesOnlyWithDemand(e *env) {
 	e.withAdaptive()
-	e.signal(0, 790, answers(100, 0, 0)) // 0.79 of the capacity
+	e.signal(0, 740, answers(100, 0, 0)) // 0.74 of the capacity
 	e.advance(500 * time.Millisecond)
 	e.signal(0, 0, store.Signals{})
 	e.advance(500 * time.Millisecond)
