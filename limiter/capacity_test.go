@@ -1,10 +1,13 @@
 package limiter
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
+	"github.com/tierbucket/caddy-tierbucket/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -92,5 +95,40 @@ func TestAdaptiveFactor(t *testing.T) {
 	st.CapacitySource, st.Capacity, st.Usage = store.CapacityConfig, 500, 0.5
 	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 1 {
 		t.Errorf("static capacity: factor %v, want L1's 1", f)
+	}
+}
+
+// With the Store away, the rescue limits keep to the last learned capacity: a P0 app's rescue
+// bucket is its share of it (burst and rate), and a priority that the capacity left nothing
+// gets nothing.
+func TestRescueUsesLastLearnedCapacity(t *testing.T) {
+	c := clock.NewManual()
+	ps := newProbe(c)
+	cfg := baseConfig()
+	cfg.Cluster.Capacity = 1000
+	cfg.Cluster.Adaptive = store.AdaptivePolicy{Min: 100, Max: 2000, LatencyTarget: time.Second}
+	cfg.Apps = map[string]store.AppPolicy{"gold": pol(600, 600, 0), "bronze": pol(200, 200, 3)}
+	l := testLimiter(t, cfg, ps, c, false)
+	learned := store.ClusterState{
+		Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 1, Capacity: 300, CapacitySource: store.CapacityAdaptive,
+	}
+	ps.state.Store(&learned)
+	c.Advance(time.Second)
+	l.tick(c.Now()) // L1 answers: the backend sustains 300 now
+	gold, bronze := mustApp(t, l, "gold"), mustApp(t, l, "bronze")
+	ps.fail.Store(true)
+	var admitted int64
+	for gold.Take(context.Background(), 1, 0).Allowed {
+		admitted++
+	}
+	if l.Level() != LevelFailOpen {
+		t.Fatalf("level %v with a failing Store", l.Level())
+	}
+	// what gold held locally, plus a rescue burst of 600 × 300/600
+	if minted := gold.minted.Load(); minted != 300 {
+		t.Errorf("gold's rescue bucket admitted %d, want its share of the learned capacity, 300", minted)
+	}
+	if bronze.Take(context.Background(), 1, 0).Allowed && bronze.minted.Load() > 0 {
+		t.Errorf("bronze admitted by its rescue bucket: the learned capacity leaves it nothing")
 	}
 }
