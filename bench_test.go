@@ -216,8 +216,8 @@ func runServeCold(b *testing.B, h *Handler) {
 }
 
 // TestServeHTTPAllocations pins the request path's allocations for an admitted GET as Caddy
-// hands it over (its body wrapped, a fresh replacer): none on the core path, and with the
-// placeholders the two docs/performance.md explains.
+// hands it over (its body wrapped, a fresh replacer): none on the core path (with an adaptive
+// capacity too), and with the placeholders the two docs/performance.md explains.
 func TestServeHTTPAllocations(t *testing.T) {
 	core := newTestHandler(t, &Handler{
 		Cluster: "allocs-core", Key: "{http.request.header.X-App-Id}", Headers: "off",
@@ -228,6 +228,18 @@ func TestServeHTTPAllocations(t *testing.T) {
 	r := benchRequest("hot")
 	if n := testing.AllocsPerRun(1000, func() { _ = core.ServeHTTP(w, r, nopNext) }); n != 0 {
 		t.Errorf("core path: %v allocations per request, want 0", n)
+	}
+
+	// An adaptive capacity adds a time stamp, a status check and the app's counters (allocated
+	// on its first answer): no allocation per request.
+	learning := newTestHandler(t, &Handler{
+		Cluster: "allocs-adaptive", Key: "{http.request.header.X-App-Id}", Headers: "off",
+		Capacity: 1e13, Adaptive: &AdaptiveConfig{},
+		Apps:  map[string]*AppConfig{"hot": {Guaranteed: 1e12, Burst: 1e12}},
+		Local: &LocalConfig{Reserve: 1 << 40},
+	})
+	if n := testing.AllocsPerRun(1000, func() { _ = learning.ServeHTTP(w, r, nopNext) }); n != 0 {
+		t.Errorf("adaptive capacity: %v allocations per request, want 0", n)
 	}
 
 	full := newTestHandler(t, &Handler{

@@ -43,7 +43,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    cluster <id>
 //	    key <placeholder|literal>
 //	    unknown_app shared|isolated|reject
-//	    capacity <n>
+//	    capacity <n> [{
+//	        adaptive {
+//	            min <n>
+//	            max <n>
+//	            latency_target <duration>
+//	            throttle_status <status...>
+//	        }
+//	    }]
 //	    reserved_ratio <f>
 //	    emergency_threshold <f>
 //	    emergency_ratios <p0> <p1> <p2> <p3>
@@ -52,6 +59,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        burst <n>
 //	        priority <0-3>
 //	        max_borrow <n>
+//	        max <n>
 //	        max_connections <n>
 //	        warmup <duration>
 //	        disabled
@@ -117,7 +125,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		"cluster":             set(&h.Cluster, oneArg),
 		"key":                 set(&h.Key, oneArg),
 		"unknown_app":         set(&h.UnknownApp, oneOf("shared", "isolated", "reject")),
-		"capacity":            set(&h.Capacity, floatArg),
+		"capacity":            h.unmarshalCapacity,
 		"reserved_ratio":      set(&h.ReservedRatio, ptr(floatArg)),
 		"emergency_threshold": set(&h.EmergencyThreshold, ptr(floatArg)),
 		"emergency_ratios":    set(&h.EmergencyRatios, emergencyRatiosArg),
@@ -176,6 +184,52 @@ func (b block) parse(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// unmarshalCapacity parses `capacity <n> [{ adaptive { ... } }]`.
+func (h *Handler) unmarshalCapacity(d *caddyfile.Dispenser) (err error) {
+	if h.Capacity, err = floatArg(d); err != nil {
+		return err
+	}
+	return block{prefix: "capacity: ", subs: map[string]parser{
+		"adaptive": set(&h.Adaptive, unmarshalAdaptive),
+	}}.parse(d)
+}
+
+func unmarshalAdaptive(d *caddyfile.Dispenser) (*AdaptiveConfig, error) {
+	if err := noArgs(d); err != nil {
+		return nil, err
+	}
+	a := new(AdaptiveConfig)
+	err := block{
+		prefix: "adaptive: ",
+		subs: map[string]parser{
+			"min":            setNonZero("adaptive", &a.Min, floatArg),
+			"max":            setNonZero("adaptive", &a.Max, floatArg),
+			"latency_target": setNonZero("adaptive", &a.LatencyTarget, durationArg),
+			"throttle_status": func(d *caddyfile.Dispenser) error {
+				args := d.RemainingArgs()
+				if len(args) == 0 {
+					return d.Errf("adaptive: throttle_status needs at least one status")
+				}
+				for _, arg := range args {
+					n, err := parseInt[int](arg)
+					if err != nil {
+						return d.Errf("adaptive: throttle_status: %v", err)
+					}
+					a.ThrottleStatus = append(a.ThrottleStatus, n)
+				}
+				if _, err := a.throttleStatus(); err != nil {
+					return d.Errf("%v", err)
+				}
+				return nil
+			},
+		},
+	}.parse(d)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
 // unmarshalApp parses `app <id>|* { ... }`.
 func (h *Handler) unmarshalApp(d *caddyfile.Dispenser) error {
 	id, err := oneArg(d)
@@ -203,6 +257,7 @@ func (h *Handler) unmarshalApp(d *caddyfile.Dispenser) error {
 			return err
 		},
 		"max_borrow": set(&a.MaxBorrow, floatArg),
+		"max":        set(&a.Max, floatArg),
 		"max_connections": func(d *caddyfile.Dispenser) (err error) {
 			a.MaxConnections, err = intArg[int64](d)
 			// 0 stands for "not set" in the JSON config: an operator writing it to block the
@@ -282,10 +337,10 @@ func unmarshalConnections(d *caddyfile.Dispenser) (*ConnectionsConfig, error) {
 	err := block{
 		prefix: "connections: ", check: func() error { return c.limits().Validate() },
 		subs: map[string]parser{
-			"app":            setNonZero(&c.App, intArg),
-			"cluster":        setNonZero(&c.Cluster, intArg),
-			"idle_timeout":   setNonZero(&c.IdleTimeout, durationArg),
-			"sweep_interval": setNonZero(&c.SweepInterval, durationArg),
+			"app":            setNonZero("connections", &c.App, intArg),
+			"cluster":        setNonZero("connections", &c.Cluster, intArg),
+			"idle_timeout":   setNonZero("connections", &c.IdleTimeout, durationArg),
+			"sweep_interval": setNonZero("connections", &c.SweepInterval, durationArg),
 		},
 	}.parse(d)
 	if err != nil {
@@ -294,9 +349,9 @@ func unmarshalConnections(d *caddyfile.Dispenser) (*ConnectionsConfig, error) {
 	return c, nil
 }
 
-// setNonZero is set for a connections field, where 0 stands for "not set" in the JSON config,
-// that is the default: written in a Caddyfile, it would not mean what it says.
-func setNonZero[T comparable](dst *T, arg func(*caddyfile.Dispenser) (T, error)) parser {
+// setNonZero is set for a field of the block named blockName where 0 stands for "not set" in
+// the JSON config, that is the default: written in a Caddyfile, it would not mean what it says.
+func setNonZero[T comparable](blockName string, dst *T, arg func(*caddyfile.Dispenser) (T, error)) parser {
 	return func(d *caddyfile.Dispenser) error {
 		name := d.Val()
 		if err := set(dst, arg)(d); err != nil {
@@ -304,7 +359,7 @@ func setNonZero[T comparable](dst *T, arg func(*caddyfile.Dispenser) (T, error))
 		}
 		var zero T
 		if *dst == zero {
-			return d.Errf("connections.%s must be more than 0 (leave it out for the default), got 0", name)
+			return d.Errf("%s.%s must be more than 0 (leave it out for the default), got 0", blockName, name)
 		}
 		return nil
 	}

@@ -181,6 +181,13 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"app warmup arguments", "rate_limit {\n\tapp a {\n\t\tguaranteed 1\n\t\twarmup 1s 2s\n\t}\n}", "exactly one argument"},
 		{"app two ids", "rate_limit {\n\tapp a b {\n\t\tguaranteed 1\n\t}\n}", "exactly one argument"},
 		{"not a number", "rate_limit {\n\tcapacity lots\n}", `"lots" is not a number`},
+		{"capacity unknown block", "rate_limit {\n\tcapacity 1 {\n\t\tlearn\n\t}\n}", `capacity: unknown subdirective "learn"`},
+		{"adaptive unknown", "rate_limit {\n\tcapacity 1 {\n\t\tadaptive {\n\t\t\tbeta 0.5\n\t\t}\n\t}\n}", `adaptive: unknown subdirective "beta"`},
+		{"adaptive duplicate", "rate_limit {\n\tcapacity 1 {\n\t\tadaptive {\n\t\t\tmin 1\n\t\t\tmin 2\n\t\t}\n\t}\n}", `adaptive: duplicate subdirective "min"`},
+		{"adaptive min zero", "rate_limit {\n\tcapacity 1 {\n\t\tadaptive {\n\t\t\tmin 0\n\t\t}\n\t}\n}", "adaptive.min must be more than 0"},
+		{"adaptive status", "rate_limit {\n\tcapacity 1 {\n\t\tadaptive {\n\t\t\tthrottle_status 503 299\n\t\t}\n\t}\n}", "299 is not a 4xx or 5xx status, at Caddyfile:5"},
+		{"adaptive status empty", "rate_limit {\n\tcapacity 1 {\n\t\tadaptive {\n\t\t\tthrottle_status\n\t\t}\n\t}\n}", "needs at least one status"},
+		{"adaptive status word", "rate_limit {\n\tcapacity 1 {\n\t\tadaptive {\n\t\t\tthrottle_status slow\n\t\t}\n\t}\n}", `"slow" is not an integer`},
 		{"NaN", "rate_limit {\n\treserved_ratio NaN\n}", "is not a number"},
 		{"unknown_app value", "rate_limit {\n\tunknown_app maybe\n}", "unknown_app must be one of shared|isolated|reject"},
 		{"headers value", "rate_limit {\n\theaders all\n}", "headers must be one of rejections|draft|legacy|both|off"},
@@ -254,5 +261,35 @@ func TestParseSize(t *testing.T) {
 		if got, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) = %d, want an error", in, got)
 		}
+	}
+}
+
+// TestCaddyfileAdaptive: `capacity <n> { adaptive { ... } }` sets the capacity and the block;
+// the fields left out take their defaults (max = capacity × 2, throttle_status 503 429).
+func TestCaddyfileAdaptive(t *testing.T) {
+	var h Handler
+	src := "rate_limit {\n\tcapacity 1000 {\n\t\tadaptive {\n\t\t\tmin 500\n\t\t\tlatency_target 100ms\n\t\t}\n\t}\n\tapp a {\n\t\tguaranteed 100\n\t\tmax 400\n\t}\n}"
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(src)); err != nil {
+		t.Fatal(err)
+	}
+	if h.Capacity != 1000 || h.Adaptive == nil || h.Adaptive.Min != 500 || time.Duration(h.Adaptive.LatencyTarget) != 100*time.Millisecond {
+		t.Fatalf("parsed %+v adaptive %+v", h, h.Adaptive)
+	}
+	cfg, err := h.limiterConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Cluster.Adaptive; a.Min != 500 || a.Max != 2000 || a.LatencyTarget != 100*time.Millisecond {
+		t.Errorf("adaptive policy %+v", a)
+	}
+	if st, _ := h.Adaptive.throttleStatus(); len(st) != 2 || st[0] != 503 || st[1] != 429 {
+		t.Errorf("throttle statuses %v, want 503 429", st)
+	}
+	if cfg.Apps["a"].Max != 400 {
+		t.Errorf("app max %v, want 400", cfg.Apps["a"].Max)
+	}
+	var static Handler
+	if err := static.UnmarshalCaddyfile(caddyfile.NewTestDispenser("rate_limit {\n\tcapacity 1000\n}")); err != nil || static.Adaptive != nil {
+		t.Errorf("capacity without a block: %v, adaptive %+v", err, static.Adaptive)
 	}
 }

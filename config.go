@@ -18,6 +18,7 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/internal/settings"
 	"github.com/tierbucket/caddy-tierbucket/limiter"
 	"github.com/tierbucket/caddy-tierbucket/redislua"
+	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
 // Defaults of the handler's own fields (the shared-state ones are package settings').
@@ -34,6 +35,18 @@ const (
 	DefaultAppPriority   = settings.DefaultAppPriority
 )
 
+// Defaults of the adaptive block (docs/adaptive.md): the learned capacity moves within
+// [capacity / 4, capacity × 2] and aims at a backend p90 of 250 ms to response headers; 503 and
+// 429 from the backend are throttles.
+const (
+	DefaultAdaptiveMinShare = 0.25
+	DefaultAdaptiveMaxShare = 2
+	DefaultLatencyTarget    = 250 * time.Millisecond
+)
+
+// defaultThrottleStatus are the backend answers that mean "slow down" by default.
+var defaultThrottleStatus = []int{503, 429}
+
 // AppConfig is one `app <id>` block: the L2 policy of one app.
 type AppConfig struct {
 	// Refill rate in cost tokens per second. Required, > 0.
@@ -44,6 +57,9 @@ type AppConfig struct {
 	Priority int `json:"priority,omitempty"`
 	// Most tokens the app may borrow from the cluster's unallocated capacity. Default 0 (never).
 	MaxBorrow float64 `json:"max_borrow,omitempty"`
+	// Elastic ceiling (cost tokens/s, >= guaranteed): while the cluster has spare capacity the
+	// app may be refilled up to this rate (docs/adaptive.md). Default: guaranteed.
+	Max float64 `json:"max,omitempty"`
 	// In-flight request limit of the app. Default: connections.app.
 	MaxConnections int64 `json:"max_connections,omitempty"`
 	// Warm-up after idleness (Guava SmoothWarmingUp, cold factor 3): an app idle for at least
@@ -84,6 +100,54 @@ type ConsoleConfig struct {
 	// API reads the 1h, 6h, 24h and 7d ranges from it. Empty: only the 15 minutes kept in
 	// memory.
 	Prometheus string `json:"prometheus,omitempty"`
+}
+
+// AdaptiveConfig is the `adaptive` block of `capacity`: L1 learns the capacity the backend
+// sustains (docs/adaptive.md).
+type AdaptiveConfig struct {
+	// The learned capacity stays within [min, max] (cost tokens/s); min <= capacity <= max.
+	// Defaults: capacity / 4 and capacity × 2. Guarantees must fit in min (admission).
+	Min float64 `json:"min,omitempty"`
+	Max float64 `json:"max,omitempty"`
+	// The backend's p90 time to response headers when it is healthy. Default 250ms.
+	LatencyTarget caddy.Duration `json:"latency_target,omitempty"`
+	// Backend statuses that mean "slow down" (4xx or 5xx). Default 503 and 429.
+	ThrottleStatus []int `json:"throttle_status,omitempty"`
+}
+
+// policy is the adaptive block with its defaults for a starting capacity.
+func (a *AdaptiveConfig) policy(capacity float64) store.AdaptivePolicy {
+	if a == nil {
+		return store.AdaptivePolicy{}
+	}
+	p := store.AdaptivePolicy{Min: a.Min, Max: a.Max, LatencyTarget: time.Duration(a.LatencyTarget)}
+	if p.Min == 0 {
+		p.Min = capacity * DefaultAdaptiveMinShare
+	}
+	if p.Max == 0 {
+		p.Max = capacity * DefaultAdaptiveMaxShare
+	}
+	if p.LatencyTarget == 0 {
+		p.LatencyTarget = DefaultLatencyTarget
+	}
+	return p
+}
+
+// throttleStatus is the block's throttle statuses with the default, or an error naming a
+// status that is not 4xx or 5xx.
+func (a *AdaptiveConfig) throttleStatus() ([]int, error) {
+	if a == nil {
+		return nil, nil
+	}
+	if len(a.ThrottleStatus) == 0 {
+		return defaultThrottleStatus, nil
+	}
+	for _, s := range a.ThrottleStatus {
+		if s < 400 || s > 599 {
+			return nil, fmt.Errorf("adaptive.throttle_status: %d is not a 4xx or 5xx status", s)
+		}
+	}
+	return a.ThrottleStatus, nil
 }
 
 // LocalConfig is the `local` block: the L3 tuning knobs. Zero fields take the limiter's
@@ -170,6 +234,9 @@ func (h *Handler) definition() (cluster.Definition, error) {
 // limiterConfig validates the handler's shared-state fields and returns the limiter config
 // they describe (defaults applied). Errors name the field as in JSON / the Caddyfile.
 func (h *Handler) limiterConfig() (limiter.Config, error) {
+	if _, err := h.Adaptive.throttleStatus(); err != nil {
+		return limiter.Config{}, err
+	}
 	cfg, err := h.sharedSettings().Limiter()
 	if err != nil {
 		return cfg, err
@@ -189,6 +256,10 @@ func (h *Handler) sharedSettings() settings.Cluster {
 		UnknownApp:         h.UnknownApp,
 		OnRedisFailure:     h.OnRedisFailure,
 	}
+	if h.Adaptive != nil {
+		p := h.Adaptive.policy(h.Capacity)
+		c.Adaptive = &p
+	}
 	if h.Apps != nil {
 		c.Apps = make(map[string]*settings.App, len(h.Apps))
 		for id, a := range h.Apps {
@@ -199,6 +270,7 @@ func (h *Handler) sharedSettings() settings.Cluster {
 					Burst:          a.Burst,
 					Priority:       a.Priority,
 					MaxBorrow:      a.MaxBorrow,
+					Max:            a.Max,
 					MaxConnections: a.MaxConnections,
 					Warmup:         time.Duration(a.Warmup),
 					Disabled:       a.Disabled,

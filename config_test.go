@@ -46,6 +46,16 @@ func TestProvisionRejectsInvalidConfig(t *testing.T) {
 		{"capacity negative", `{"capacity":-5}`, "capacity must be >= 0"},
 		{"console prometheus scheme", `{"console":{"prometheus":"127.0.0.1:9090"}}`, "console: prometheus: "},
 		{"console prometheus query", `{"console":{"prometheus":"http://u:secret@p:9090/?x=1"}}`, "console: prometheus: http://u:xxxxx@p:9090/?x=1: want http[s]://host[:port][/path]"},
+		{"adaptive without capacity", `{"adaptive":{"min":1}}`, "adaptive needs a capacity > 0"},
+		{"adaptive min above capacity", `{"capacity":100,"adaptive":{"min":200}}`, "adaptive.min must be > 0 and <= capacity (100), got 200"},
+		{"adaptive max below capacity", `{"capacity":100,"adaptive":{"max":50}}`, "adaptive.max must be >= capacity (100)"},
+		{"adaptive latency_target negative", `{"capacity":100,"adaptive":{"latency_target":"-1s"}}`, "adaptive.latency_target must be > 0"},
+		{"adaptive throttle_status", `{"capacity":100,"adaptive":{"throttle_status":[503,200]}}`, "adaptive.throttle_status: 200 is not a 4xx or 5xx status"},
+		{
+			"sum of guaranteed over an adaptive capacity", `{"capacity":1000,"adaptive":{"min":100},"apps":{"a":{"guaranteed":901}}}`,
+			"apps: sum of guaranteed (901) exceeds (1 - reserved_ratio) × capacity = 900",
+		},
+		{"app max below guaranteed", `{"apps":{"a":{"guaranteed":10,"max":5}}}`, `apps["a"].max must be >= guaranteed (10)`},
 		{
 			"sum of guaranteed", `{"capacity":1000,"apps":{"a":{"guaranteed":600},"b":{"guaranteed":301}}}`,
 			"apps: sum of guaranteed (901) exceeds (1 - reserved_ratio) × capacity = 900",

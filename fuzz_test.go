@@ -35,7 +35,7 @@ func fuzzProvisionCheck(h *Handler) error {
 var fuzzFieldNames = []string{
 	"cluster", "key", "unknown_app", "capacity", "reserved_ratio", "emergency_threshold",
 	"emergency_ratios", "apps", "cost.", "connections.", "local.", "redis.", "on_redis_failure",
-	"max_wait", "headers", "format",
+	"max_wait", "headers", "format", "adaptive",
 }
 
 func fuzzNamesField(msg string) bool {

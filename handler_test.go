@@ -430,6 +430,60 @@ func TestRollbackOnDownstream429(t *testing.T) {
 	}
 }
 
+// TestBackendThrottleStaysCharged: a 429 or 503 that the backend answered through
+// reverse_proxy (which sets {http.reverse_proxy.status_code}) is not a rejection in the chain:
+// the request reached the backend and stays charged.
+func TestBackendThrottleStaysCharged(t *testing.T) {
+	h := unitHandler(t, "unit-backend-throttle", map[string]*AppConfig{"a": {Guaranteed: 0.001, Burst: 10}})
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		proxied := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+			repl.Set("http.reverse_proxy.status_code", status)
+			w.WriteHeader(status)
+			return nil
+		})
+		r := get("a")
+		repl := caddy.NewReplacer()
+		r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+		_ = h.ServeHTTP(httptest.NewRecorder(), r, proxied)
+	}
+	if got := remainingAfter(t, h, "a"); got != "7" { // both charged; this GET takes 1
+		t.Errorf("remaining %q after two backend throttles, want 7", got)
+	}
+}
+
+// TestBackendAnswersAreSignals: under an adaptive capacity, a throttle status counts as a
+// throttle only when the backend answered it through reverse_proxy; another handler's 503 is
+// an answer, not a throttle; a 429 of a later limiter is rolled back and counts as nothing.
+func TestBackendAnswersAreSignals(t *testing.T) {
+	h := newTestHandler(t, &Handler{
+		Cluster: "unit-signals", Key: "{http.request.header.X-App-Id}",
+		Capacity: 1000, Adaptive: &AdaptiveConfig{},
+		Apps: map[string]*AppConfig{"a": {Guaranteed: 100, Burst: 100}},
+	})
+	answer := func(status int, proxied bool) {
+		r := get("a")
+		repl := caddy.NewReplacer()
+		r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+		_ = h.ServeHTTP(httptest.NewRecorder(), r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			if proxied {
+				repl.Set("http.reverse_proxy.status_code", status)
+			}
+			w.WriteHeader(status)
+			return nil
+		}))
+	}
+	answer(http.StatusServiceUnavailable, true)  // the backend throttles
+	answer(http.StatusTooManyRequests, true)     // the backend throttles
+	answer(http.StatusServiceUnavailable, false) // another handler's 503
+	answer(http.StatusTooManyRequests, false)    // a later limiter: rolled back
+	answer(http.StatusOK, true)
+	app, _ := h.state.Limiter().App("a")
+	if got := app.Signals(); got.Answers != 4 || got.Throttles != 2 || got.Latency.Count() != 4 {
+		t.Errorf("signals %+v, want 4 answers of which 2 throttles", got)
+	}
+}
+
 // TestHeaderModes: each mode writes exactly its own headers, on an admitted response and on
 // a rejection; the default writes the draft fields on rejections only.
 func TestHeaderModes(t *testing.T) {

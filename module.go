@@ -45,6 +45,9 @@ type Handler struct {
 	UnknownApp string `json:"unknown_app,omitempty"`
 	// L1 rate of the cluster in cost tokens per second; 0 = no cluster limit.
 	Capacity float64 `json:"capacity,omitempty"`
+	// Learn the capacity from the backend's answers, starting from Capacity (Caddyfile:
+	// `capacity <n> { adaptive { ... } }`). Absent: the capacity is static.
+	Adaptive *AdaptiveConfig `json:"adaptive,omitempty"`
 	// Share of capacity not given out as guarantees. Default 0.1.
 	ReservedRatio *float64 `json:"reserved_ratio,omitempty"`
 	// Usage share at which the cluster goes into emergency mode. Default 0.95.
@@ -85,9 +88,11 @@ type Handler struct {
 	keyHdr  string // canonical header name for keyHeader
 	style   response.Style
 	maxWait time.Duration
-	events  *caddyevents.App
-	ctx     caddy.Context
-	logger  *zap.Logger
+	// throttle is adaptive.throttle_status: nil when the capacity is static (no signals taken).
+	throttle *throttleSet
+	events   *caddyevents.App
+	ctx      caddy.Context
+	logger   *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -171,7 +176,15 @@ func (h *Handler) configure() (cluster.Definition, error) {
 		return cluster.Definition{}, err
 	}
 	h.model = model
-	return h.definition()
+	def, err := h.definition()
+	if err != nil {
+		return def, err
+	}
+	h.throttle = nil
+	if statuses, _ := h.Adaptive.throttleStatus(); statuses != nil {
+		h.throttle = newThrottleSet(statuses)
+	}
+	return def, nil
 }
 
 // Cleanup gives this handler's references to the cluster's shared state back. The last

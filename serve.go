@@ -6,6 +6,7 @@ import (
 	"net/textproto"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -82,24 +83,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	o.Decision = response.Allowed
 	out := h.style.Publish(w, placeholders(repl), &o)
-	return h.serveAdmitted(w, r, next, app, d, est, charge, ticket, out)
+	return h.serveAdmitted(w, r, repl, next, app, d, est, charge, ticket, out)
 }
 
 // serveAdmitted runs the rest of the chain for an admitted request and settles afterwards.
 // The deferred part runs on panics too: the slot is released exactly once (or, for a hijacked
 // connection, when that connection is closed) and the cost is settled.
 //
-// Rollback: when the request is rejected later in the chain with 429 — by another
-// rate limiter after this one, or by the backend's own throttling, written as a response or
-// returned as a Caddy error — everything it took is given back. Any other outcome, errors
-// included, stays charged (only the unread part of a declared body is refunded, as for every
-// request): the request was admitted and usually reached the backend, and refunding downstream
-// rejections such as a 401 from basic_auth would make brute force free.
-func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
+// Rollback: when the request is rejected later in the chain with 429 before it reached the
+// backend — by another rate limiter after this one, written as a response or returned as a
+// Caddy error — everything it took is given back. A 429 the backend answered through
+// reverse_proxy is not a rejection in the chain but the backend throttling: the request
+// reached it and stays charged (refunded, every throttled request would be free exactly when
+// the backend is overloaded). Any other outcome, errors included, stays charged too (only the
+// unread part of a declared body is refunded, as for every request): the request was admitted
+// and usually reached the backend, and refunding downstream rejections such as a 401 from
+// basic_auth would make brute force free.
+func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, next caddyhttp.Handler,
 	app *limiter.App, d limiter.Decision, est cost.Estimate, charge int64, ticket *connlimit.Ticket,
 	out *response.Outcome,
 ) (err error) {
 	tw := response.Track(w, ticket, out)
+	var start time.Time
+	if h.throttle != nil {
+		start = time.Now()
+		tw.TimeHeaders(start)
+	}
 	var body *touchingBody
 	orig := r.Body
 	// Content-Length 0 (a GET over HTTP/1.1 or 2) has nothing to count; Caddy wraps every
@@ -118,10 +127,17 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 		if body != nil {
 			charged = body.settle()
 		}
-		if tw.Status() == http.StatusTooManyRequests || errorStatus(err) == http.StatusTooManyRequests {
+		status := tw.Status()
+		if status == 0 {
+			status = errorStatus(err)
+		}
+		if status == http.StatusTooManyRequests && !backendAnswered(repl) {
 			app.Settle(d, charged, 0) // rejected further down: roll back
 			app.Record(store.ReasonNone, 0)
 		} else {
+			if h.throttle != nil {
+				h.observe(app, tw, repl, status, start)
+			}
 			var used cost.Usage
 			if body != nil {
 				used = body.Usage()
@@ -141,6 +157,54 @@ func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next cad
 	}()
 	return next.ServeHTTP(tw, r)
 }
+
+// observe feeds the backend's answer to an admitted request to the adaptive capacity's
+// signals: its time to response headers (to the end of the request when no status was
+// written) and whether it is a throttle, that is a throttle_status the backend answered (a
+// handler other than reverse_proxy answering one, such as a later limiter in `format s3`, is
+// not the backend). repl is looked up for throttle statuses only.
+func (h *Handler) observe(app *limiter.App, tw *response.TrackedWriter, repl *caddy.Replacer, status int, start time.Time) {
+	latency := tw.HeaderLatency()
+	if latency == 0 {
+		latency = time.Since(start)
+	}
+	app.Observe(latency, h.throttle.has(status) && (repl == nil || backendAnswered(repl)))
+}
+
+// throttleSet is a set of 4xx and 5xx statuses (adaptive.throttle_status).
+type throttleSet [4]uint64
+
+func newThrottleSet(statuses []int) *throttleSet {
+	var s throttleSet
+	for _, st := range statuses {
+		if i := st - 400; i >= 0 && i < 200 {
+			s[i/64] |= 1 << (i % 64)
+		}
+	}
+	return &s
+}
+
+// has reports whether status is in the set.
+func (s *throttleSet) has(status int) bool {
+	i := status - 400
+	return i >= 0 && i < 200 && s[i/64]&(1<<(i%64)) != 0
+}
+
+// backendAnswered reports whether reverse_proxy received a response from a backend for this
+// request: it sets {http.reverse_proxy.status_code} once an upstream answered, and no handler
+// before it in the chain does. Looked up only for a 429 or a throttle status, off the path of
+// every other request.
+func backendAnswered(repl *caddy.Replacer) bool {
+	if repl == nil {
+		return false
+	}
+	_, ok := repl.Get(proxyStatusPlaceholder)
+	return ok
+}
+
+// proxyStatusPlaceholder is the placeholder reverse_proxy sets to the status of the backend's
+// response.
+const proxyStatusPlaceholder = "http.reverse_proxy.status_code"
 
 // errorStatus is the HTTP status of a Caddy handler error (0 for nil or other errors).
 func errorStatus(err error) int {

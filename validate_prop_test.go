@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"pgregory.net/rapid"
 )
@@ -46,6 +48,18 @@ func drawConfig(t *rapid.T, validOnly bool) *Handler {
 		}
 		h.EmergencyRatios = rapid.SliceOfN(rapid.SampledFrom(pick([]float64{0, 0.25, 1}, []float64{-0.5, 2})), n, n).Draw(t, "ratios")
 	}
+	if rapid.Bool().Draw(t, "has_adaptive") {
+		h.Adaptive = &AdaptiveConfig{
+			Min:           rapid.SampledFrom(pick([]float64{0, 50, 1e6}, []float64{-1, 2e7})).Draw(t, "adaptive.min"),
+			Max:           rapid.SampledFrom(pick([]float64{0, 1e8}, []float64{1, -5})).Draw(t, "adaptive.max"),
+			LatencyTarget: caddy.Duration(rapid.SampledFrom(pick([]float64{0, 1e8}, []float64{-1})).Draw(t, "adaptive.latency_target")),
+			ThrottleStatus: rapid.SliceOfN(rapid.SampledFrom(picksInt([]int{429, 503, 500}, []int{200, 600}, validOnly)), 0, 3).
+				Draw(t, "adaptive.throttle_status"),
+		}
+		if validOnly {
+			h.Capacity = 1e7 // within [min, max]; guarantees fit in the default min
+		}
+	}
 	ids := picks([]string{"a", "b.c", "d:e-f_1", "*"}, []string{"bad id", "x/y"})
 	nApps := rapid.IntRange(0, 4).Draw(t, "n_apps")
 	for i := 0; i < nApps; i++ {
@@ -60,6 +74,7 @@ func drawConfig(t *rapid.T, validOnly bool) *Handler {
 			MaxBorrow:      rapid.SampledFrom(pick([]float64{0, 10}, []float64{-1})).Draw(t, "max_borrow"),
 			MaxConnections: rapid.SampledFrom([]int64{0, 5}).Draw(t, "max_connections"),
 		}
+		h.Apps[id].Max = rapid.SampledFrom(pick([]float64{0, h.Apps[id].Guaranteed, 1e6}, []float64{-1, 0.25})).Draw(t, "max")
 	}
 	return h
 }
@@ -109,14 +124,40 @@ func validOracle(h *Handler) bool {
 			burst = max(a.Guaranteed, 1)
 		}
 		if a.Guaranteed <= 0 || burst < a.Guaranteed || burst < 1 || a.Priority < 0 || a.Priority > 3 ||
-			a.MaxBorrow < 0 || a.MaxConnections < 0 {
+			a.MaxBorrow < 0 || a.MaxConnections < 0 || (a.Max != 0 && a.Max < a.Guaranteed) {
 			return false
 		}
 		if id != "*" {
 			sum += a.Guaranteed
 		}
 	}
-	return h.Capacity == 0 || sum <= (1-rr)*h.Capacity
+	admission := h.Capacity
+	if a := h.Adaptive; a != nil {
+		lo, hi := a.Min, a.Max
+		if lo == 0 {
+			lo = h.Capacity / 4
+		}
+		if hi == 0 {
+			hi = h.Capacity * 2
+		}
+		if h.Capacity <= 0 || lo <= 0 || lo > h.Capacity || hi < h.Capacity || a.LatencyTarget < 0 {
+			return false
+		}
+		for _, st := range a.ThrottleStatus {
+			if st < 400 || st > 599 {
+				return false
+			}
+		}
+	}
+	return admission == 0 || sum <= (1-rr)*admission
+}
+
+// picksInt is picks for ints.
+func picksInt(valid, invalid []int, validOnly bool) []int {
+	if validOnly {
+		return valid
+	}
+	return append(append([]int{}, valid...), invalid...)
 }
 
 // drawFaulty draws a valid config and then, most of the time, breaks exactly one rule of
@@ -132,7 +173,7 @@ func drawFaulty(t *rapid.T) *Handler {
 		break
 	}
 	f := func(v float64) *float64 { return &v }
-	switch rapid.IntRange(0, 16).Draw(t, "fault") {
+	switch rapid.IntRange(0, 20).Draw(t, "fault") {
 	case 1:
 		app.Guaranteed = rapid.SampledFrom([]float64{0, -3}).Draw(t, "guaranteed")
 	case 2:
@@ -179,6 +220,17 @@ func drawFaulty(t *rapid.T) *Handler {
 			}
 			h.Capacity = sum / (1 - rr) * factor
 		}
+	case 17: // an adaptive min below the guarantees (valid) or above the capacity
+		h.Capacity = 1e7
+		h.Adaptive = &AdaptiveConfig{Min: rapid.SampledFrom([]float64{0.5, 1e4, 2e7}).Draw(t, "adaptive.min")}
+	case 18:
+		h.Capacity = 1e7
+		h.Adaptive = &AdaptiveConfig{Max: rapid.SampledFrom([]float64{1, 9e6}).Draw(t, "adaptive.max")}
+	case 19:
+		h.Capacity = rapid.SampledFrom([]float64{0, 1e7}).Draw(t, "capacity")
+		h.Adaptive = &AdaptiveConfig{ThrottleStatus: []int{rapid.SampledFrom([]int{200, 302, 600, 429}).Draw(t, "status")}}
+	case 20:
+		app.Max = app.Guaranteed / 2
 	}
 	return h
 }
@@ -213,7 +265,28 @@ func caddyfileFor(h *Handler) string {
 	var b strings.Builder
 	b.WriteString("rate_limit {\n")
 	if h.Capacity != 0 {
-		fmt.Fprintf(&b, "\tcapacity %v\n", h.Capacity)
+		fmt.Fprintf(&b, "\tcapacity %v", h.Capacity)
+		if a := h.Adaptive; a != nil {
+			b.WriteString(" {\n\t\tadaptive {\n")
+			if a.Min != 0 {
+				fmt.Fprintf(&b, "\t\t\tmin %v\n", a.Min)
+			}
+			if a.Max != 0 {
+				fmt.Fprintf(&b, "\t\t\tmax %v\n", a.Max)
+			}
+			if a.LatencyTarget != 0 {
+				fmt.Fprintf(&b, "\t\t\tlatency_target %v\n", time.Duration(a.LatencyTarget))
+			}
+			if len(a.ThrottleStatus) > 0 {
+				b.WriteString("\t\t\tthrottle_status")
+				for _, st := range a.ThrottleStatus {
+					fmt.Fprintf(&b, " %d", st)
+				}
+				b.WriteString("\n")
+			}
+			b.WriteString("\t\t}\n\t}")
+		}
+		b.WriteString("\n")
 	}
 	if h.UnknownApp != "" {
 		fmt.Fprintf(&b, "\tunknown_app %s\n", h.UnknownApp)
@@ -242,6 +315,9 @@ func caddyfileFor(h *Handler) string {
 		}
 		if a.MaxBorrow != 0 {
 			fmt.Fprintf(&b, "\t\tmax_borrow %v\n", a.MaxBorrow)
+		}
+		if a.Max != 0 {
+			fmt.Fprintf(&b, "\t\tmax %v\n", a.Max)
 		}
 		if a.MaxConnections != 0 {
 			fmt.Fprintf(&b, "\t\tmax_connections %d\n", a.MaxConnections)

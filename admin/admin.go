@@ -114,17 +114,20 @@ func (API) CaddyModule() caddy.ModuleInfo {
 
 // ClusterView is GET /rate_limit/: this instance's view of one cluster.
 type ClusterView struct {
-	Cluster       string        `json:"cluster"`
-	Instance      string        `json:"instance"` // this process's id in the fleet
-	Store         string        `json:"store"`    // "memory" or "redis"
-	Capacity      float64       `json:"capacity"` // L1 rate, cost tokens/s; 0 = no cluster limit
-	UnknownApp    string        `json:"unknown_app"`
-	Degradation   LevelView     `json:"degradation_level"`
-	Usage         float64       `json:"usage"`   // L1 usage: fleet-wide admitted cost per second / capacity
-	Factors       []float64     `json:"factors"` // L1's refill factor per priority, index = priority
-	Emergency     EmergencyView `json:"emergency"`
-	LiveInstances int           `json:"live_instances"`
-	LocalHitRatio float64       `json:"local_hit_ratio"` // admitted from local tokens / admitted (see Leases)
+	Cluster  string  `json:"cluster"`
+	Instance string  `json:"instance"` // this process's id in the fleet
+	Store    string  `json:"store"`    // "memory" or "redis"
+	Capacity float64 `json:"capacity"` // L1 rate in force, cost tokens/s; 0 = no cluster limit
+	// Where the capacity in force comes from: config, adaptive (learned) or override (pinned).
+	CapacitySource string        `json:"capacity_source,omitempty"`
+	Adaptive       *AdaptiveView `json:"adaptive"` // the learned capacity; null when it is static
+	UnknownApp     string        `json:"unknown_app"`
+	Degradation    LevelView     `json:"degradation_level"`
+	Usage          float64       `json:"usage"`   // L1 usage: fleet-wide admitted cost per second / capacity
+	Factors        []float64     `json:"factors"` // L1's refill factor per priority, index = priority
+	Emergency      EmergencyView `json:"emergency"`
+	LiveInstances  int           `json:"live_instances"`
+	LocalHitRatio  float64       `json:"local_hit_ratio"` // admitted from local tokens / admitted (see Leases)
 	// Leases, LeaseTokens and LocalHitRatio are as of the history's last reading (at most a
 	// second old) when the cluster keeps one.
 	Leases       int64   `json:"leases"`

@@ -57,9 +57,10 @@ func Read(c Cluster) history.Reading {
 	cfg := lim.Config()
 	st := lim.State()
 	total := connectionsView(c).Total
+	capacity, _ := lim.Capacity() // in force: a learned capacity moves, and the console draws it
 	rd := history.Reading{
 		Usage:           num(st.Usage),
-		Capacity:        num(cfg.Cluster.Capacity),
+		Capacity:        num(capacity),
 		Level:           int(lim.Level()),
 		Emergency:       st.Emergency,
 		LiveInstances:   st.LiveInstances,

@@ -45,6 +45,11 @@ type ClusterPolicyView struct {
 	Policy   ClusterPolicy  `json:"policy"`
 	Source   string         `json:"source"`   // "caddyfile" or "override"
 	Override map[string]any `json:"override"` // the fields the override sets; null without one
+	// The capacity in force and its source (config, adaptive or override), and the learned
+	// capacity (null when static; paused while an override pins the capacity).
+	CapacityInForce float64       `json:"capacity_in_force"`
+	CapacitySource  string        `json:"capacity_source,omitempty"`
+	Adaptive        *AdaptiveView `json:"adaptive"`
 	// OverridesNotApplied lists every stored override this instance leaves out of its
 	// configuration (the cluster's, "cluster", and apps', "app:<id>"), with the reason.
 	OverridesNotApplied map[string]string `json:"overrides_not_applied,omitempty"`
@@ -197,6 +202,8 @@ func (a API) setApp(r *http.Request, c Cluster, id string, o *limiter.AppOverrid
 func clusterPolicyView(c Cluster) ClusterPolicyView {
 	lim := c.Limiter()
 	v := ClusterPolicyView{Cluster: c.ID(), Policy: clusterPolicy(lim.Config().Cluster), Source: lim.ClusterSource()}
+	capacity, source := lim.Capacity()
+	v.CapacityInForce, v.CapacitySource, v.Adaptive = num(capacity), source, adaptiveView(c)
 	if o, ok := lim.ClusterOverride(); ok {
 		v.Override = overrideFields(&o)
 	}

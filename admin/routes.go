@@ -377,6 +377,10 @@ func clusterView(c Cluster) ClusterView {
 	for i, f := range st.Factors {
 		v.Factors[i] = num(f)
 	}
+	if capacity, source := lim.Capacity(); capacity > 0 {
+		v.Capacity, v.CapacitySource = num(capacity), source
+	}
+	v.Adaptive = adaptiveView(c)
 	tot := totals(c)
 	v.Leases, v.LeaseTokens = tot.Leases, tot.LeaseTokens
 	if admitted := tot.Requests[store.ReasonNone]; admitted > 0 {

@@ -301,6 +301,7 @@ const dashboardSite = `	rate_limit {
 		cluster dash
 		key {http.request.header.X-App-Id}
 		unknown_app reject
+		capacity 1000
 		app alpha {
 			guaranteed 0.01
 			burst 3

@@ -7,19 +7,21 @@ import (
 )
 
 // Admission checks that the configured apps' guarantees fit the cluster's unreserved capacity:
-// Σ guaranteed <= (1 - reserved_ratio) × capacity (always true without L1). The `app *`
+// Σ guaranteed <= (1 - reserved_ratio) × capacity, the starting figure when the capacity is
+// learned (always true without L1). The `app *`
 // template is not counted: it may stand for any number of buckets, and unknown traffic is what
 // the reserve is for. The error is reported on the field "apps" (the admin API names the field
 // the operator changed instead).
 func (c Config) Admission() store.FieldErrors {
-	if c.Cluster.Capacity <= 0 {
+	capacity := c.Cluster.AdmissionCapacity()
+	if capacity <= 0 {
 		return nil
 	}
 	sum := 0.0
 	for _, p := range c.Apps {
 		sum += p.Guaranteed
 	}
-	limit := (1 - c.Cluster.ReservedRatio) * c.Cluster.Capacity
+	limit := (1 - c.Cluster.ReservedRatio) * capacity
 	if sum <= limit {
 		return nil
 	}

@@ -86,6 +86,8 @@ type App struct {
 
 	waiting atomic.Int64 // Σ need of the requests waiting on a lease (sizes that lease)
 
+	sig atomic.Pointer[appSignals] // the backend's answers (signals.go); nil before the first
+
 	mu     sync.Mutex
 	call   *leaseCall // the lease in flight (single-flight)
 	rescue rescueBucket

@@ -19,6 +19,7 @@ type snapshot struct {
 	shared *App // the bucket of unknown apps; nil with UnknownReject
 
 	unallocated float64 // LeaseRequest.Unallocated of this config (see unallocatedRate)
+	sums        prioritySums
 }
 
 // unallocatedRate is the borrow pool's refill rate (LeaseRequest.Unallocated):
@@ -68,7 +69,7 @@ func (c *catalog) install(cfg Config, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg)}
+	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg), sums: sumsOf(cfg)}
 	var gone []*App
 	for id, p := range cfg.Apps {
 		if a := old.apps[id]; a != nil {

@@ -64,12 +64,12 @@ func (a *App) runLease(c *leaseCall, need int64) {
 		Cluster:  s.cfg.Cluster,
 		App:      a.id,
 		Policy:   p.AppPolicy,
-		Factor:   st.Factors[p.Priority],
+		Factor:   s.adaptiveFactor(st, p.AppPolicy),
 		Want:     a.want(short, max(-b, 0), p, st, s),
 		Need:     short,
 		Instance: s.cfg.Instance,
-		// Borrowing: the pool's rate from the config; none in an emergency.
-		Unallocated: s.unallocated,
+		// Borrowing: the pool's rate from the capacity in force; none in an emergency.
+		Unallocated: s.unallocatedNow(st),
 		NoBorrow:    st.Emergency,
 		// The app's statistics of the requests after this lease may wait this long.
 		StatsInterval: s.cfg.StatsInterval,
@@ -285,8 +285,14 @@ type rescueBucket struct {
 // It returns what is left, or when it will hold need.
 func (a *App) rescueTake(cost, need int64, p *appPolicy, st *store.ClusterState) (ok bool, left int64, retry time.Duration) {
 	l := a.l
-	share := l.snap().cfg.RescueRatio / float64(max(st.LiveInstances, 1))
+	s := l.snap()
+	share := s.cfg.RescueRatio / float64(max(st.LiveInstances, 1))
+	// under a learned capacity, the last one known: an app's priority share of it bounds its rate
+	share *= s.capacityShare(st, p.Priority)
 	rate, burst := p.Guaranteed*share, max(p.Burst*share, 1)
+	if rate <= 0 {
+		return false, 0, probeInterval // nothing of the last learned capacity is left for this priority
+	}
 	now := l.clock.Now().UnixNano()
 	a.mu.Lock()
 	defer a.mu.Unlock()

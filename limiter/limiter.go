@@ -26,6 +26,8 @@ type Limiter struct {
 
 	ovr overrides // the admin API's overrides (overrides_limiter.go)
 
+	capLog capacityLog // the learned capacity's changes (capacity_state.go)
+
 	stop    chan struct{}
 	done    chan struct{}
 	reload  chan struct{} // the Store's Watch: read the overrides again
@@ -82,7 +84,7 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 	// (a restart, a rebuilt pool) continues above its predecessor's (about 10 reports a second).
 	l.syncer.seq = uint64(max(now.UnixMicro(), 0))
 	l.tally.seq.Store(l.syncer.seq)
-	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg)}
+	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg), sums: sumsOf(cfg)}
 	for id, p := range cfg.Apps {
 		s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
 	}

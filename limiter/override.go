@@ -59,8 +59,12 @@ type ClusterOverride struct {
 	EmergencyRatios    *[store.MaxPriority + 1]float64 `json:"emergency_ratios,omitempty"`
 }
 
-// Apply returns c with the override's fields.
+// Apply returns c with the override's fields. A capacity pins the capacity: a learned one
+// (adaptive) is paused while the override lasts, and resumes from the pinned figure.
 func (o ClusterOverride) Apply(c store.ClusterPolicy) store.ClusterPolicy {
+	if o.Capacity != nil {
+		c.Adaptive = store.AdaptivePolicy{}
+	}
 	set(&c.Capacity, o.Capacity)
 	set(&c.ReservedRatio, o.ReservedRatio)
 	set(&c.EmergencyThreshold, o.EmergencyThreshold)
@@ -189,7 +193,7 @@ func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
 	for _, p := range cfg.Apps {
 		sum += p.Guaranteed
 	}
-	limit := (1 - cfg.Cluster.ReservedRatio) * cfg.Cluster.Capacity
+	limit := (1 - cfg.Cluster.ReservedRatio) * cfg.Cluster.AdmissionCapacity()
 	ids := make([]string, 0, len(ov.apps))
 	for id := range ov.apps {
 		ids = append(ids, id)
@@ -209,7 +213,7 @@ func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
 		if configured {
 			next -= old.Guaranteed
 		}
-		if cfg.Cluster.Capacity > 0 && next > limit {
+		if cfg.Cluster.AdmissionCapacity() > 0 && next > limit {
 			skip(store.OverrideAppKey(id), store.FieldErrors{{Field: "guaranteed", Problem: fmt.Sprintf(
 				"is too high: the cluster's sum of guaranteed would be %v, over (1 - reserved_ratio) × capacity = %v", next, limit)}})
 			continue

@@ -27,9 +27,10 @@ type syncer struct {
 // carrying it succeeds, always with the same Seq, because a failed report may still have been
 // applied (a timeout after the Store ran it) and the Store applies a Seq once (Report.Seq).
 type clusterBatch struct {
-	seq  uint64
-	cost int64
-	span time.Duration // since the previous batch was taken: how long the cost took (Report.CostSpan)
+	seq     uint64
+	cost    int64
+	span    time.Duration // since the previous batch was taken: how long the cost took (Report.CostSpan)
+	signals store.Signals // the backend's answers since the previous batch (Report.Signals)
 }
 
 // report sends one cluster report (syncer.mu held): the heartbeat, the pending cost batch (again if
@@ -45,7 +46,7 @@ func (l *Limiter) report(now time.Time, apps []*App, all, leaving bool) error {
 		inflight, rep.InFlight = src.InFlight()
 	}
 	b := l.syncer.costBatch(now, apps, l.Level() == LevelFailOpen)
-	rep.Seq, rep.Cost, rep.CostSpan = b.seq, b.cost, b.span
+	rep.Seq, rep.Cost, rep.CostSpan, rep.Signals = b.seq, b.cost, b.span, b.signals
 	flushed := l.dueStats(&rep, now, apps, all)
 	addInFlight(&rep, inflight, l.syncer.prevIn)
 	away := l.Level() == LevelFailOpen
@@ -75,6 +76,7 @@ func (y *syncer) costBatch(now time.Time, apps []*App, failOpen bool) *clusterBa
 		// only the statistics are exactly once.
 		for _, a := range apps {
 			a.costSent = a.settledCost.Load()
+			a.takeSignals(nil, true) // signals of an outage would fall in one period after it
 		}
 	}
 	if y.pending != nil && failOpen {
@@ -95,6 +97,7 @@ func (y *syncer) costBatch(now time.Time, apps []*App, failOpen bool) *clusterBa
 			c := a.settledCost.Load() - a.costSent
 			a.costSent += c
 			b.cost += c
+			a.takeSignals(&b.signals, false)
 		}
 		y.pending = b
 	}
@@ -195,6 +198,7 @@ func (l *Limiter) applyState(s *snapshot, st store.ClusterState, away, leaving b
 	l.ovr.storeVersion.Store(st.ConfigVersion)
 	l.state.Store(&st)
 	l.logEmergency(prev, &st)
+	l.followCapacity(prev, &st)
 	if first := !l.deg.reached.Swap(true); (first || st.LiveInstances != prev.LiveInstances) && s.cfg.OnLiveInstances != nil {
 		s.cfg.OnLiveInstances(st.LiveInstances)
 	}

@@ -16,6 +16,7 @@ type memLedger struct {
 	win       [usageSlots]float64 // cost reported per 100 ms slot, ring indexed by ring(slot)
 	winSlot   int64               // the latest slot win counts (valid when winSet)
 	winSet    bool
+	ctl       memController // the adaptive capacity's controller (adaptive.go)
 	emergency bool
 	reason    string
 	calmSince int64 // 0: not calm
@@ -210,7 +211,7 @@ const usageSlots = 11
 const usageSlot = 100_000
 
 // addUsage is Report step 3: it adds cost, admitted over the span (µs) before now, to the usage
-// window and returns u, the cost of the last second over capacity. The window is kept in 100 ms
+// window and returns the cost of the last second (u times the capacity). The window is kept in 100 ms
 // slots (Redis: fields w_slot and w0…w10); a report's cost is spread evenly over its span (all
 // at now without one), and u is the larger of two one-second spans: the last ten complete
 // slots, exact for cost spread over real time, and the last nine with the current one, which
@@ -218,7 +219,7 @@ const usageSlot = 100_000
 // replaces, win_prev × (1 − f) + win_cur, counted cost bunched at the start of each second up
 // to twice (an automatic emergency at 79 % of capacity), and cost placed whole at its report's
 // time still read bunched or unevenly reported cost up to 1.2 times.
-func (l *memLedger) addUsage(cost, span int64, capacity float64, now int64) float64 {
+func (l *memLedger) addUsage(cost, span int64, now int64) float64 {
 	slot := now / usageSlot // floor: times are after the epoch
 	switch {
 	case !l.winSet || slot-l.winSlot >= usageSlots:
@@ -251,7 +252,7 @@ func (l *memLedger) addUsage(cost, span int64, capacity float64, now int64) floa
 	for s := slot - 9; s <= slot; s++ {
 		current += l.win[ring(s)]
 	}
-	return max(complete, current) / capacity
+	return max(complete, current)
 }
 
 // ring is slot's index in the window's ring (times, and so slots, are after the epoch).
@@ -261,10 +262,15 @@ func ring(slot int64) int64 { return slot % usageSlots }
 // automatic emergency is left at the first report at least 10 s after u fell below thr - 0.1
 // and stayed there (any report with u >= thr - 0.1 restarts the count). On leaving, the reason
 // is cleared.
-func (l *memLedger) updateEmergency(u, thr float64, now int64) {
+//
+// Under a learned capacity (overloaded is then whether the last control period showed the
+// backend overloaded) a usage at the threshold enters it only with an overloaded backend: a
+// fleet using the whole capacity it learned is where it should be, and a burst of borrowing
+// alone is not an emergency.
+func (l *memLedger) updateEmergency(u, thr float64, now int64, overloaded bool) {
 	const calm = 10 * 1e6 // µs
 	switch {
-	case u >= thr:
+	case u >= thr && overloaded:
 		l.emergency, l.reason, l.calmSince = true, "auto", 0
 	case l.emergency && l.reason == "auto":
 		switch {

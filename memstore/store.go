@@ -226,7 +226,17 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 				cost += a.Cost
 			}
 		}
-		st.Usage = l.addUsage(cost, rep.CostSpanMicros(), rep.Cluster.Capacity, now)
+		window := l.addUsage(cost, rep.CostSpanMicros(), now)
+		// 3a. the capacity in force: learned (adaptive) or configured.
+		var sig *store.Signals
+		if fresh {
+			sig = &rep.Signals
+		}
+		st.Capacity, st.CapacitySource = l.ctl.inForce(rep.Cluster, sig, window, now)
+		if rep.Cluster.Adaptive.On() {
+			st.Adaptive = l.ctl.last
+		}
+		st.Usage = window / st.Capacity
 	}
 	// 4. app statistics only: no token changes. Each app record keeps its own Seqs (Redis: one
 	// slot per script), so a report half applied before a failure is completed by its resend.
@@ -246,7 +256,8 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	}
 	// 5. automatic emergency.
 	if l1 {
-		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now)
+		overloaded := !rep.Cluster.Adaptive.On() || l.ctl.overloaded()
+		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now, overloaded)
 		st.Emergency = l.emergency
 		if l.emergency {
 			st.EmergencySource, st.EmergencyReason = store.EmergencySourceAuto, l.reason

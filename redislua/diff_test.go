@@ -51,6 +51,18 @@ func TestDifferential(t *testing.T) {
 			EmergencyThreshold: rapid.SampledFrom([]float64{0.95, 0.99}).Draw(rt, "threshold"),
 			EmergencyRatios:    [4]float64{1, 0.5, 0.1, 0},
 		}
+		// An adaptive capacity (or none), redrawn at reloads: bounds around the capacity.
+		genAdaptive := func() store.AdaptivePolicy {
+			if cluster.Capacity == 0 || rapid.Bool().Draw(rt, "static") {
+				return store.AdaptivePolicy{}
+			}
+			return store.AdaptivePolicy{
+				Min:           cluster.Capacity * rapid.SampledFrom([]float64{0.25, 0.7, 1}).Draw(rt, "adaptive-min"),
+				Max:           cluster.Capacity * rapid.SampledFrom([]float64{1, 1.3, 2}).Draw(rt, "adaptive-max"),
+				LatencyTarget: 100 * time.Millisecond,
+			}
+		}
+		cluster.Adaptive = genAdaptive()
 		// The borrow pool's rate (LeaseRequest.Unallocated), redrawn at reloads.
 		genUnallocated := func() float64 {
 			return rapid.SampledFrom([]float64{0, 3.3, 20, 100, 1234.5678}).Draw(rt, "unallocated")
@@ -112,6 +124,14 @@ func TestDifferential(t *testing.T) {
 					// at once, a sync interval or so, or beyond store.MaxCostSpan
 					CostSpan: time.Duration(rapid.SampledFrom([]int64{0, 1, 100_000, 137_511, 2_500_000}).Draw(rt, "span-us")) * time.Microsecond,
 				}
+				if rapid.Bool().Draw(rt, "signals") { // the backend's answers: healthy, throttling or slow
+					n := rapid.Int64Range(0, 400).Draw(rt, "answers")
+					rep.Signals = store.Signals{
+						Answers: n, Throttles: rapid.Int64Range(0, n/20).Draw(rt, "throttles"),
+						Slow: rapid.Int64Range(0, n/5).Draw(rt, "slow"),
+					}
+					rep.Signals.Latency[rapid.IntRange(0, 15).Draw(rt, "bucket")] = n
+				}
 				// Unnumbered, a resend, the next Seq, or any Seq up to the next.
 				switch rapid.IntRange(0, 3).Draw(rt, "seqkind") {
 				case 1:
@@ -150,9 +170,10 @@ func TestDifferential(t *testing.T) {
 				d = min(d, maxElapsed-elapsed)
 				elapsed += d
 				clk.Advance(d)
-			case 5: // reload: a new policy for the app
+			case 5: // reload: a new policy for the app, and the cluster's adaptive policy
 				policies[app] = genPolicy(app)
 				unallocated = genUnallocated()
+				cluster.Adaptive = genAdaptive()
 			case 6: // operator emergency: set (until deactivated, ending later, already over) or cleared
 				em := store.Emergency{
 					Active: rapid.Bool().Draw(rt, "active"),
@@ -230,7 +251,10 @@ func sameState(a, b store.ClusterState) bool {
 	if a.Usage != b.Usage || a.Factors != b.Factors || a.Emergency != b.Emergency ||
 		a.EmergencySource != b.EmergencySource || a.EmergencyReason != b.EmergencyReason || !a.EmergencyUntil.Equal(b.EmergencyUntil) ||
 		a.LiveInstances != b.LiveInstances || a.RemoteClusterInFlight != b.RemoteClusterInFlight ||
-		a.ConfigVersion != b.ConfigVersion {
+		a.ConfigVersion != b.ConfigVersion || a.Capacity != b.Capacity || a.CapacitySource != b.CapacitySource ||
+		a.Adaptive.Period != b.Adaptive.Period || a.Adaptive.PeriodCost != b.Adaptive.PeriodCost ||
+		!a.Adaptive.LastChange.At.Equal(b.Adaptive.LastChange.At) || a.Adaptive.LastChange.From != b.Adaptive.LastChange.From ||
+		a.Adaptive.LastChange.To != b.Adaptive.LastChange.To || a.Adaptive.LastChange.Cause != b.Adaptive.LastChange.Cause {
 		return false
 	}
 	for k, v := range ra {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tierbucket/caddy-tierbucket/adaptive"
 	"github.com/tierbucket/caddy-tierbucket/clock"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
@@ -256,16 +258,18 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 		}
 	}
 	calls := make([]scriptCall, 0, 1+len(rep.Apps))
-	calls = append(calls, scriptCall{
-		script: reportClusterScript,
-		keys:   clusterKeys,
-		args: []any{
-			now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
-			fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
-			fmtFloat(c.EmergencyRatios[3]), cost, rep.Seq, seqTTL,
-			rep.CostSpanMicros(), leaving,
-		},
-	})
+	args := make([]any, 0, 36)
+	args = append(args,
+		now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
+		fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
+		fmtFloat(c.EmergencyRatios[3]), cost, rep.Seq, seqTTL,
+		rep.CostSpanMicros(), leaving,
+		fmtFloat(c.Adaptive.Min), fmtFloat(c.Adaptive.Max),
+		rep.Signals.Answers, rep.Signals.Throttles, rep.Signals.Slow)
+	for _, n := range rep.Signals.Latency {
+		args = append(args, n)
+	}
+	calls = append(calls, scriptCall{script: reportClusterScript, keys: clusterKeys, args: args})
 	for _, a := range rep.Apps {
 		calls = append(calls, scriptCall{
 			script: reportAppScript,
@@ -365,7 +369,7 @@ func parseClusterState(cmd *redis.Cmd) (store.ClusterState, error) {
 	if err != nil {
 		return store.ClusterState{}, err
 	}
-	if len(vals) != 13 {
+	if len(vals) != 17 {
 		return store.ClusterState{}, fmt.Errorf("unexpected reply %v", vals)
 	}
 	var st store.ClusterState
@@ -402,7 +406,59 @@ func parseClusterState(cmd *redis.Cmd) (store.ClusterState, error) {
 	st.ConfigVersion = uint64(version)
 	rejoined, _ := vals[12].(int64)
 	st.Rejoined = rejoined == 1
+	if st.Capacity, err = parseFloat(vals[13]); err != nil {
+		return store.ClusterState{}, err
+	}
+	st.CapacitySource, _ = vals[14].(string)
+	if st.CapacitySource == "" {
+		st.Capacity = 0 // no L1
+	}
+	lp, _ := vals[15].(string)
+	chg, _ := vals[16].(string)
+	if st.CapacitySource == store.CapacityAdaptive {
+		if st.Adaptive, err = parseAdaptive(lp, chg); err != nil {
+			return store.ClusterState{}, err
+		}
+	}
 	return st, nil
+}
+
+// parseAdaptive reads the controller's last period ('answers throttles slow cost lat0..lat15')
+// and last change ('at_us from to cause'), each ” when there is none yet.
+func parseAdaptive(lp, chg string) (store.AdaptiveState, error) {
+	var a store.AdaptiveState
+	if f := strings.Fields(lp); len(f) > 0 {
+		if len(f) != 4+adaptive.SketchBuckets {
+			return a, fmt.Errorf("unexpected last period %q", lp)
+		}
+		n := make([]float64, len(f))
+		for i, x := range f {
+			v, err := strconv.ParseFloat(x, 64)
+			if err != nil {
+				return a, fmt.Errorf("last period %q: %w", lp, err)
+			}
+			n[i] = v
+		}
+		a.Period.Answers, a.Period.Throttles, a.Period.Slow, a.PeriodCost = int64(n[0]), int64(n[1]), int64(n[2]), n[3]
+		for i := range a.Period.Latency {
+			a.Period.Latency[i] = int64(n[4+i])
+		}
+	}
+	if f := strings.Fields(chg); len(f) > 0 {
+		if len(f) != 4 {
+			return a, fmt.Errorf("unexpected last change %q", chg)
+		}
+		var v [3]float64
+		for i := range v {
+			x, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return a, fmt.Errorf("last change %q: %w", chg, err)
+			}
+			v[i] = x
+		}
+		a.LastChange = store.CapacityChange{At: time.UnixMicro(int64(v[0])), From: v[1], To: v[2], Cause: f[3]}
+	}
+	return a, nil
 }
 
 // scriptCall is one script invocation of a pipeline.

@@ -68,6 +68,9 @@ func (r Report) Validate() error {
 	if r.StatsInterval < 0 {
 		return fmt.Errorf("report from instance %q: stats interval %v: must be >= 0", r.Instance, r.StatsInterval)
 	}
+	if err := r.Signals.validate(r.Instance); err != nil {
+		return err
+	}
 	for _, a := range r.Apps {
 		switch {
 		case a.App == "":
@@ -112,6 +115,9 @@ func checkCluster(c ClusterPolicy) error {
 		if !finite(r) {
 			return fmt.Errorf("cluster %q: emergency_ratios[%d] %v: must be a finite number", c.ID, p, r)
 		}
+	}
+	if a := c.Adaptive; a.On() && (c.Capacity <= 0 || !finite(a.Min) || !finite(a.Max) || a.Min <= 0 || a.Min > a.Max || a.Max > MaxAmount) {
+		return fmt.Errorf("cluster %q: adaptive min %v max %v: must be 0 < min <= max <= 2^53, with a capacity", c.ID, a.Min, a.Max)
 	}
 	return nil
 }

@@ -105,6 +105,7 @@ type AppPolicy struct {
 	Burst          float64 // bucket size; >= Guaranteed
 	Priority       int     // 0 (highest) … 3
 	MaxBorrow      float64 // 0 = never borrows
+	Max            float64 // elastic ceiling, tokens/s: 0 = Guaranteed (no elastic share)
 	MaxConnections int64   // 0 = the connections default
 
 	// Warmup (0 = off; whole µs, rounded up) is Guava's SmoothWarmingUp with cold factor 3.
@@ -145,6 +146,8 @@ type ClusterPolicy struct {
 	ReservedRatio      float64 // default 0.1
 	EmergencyThreshold float64 // default 0.95
 	EmergencyRatios    [MaxPriority + 1]float64
+	// Adaptive: the Store learns the capacity, starting from Capacity (docs/adaptive.md).
+	Adaptive AdaptivePolicy
 }
 
 // Emergency is an operator emergency (Store.SetEmergency).
@@ -300,6 +303,11 @@ type Report struct {
 	// StatsInterval is as LeaseRequest.StatsInterval, for the records of the apps in Apps.
 	StatsInterval time.Duration
 
+	// Signals are the backend's answers to this instance's admitted requests since its
+	// previous report (Cluster.Adaptive on): applied with Cost, once per Seq, into the
+	// controller's period.
+	Signals Signals
+
 	// Leaving says this is the instance's last report to the cluster (its limiter is closing):
 	// after applying it the Store removes the instance from the live set (see Store.Report).
 	// The Store drops only the per-app in-flight counts and slot holdings of the apps in Apps:
@@ -346,7 +354,14 @@ const ReportSeqTTL = 10 * time.Minute
 
 // ClusterState is L1's state as the Store sees it, returned by Report.
 type ClusterState struct {
-	Usage           float64                  // u: fleet-wide admitted cost per second / capacity (0 without L1)
+	Usage float64 // u: fleet-wide admitted cost per second / Capacity (0 without L1)
+	// Capacity is L1's capacity in force (0 without L1): the learned one with
+	// Cluster.Adaptive, else the configured one (an override's, when the caller's policy
+	// carries one). CapacitySource says which (CapacityConfig, CapacityAdaptive); the caller
+	// knows an override.
+	Capacity        float64
+	CapacitySource  string
+	Adaptive        AdaptiveState            // the controller's signals and last change (Cluster.Adaptive on)
 	Factors         [MaxPriority + 1]float64 // refill factor per priority
 	Emergency       bool
 	EmergencySource string    // "operator" (SetEmergency; wins over L1's own), "auto" (L1's usage), "" outside

@@ -59,6 +59,9 @@ func (p AppPolicy) Validate() FieldErrors {
 	if !finite(p.MaxBorrow) || p.MaxBorrow < 0 || p.MaxBorrow > MaxAmount {
 		es.add("max_borrow", "must be >= 0 (and <= 2^53), got %v", p.MaxBorrow)
 	}
+	if p.Max != 0 && (!finite(p.Max) || p.Max < p.Guaranteed || p.Max > MaxAmount) {
+		es.add("max", "must be >= guaranteed (%v) and <= 2^53 (leave it out for guaranteed), got %v", p.Guaranteed, p.Max)
+	}
 	if p.MaxConnections < 0 || p.MaxConnections > MaxAmount {
 		// 2^53: a fleet-wide limit is counted in the Store's doubles (Redis Lua)
 		es.add("max_connections", "must be >= 0 (and <= 2^53), got %d", p.MaxConnections)
@@ -92,6 +95,7 @@ func (c ClusterPolicy) Validate() FieldErrors {
 			es.add(fmt.Sprintf("emergency_ratios[%d]", i), "must be in [0,1], got %v", r)
 		}
 	}
+	c.validateAdaptive(&es)
 	return es
 }
 

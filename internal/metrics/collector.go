@@ -47,6 +47,7 @@ var (
 	descLevel       = desc("degradation_level", "Store degradation level: 0 normal, 1 mild, 2 significant, 3 fail_open.", "cluster")
 	descEmergency   = desc("emergency_mode", "1 while the cluster is in emergency mode.", "cluster")
 	descUsage       = desc("cluster_usage_ratio", "L1 usage: fleet-wide admitted cost per second / capacity (0 without capacity).", "cluster")
+	descCapacity    = desc("capacity_tokens", "L1's capacity in force, cost tokens/s: source config (the configured one), adaptive (learned from the backend's answers) or override (pinned through the admin API). Absent without capacity.", "cluster", "source")
 	descLatency     = desc("store_latency_average_seconds", "Moving average of the Store's call latency.", "cluster")
 	descConns       = desc("connections", "Requests in flight on this instance.", "cluster", "app")
 	descConnsPeak   = desc("connections_peak", "Highest number of requests in flight seen on this instance.", "cluster", "app")
@@ -87,7 +88,7 @@ func Register(reg *prometheus.Registry, c prometheus.Collector, logger *zap.Logg
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descRequests, descCost, descLocalHits, descLocalTokens,
-		descBorrowed, descDebt, descLeases, descLeaseTokens, descLevel, descEmergency, descUsage, descLatency, descConns,
+		descBorrowed, descDebt, descLeases, descLeaseTokens, descLevel, descEmergency, descUsage, descCapacity, descLatency, descConns,
 		descConnsPeak, descConnsRej, descConnsLeak, descClConns, descClConnsPeak, descClConnsRej, descChanges, descFlushes,
 	} {
 		ch <- d
@@ -148,6 +149,9 @@ func collectCluster(ch chan<- prometheus.Metric, c Cluster) {
 	}
 	gauge(descEmergency, emergency, cl)
 	gauge(descUsage, state.Usage, cl)
+	if capacity, source := lim.Capacity(); capacity > 0 {
+		gauge(descCapacity, capacity, cl, source)
+	}
 	gauge(descLatency, lim.Latency().Seconds(), cl)
 	counter(descChanges, lim.ConfigChanges(), cl)
 	counter(descFlushes, lim.StatsFlushes(), cl)

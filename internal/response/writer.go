@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/connlimit"
 )
@@ -22,6 +23,9 @@ type TrackedWriter struct {
 	status   int   // the final status written (0 before WriteHeader)
 	hijacked bool
 	out      *Outcome // the root outcome of the request's placeholders, for later rate_limit handlers
+
+	start   time.Time     // when timing started (TimeHeaders); zero: not timed
+	headers time.Duration // from start to the final status (0 before it, or not timed)
 }
 
 var writerPool = sync.Pool{New: func() any { return new(TrackedWriter) }}
@@ -46,6 +50,13 @@ func (tw *TrackedWriter) Done() {
 	writerPool.Put(tw)
 }
 
+// TimeHeaders starts timing the response at start: WriteHeader of the final status records
+// the time to response headers (HeaderLatency). One clock read there, nothing else.
+func (tw *TrackedWriter) TimeHeaders(start time.Time) { tw.start = start }
+
+// HeaderLatency is the time from TimeHeaders to the final status (0 if either is missing).
+func (tw *TrackedWriter) HeaderLatency() time.Duration { return tw.headers }
+
 // Status is the final status written (0 before WriteHeader).
 func (tw *TrackedWriter) Status() int { return tw.status }
 
@@ -59,6 +70,9 @@ func (tw *TrackedWriter) Hijacked() bool { return tw.hijacked }
 func (tw *TrackedWriter) WriteHeader(code int) {
 	if tw.status == 0 && code >= 200 {
 		tw.status = code
+		if !tw.start.IsZero() {
+			tw.headers = time.Since(tw.start)
+		}
 	}
 	tw.ResponseWriter.WriteHeader(code)
 }

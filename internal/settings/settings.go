@@ -42,6 +42,9 @@ type Cluster struct {
 	OnRedisFailure     string          // local (default), open or closed
 	Apps               map[string]*App // by id; Wildcard is the template
 	Local              *Local
+	// Adaptive, if set, makes L1 learn the capacity from the backend's answers, starting from
+	// Capacity (its defaults already applied: see the plugin's docs/adaptive.md).
+	Adaptive *store.AdaptivePolicy
 }
 
 // App is one `app <id>` block.
@@ -50,6 +53,7 @@ type App struct {
 	Burst          float64 // default: guaranteed (at least 1)
 	Priority       int
 	MaxBorrow      float64
+	Max            float64 // elastic ceiling, >= Guaranteed (default: Guaranteed)
 	MaxConnections int64
 	Warmup         time.Duration
 	Disabled       bool
@@ -147,6 +151,12 @@ func (c Cluster) policy() (store.ClusterPolicy, error) {
 		EmergencyThreshold: DefaultEmergencyThreshold,
 		EmergencyRatios:    DefaultEmergencyRatios,
 	}
+	if c.Adaptive != nil {
+		if c.Capacity <= 0 {
+			return cp, fmt.Errorf("adaptive needs a capacity > 0 (the starting figure)")
+		}
+		cp.Adaptive = *c.Adaptive
+	}
 	if c.ReservedRatio != nil {
 		cp.ReservedRatio = *c.ReservedRatio
 	}
@@ -204,6 +214,7 @@ func AppPolicy(id string, a *App) (store.AppPolicy, error) {
 		Burst:          a.Burst,
 		Priority:       a.Priority,
 		MaxBorrow:      a.MaxBorrow,
+		Max:            a.Max,
 		MaxConnections: a.MaxConnections,
 		Warmup:         a.Warmup,
 		Disabled:       a.Disabled,

@@ -3,9 +3,11 @@
 -- KEYS[5…] (a leaving report only) the slots hashes of the cluster scope and of each app of the
 -- report, all in the cluster's slot
 -- ARGV: now_us|'' instance inflight ttl_us capacity threshold ratio0 ratio1 ratio2 ratio3 cost seq seq_ttl_us
--- span_us leaving(1|0|absent)
+-- span_us leaving(1|0) adaptive_min adaptive_max(0: static) answers throttles slow lat0..lat15
 -- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight, source, until_us,
--- config_version, rejoined 0/1},
+-- config_version, rejoined 0/1, capacity, capacity_source, last_period, last_change},
+-- last_period 'answers throttles slow cost lat0..lat15' and last_change 'at_us from to cause'
+-- (or ''),
 -- floats as strings; source is 'operator', 'auto' or ''; until_us the operator emergency's end
 -- (0: none or until deactivated).
 local now = now_us(ARGV[1])
@@ -20,6 +22,55 @@ local seq = tonumber(ARGV[12])
 local seq_ttl = tonumber(ARGV[13])
 local span = tonumber(ARGV[14]) or 0
 local leaving = ARGV[15] == '1'
+local a_min = tonumber(ARGV[16]) or 0
+local a_max = tonumber(ARGV[17]) or 0
+local sig = {}
+for i = 18, 36 do
+  sig[#sig + 1] = tonumber(ARGV[i]) or 0
+end
+
+-- The control law of the adaptive capacity, as package adaptive states it (law.go): a
+-- decrease by 0.8 on throttles above 1 % of the period's answers or slow answers above 10 %
+-- (p90 over the target), else an increase by 5 % when the demand reaches 0.75 of the capacity,
+-- else hold; within [mn, mx]. The period right after a decrease holds.
+local function law(c, mn, mx, answers, throttles, slow, demand, after_decrease)
+  c = math.min(math.max(c, mn), mx)
+  if after_decrease then
+    return c, 'hold'
+  end
+  if answers > 0 and throttles > 0.01 * answers then
+    return math.max(mn, c * 0.8), 'throttles'
+  end
+  if answers > 0 and slow > 0.1 * answers then
+    return math.max(mn, c * 0.8), 'latency'
+  end
+  if answers > 0 and demand >= 0.75 * c and c < mx then
+    return math.min(mx, c + 0.05 * c), 'demand'
+  end
+  return c, 'hold'
+end
+
+-- numbers splits a field of space-separated numbers (n of them; absent: zeros).
+local function numbers(field, n)
+  local out = {}
+  if field then
+    for x in string.gmatch(field, '%S+') do
+      out[#out + 1] = tonumber(x)
+    end
+  end
+  for i = #out + 1, n do
+    out[i] = 0
+  end
+  return out
+end
+
+local function join(xs)
+  local parts = {}
+  for i = 1, #xs do
+    parts[i] = fmt(xs[i])
+  end
+  return table.concat(parts, ' ')
+end
 
 -- 1. heartbeat; instances silent for longer than the TTL are dead and removed. Rejoined: this
 -- instance was not live here before (first report, expired, or the data was lost). When no
@@ -52,11 +103,16 @@ redis.call('PEXPIRE', KEYS[3], 60000)
 
 -- Idempotent reports: the cost of a Seq already applied counts as 0 (the instance's last Seq
 -- lives in the l1 hash, which is therefore written even without L1).
-if not apply_seq(KEYS[1], instance, seq, seq_ttl, now) then
+local fresh = apply_seq(KEYS[1], instance, seq, seq_ttl, now)
+if not fresh then
   cost = 0
 end
 
 local u = 0
+local cap_now = 0
+local cap_source = ''
+local last_period = ''
+local last_change = ''
 local factors = { 1, 1, 1, 1 }
 local emergency = 0
 local reason = ''
@@ -118,8 +174,65 @@ if capacity > 0 then
   for s = slot - 9, slot do
     current = current + w[s % 11]
   end
-  u = math.max(complete, current) / capacity
+  local window = math.max(complete, current)
+
+  -- 3a. the capacity in force (memController.inForce): learned with an adaptive policy — the
+  -- fresh report's signals join the period (field p: answers throttles slow lat0..lat15); a
+  -- period at least 1 s old goes through the law and becomes the last one (lp, with its
+  -- demand), a move is recorded (chg) — or the configured one, tracked in cap so that a
+  -- learned capacity resumes from the figure in force.
   local fields = { 'w_slot', fmt(slot) }
+  local cv = redis.call('HMGET', KEYS[1], 'cap', 'ctl_ts', 'p', 'lp', 'chg')
+  if a_max <= 0 then
+    cap_now = capacity
+    cap_source = 'config'
+    for _, f in ipairs({ 'cap', fmt(capacity), 'ctl_ts', fmt(now), 'p', '' }) do
+      fields[#fields + 1] = f
+    end
+  else
+    local c = tonumber(cv[1])
+    local start = tonumber(cv[2])
+    if c == nil or start == nil then
+      c = capacity
+      start = now
+    end
+    c = math.min(math.max(c, a_min), a_max)
+    local p = numbers(cv[3], 19)
+    if fresh then
+      for i = 1, 19 do
+        p[i] = p[i] + sig[i]
+      end
+    end
+    last_period = cv[4] or ''
+    last_change = cv[5] or ''
+    if now - start >= 1000000 then
+      local ch = {}
+      for x in string.gmatch(last_change, '%S+') do
+        ch[#ch + 1] = x
+      end
+      local after_decrease = #ch == 4 and tonumber(ch[1]) == start and tonumber(ch[3]) < tonumber(ch[2])
+      local next_c, cause = law(c, a_min, a_max, p[1], p[2], p[3], window, after_decrease)
+      local lp = { p[1], p[2], p[3], window }
+      for i = 4, 19 do
+        lp[#lp + 1] = p[i]
+      end
+      last_period = join(lp)
+      if next_c ~= c then
+        last_change = fmt(now) .. ' ' .. fmt(c) .. ' ' .. fmt(next_c) .. ' ' .. cause
+      end
+      c = next_c
+      start = now
+      for i = 1, 19 do
+        p[i] = 0
+      end
+    end
+    cap_now = c
+    cap_source = 'adaptive'
+    for _, f in ipairs({ 'cap', fmt(c), 'ctl_ts', fmt(start), 'p', join(p), 'lp', last_period, 'chg', last_change }) do
+      fields[#fields + 1] = f
+    end
+  end
+  u = window / cap_now
   for i = 0, 10 do
     if changed[i] then
       fields[#fields + 1] = 'w' .. i
@@ -128,8 +241,15 @@ if capacity > 0 then
   end
   redis.call('HSET', KEYS[1], unpack(fields))
 
-  -- 5. emergency: entered at the threshold, left after 10 s below threshold − 0.1.
-  if u >= thr then
+  -- 5. emergency: entered at the threshold, left after 10 s below threshold − 0.1. Under a
+  -- learned capacity, entered only when the last control period showed the backend
+  -- overloaded (memLedger.updateEmergency).
+  local overloaded = true
+  if a_max > 0 then
+    local lp = numbers(last_period, 3)
+    overloaded = lp[1] > 0 and (lp[2] > 0.01 * lp[1] or lp[3] > 0.1 * lp[1])
+  end
+  if u >= thr and overloaded then
     emergency = 1
     reason = 'auto'
     calm_since = 0
@@ -208,4 +328,4 @@ if leaving then
   end
 end
 return { fmt(u), fmt(factors[1]), fmt(factors[2]), fmt(factors[3]), fmt(factors[4]), emergency, reason, live, fmt(remote),
-  source, fmt(op_until), config_version, rejoined }
+  source, fmt(op_until), config_version, rejoined, fmt(cap_now), cap_source, last_period, last_change }

@@ -57,7 +57,7 @@ type testCase struct {
 
 func cases() []testCase {
 	return append(append(append(append(append(l2Cases(), l1Cases()...), seqCases()...), warmupCases()...), operatorCases()...),
-		append(append(append(append(borrowCases(), overrideCases()...), statsCases()...), slotCases()...), auditCases()...)...)
+		append(append(append(append(append(borrowCases(), overrideCases()...), statsCases()...), slotCases()...), auditCases()...), adaptiveCases()...)...)
 }
 
 // env is one case's store, clock and default ids and policies. Cluster capacity is 0 (no L1)

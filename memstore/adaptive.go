@@ -1,0 +1,61 @@
+package memstore
+
+import (
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/adaptive"
+	"github.com/tierbucket/caddy-tierbucket/store"
+)
+
+// memController is one cluster's capacity controller (docs/adaptive.md; Redis: the fields
+// cap, ctl_ts, p_* (the period so far), lp_* (the last period) and chg_* (the last change) of
+// the :l1 hash).
+type memController struct {
+	set      bool
+	capacity float64 // the learned capacity, or the static one in force (adaptive resumes from it)
+	start    int64   // µs: when the current control period began
+	period   store.Signals
+	last     store.AdaptiveState
+}
+
+// inForce is Report step 3a: the capacity in force for this report. With c.Adaptive on, it
+// adds the fresh report's signals to the period, and when the period is at least
+// adaptive.Period old applies the control law to it (demand: the cost of the last second,
+// window) and starts the next one. Without, the configured capacity is in force and tracked,
+// so that a learned capacity resumes from the figure in force when it was paused (an override)
+// or switched on (a reload).
+func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, window float64, now int64) (float64, string) {
+	a := c.Adaptive
+	if !a.On() {
+		k.set, k.capacity, k.start = true, c.Capacity, now
+		k.period = store.Signals{}
+		return c.Capacity, store.CapacityConfig
+	}
+	if !k.set {
+		k.set, k.capacity, k.start = true, c.Capacity, now
+	}
+	b := adaptive.Bounds{Min: a.Min, Max: a.Max}
+	k.capacity = min(max(k.capacity, b.Min), b.Max)
+	if sig != nil {
+		k.period.Add(sig)
+	}
+	if now-k.start >= adaptive.Period.Microseconds() {
+		ch := k.last.LastChange
+		afterDecrease := ch.To < ch.From && ch.At.UnixMicro() == k.start
+		next, cause := adaptive.Next(b, k.capacity, adaptive.Signals{
+			Answers: k.period.Answers, Throttles: k.period.Throttles, Slow: k.period.Slow, Demand: window,
+		}, afterDecrease)
+		k.last.Period, k.last.PeriodCost = k.period, window
+		if next != k.capacity {
+			k.last.LastChange = store.CapacityChange{At: time.UnixMicro(now), From: k.capacity, To: next, Cause: cause.String()}
+		}
+		k.capacity, k.start, k.period = next, now, store.Signals{}
+	}
+	return k.capacity, store.CapacityAdaptive
+}
+
+// overloaded reports whether the last control period showed the backend overloaded.
+func (k *memController) overloaded() bool {
+	p := k.last.Period
+	return adaptive.Overloaded(adaptive.Signals{Answers: p.Answers, Throttles: p.Throttles, Slow: p.Slow}) != adaptive.Hold
+}
