@@ -29,8 +29,13 @@ export function rangeRequests(xs: readonly RangePoint[]) {
   ]
 }
 
+/** The admitted cost, and the capacity in force (configured, learned or pinned) when there is one. */
 export function rangeCost(xs: readonly RangePoint[]) {
-  return [{ name: 'admitted cost', color: COLORS.cost, points: pts(xs, (p) => p.cost), area: true }]
+  const out = [{ name: 'admitted cost', color: COLORS.cost, points: pts(xs, (p) => p.cost), area: true, dashed: false }]
+  if (xs.some((p) => p.capacity > 0)) {
+    out.push({ name: 'capacity (fleet)', color: COLORS.capacity, points: pts(xs, (p) => p.capacity), area: false, dashed: true })
+  }
+  return out
 }
 
 export function rangeUsage(xs: readonly RangePoint[]) {

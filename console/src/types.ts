@@ -12,11 +12,24 @@ export interface Emergency {
   until: string | null
 }
 
+/** The learned capacity of an adaptive cluster (GET /rate_limit/ adaptive). */
+export interface AdaptiveView {
+  learned: number
+  paused: boolean
+  min: number
+  max: number
+  latency_target: string
+  signals: { answers: number; throttles: number; slow: number; p90: string; demand: number }
+  changes: { at: string; from: number; to: number; cause: string }[]
+}
+
 export interface ClusterView {
   cluster: string
   instance: string
   store: string
   capacity: number
+  capacity_source?: string
+  adaptive?: AdaptiveView | null
   unknown_app: string
   degradation_level: Level
   usage: number
@@ -176,6 +189,7 @@ export interface RangePoint {
   reasons?: Record<string, number>
   cost: number
   usage: number
+  capacity: number
   in_flight: number
   instances: number
 }

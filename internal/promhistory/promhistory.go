@@ -56,6 +56,7 @@ type Point struct {
 	Reasons   map[string]float64 `json:"reasons"`  // rejections/s by reason (none: left out)
 	Cost      float64            `json:"cost"`     // admitted cost tokens/s
 	Usage     float64            `json:"usage"`    // L1 usage (fleet: the highest instance's view)
+	Capacity  float64            `json:"capacity"` // L1 capacity in force (configured, learned or pinned); 0: none
 	InFlight  float64            `json:"in_flight"`
 	Instances int                `json:"instances"` // gateways reporting the cluster
 }
@@ -167,6 +168,10 @@ func (s *Source) points(ctx context.Context, cluster, app string, r Range, end t
 		{
 			fmt.Sprintf(`max(caddy_rate_limit_cluster_usage_ratio{%s})`, clusterSel),
 			func(p *Point, _ map[string]string, v float64) { p.Usage = v },
+		},
+		{
+			fmt.Sprintf(`max(caddy_rate_limit_capacity_tokens{%s})`, clusterSel),
+			func(p *Point, _ map[string]string, v float64) { p.Capacity = v },
 		},
 		{
 			fmt.Sprintf(`sum(%s{%s})`, inFlight, sel),

@@ -3,7 +3,7 @@ import { rangeRequests, rangeUsage } from '../../src/ranges'
 import type { RangePoint } from '../../src/types'
 
 const p = (t: number, admitted: number, reasons: Record<string, number> = {}, usage = 0): RangePoint => ({
-  t, admitted, rejected: Object.values(reasons).reduce((a, b) => a + b, 0), reasons, cost: 0, usage, in_flight: 0, instances: 1,
+  t, admitted, rejected: Object.values(reasons).reduce((a, b) => a + b, 0), reasons, cost: 0, usage, capacity: 0, in_flight: 0, instances: 1,
 })
 
 describe('ranges', () => {
