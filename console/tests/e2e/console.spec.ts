@@ -188,8 +188,8 @@ test('app: disable and enable with confirmation, enforced by the gateway, both i
   await page.goto(CONSOLE_URL + '#/audit')
   const rows = page.getByTestId('audit').locator('tr[data-subject="beta"]')
   await expect(rows).toHaveCount(2)
-  await expect(rows.first()).toContainText('"enabled":true')
-  await expect(rows.nth(1)).toContainText('"enabled":false')
+  await expect(rows.first()).toContainText('enabled: false → true')
+  await expect(rows.nth(1)).toContainText('enabled: true → false')
   await shot(page, 'audit')
   // The enable/disable override goes, so that the other tests see the config's policy.
   await request.delete(`${ADMIN}/rate_limit/apps/beta`)
