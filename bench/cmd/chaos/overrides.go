@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// overrideApp is the app whose policy the operator keeps changing; its Caddyfile guaranteed
+// rate is baseGuaranteed, and every override keeps it far above its offered rate.
+const (
+	overrideApp    = "a3"
+	baseGuaranteed = 60
+)
+
+// change is one override change and how long every gateway took to enforce it.
+type change struct {
+	at        time.Duration // since the run's start
+	via       string
+	op        string  // PUT guaranteed=N | DELETE
+	want      float64 // the guaranteed rate every gateway must then show
+	converged time.Duration
+	late      []string // gateways that did not show it within the wait
+	duringFault bool
+	refused   int // answers other than 200/204 before a gateway took the change
+}
+
+// overrides changes the override of overrideApp every interval on a random gateway, then
+// reads the app on every gateway up until each shows the change.
+type overrides struct {
+	c        *chaos
+	every    time.Duration
+	rng      *rand.Rand
+	faulty   func() bool // a fault is in progress
+	client   *http.Client
+	mu       sync.Mutex
+	changes  []change
+}
+
+func (o *overrides) run(ctx context.Context) {
+	t := time.NewTicker(o.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ch := o.change(ctx)
+		if ctx.Err() != nil {
+			return // the run ended during the change: it was not given its time
+		}
+		o.mu.Lock()
+		o.changes = append(o.changes, ch)
+		o.mu.Unlock()
+	}
+}
+
+func (o *overrides) change(ctx context.Context) change {
+	g := []float64{80, 100, 120}[o.rng.IntN(3)]
+	ch := change{at: o.c.since(), want: g, op: fmt.Sprintf("PUT guaranteed=%g", g), duringFault: o.faulty()}
+	method, body := http.MethodPut, fmt.Sprintf(`{"guaranteed":%g,"burst":%g}`, g, 2*g)
+	if o.rng.IntN(3) == 0 {
+		method, body, ch.want, ch.op = http.MethodDelete, "", baseGuaranteed, "DELETE"
+	}
+	begin := time.Now()
+	// A write the Store cannot take (the gateway is cut from Redis, a failover) is refused;
+	// the operator tries another gateway until one takes it.
+	for i := o.rng.IntN(len(o.c.gws)); ; i++ {
+		if ctx.Err() != nil || time.Since(begin) > 60*time.Second {
+			ch.late = append(ch.late, "no gateway took the change")
+			return ch
+		}
+		gw := o.c.gws[i%len(o.c.gws)]
+		if !gw.up.Load() {
+			continue
+		}
+		req, _ := http.NewRequest(method, gw.admin()+"/rate_limit/apps/"+overrideApp, bytes.NewBufferString(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := o.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNoContent ||
+				(method == http.MethodDelete && resp.StatusCode == http.StatusNotFound) {
+				ch.via = gw.name
+				break
+			}
+		}
+		ch.refused++
+		time.Sleep(200 * time.Millisecond)
+	}
+	start := time.Now()
+	pending := map[*gateway]bool{}
+	for _, gw := range o.c.gws {
+		pending[gw] = true
+	}
+	for len(pending) > 0 && time.Since(start) < 60*time.Second && ctx.Err() == nil {
+		for gw := range pending {
+			if !gw.up.Load() {
+				continue // it reads the overrides when it starts; checked once it is up
+			}
+			if v, err := o.guaranteed(gw); err == nil && v == ch.want {
+				delete(pending, gw)
+			}
+		}
+		if len(pending) > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	ch.converged = time.Since(start)
+	for gw := range pending {
+		ch.late = append(ch.late, gw.name)
+	}
+	if o.faulty() {
+		ch.duringFault = true
+	}
+	return ch
+}
+
+// guaranteed is the app's effective guaranteed rate on gw.
+func (o *overrides) guaranteed(gw *gateway) (float64, error) {
+	resp, err := o.client.Get(gw.admin() + "/rate_limit/apps/" + overrideApp)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s", resp.Status)
+	}
+	var app struct {
+		Policy struct {
+			Guaranteed float64 `json:"guaranteed"`
+		} `json:"policy"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&app); err != nil {
+		return 0, err
+	}
+	return app.Policy.Guaranteed, nil
+}
