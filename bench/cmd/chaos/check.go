@@ -86,12 +86,14 @@ func inWindows(ws []window, at time.Duration) bool {
 // bucket) and 2 bursts (the rescue buckets' burst, and a bucket a failed master lost).
 func quotaLine(perSec map[int64]int64, end time.Duration, g, burst float64, ws []window) line {
 	worstRatio, worstDesc := 0.0, "no full minute"
+	var highest int64 // the most admitted in any minute, whatever its allowance
 	ok := true
 	for s := time.Duration(0); s+time.Minute <= end; s += 5 * time.Second {
 		var n int64
 		for sec := int64(s / time.Second); sec < int64((s+time.Minute)/time.Second); sec++ {
 			n += perSec[sec]
 		}
+		highest = max(highest, n)
 		allowed := (1 + quotaSlack) * (g*60 + burst)
 		for _, w := range ws {
 			if o := w.overlap(s, s+time.Minute); o > 0 {
@@ -107,6 +109,9 @@ func quotaLine(perSec map[int64]int64, end time.Duration, g, burst float64, ws [
 		if ratio > 1 {
 			ok = false
 		}
+	}
+	if highest > 0 {
+		worstDesc += fmt.Sprintf("; the busiest minute: %d = %.2f × the quota alone", highest, float64(highest)/(g*60+burst))
 	}
 	return line{
 		name:  "admitted per minute of the app at 1.5× its quota",

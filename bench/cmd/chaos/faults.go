@@ -30,7 +30,6 @@ type chaos struct {
 	gws   []*gateway
 	load  *loader
 	start time.Time
-	log   func(format string, args ...any)
 }
 
 func (c *chaos) since() time.Duration { return time.Since(c.start) }
@@ -242,50 +241,75 @@ func (c *chaos) pickMaster(i int) (*node, error) {
 // failover promotes a replica by hand: CLUSTER FAILOVER on a replica of master number target,
 // or SENTINEL FAILOVER; it waits (at least the hold) until the deployment is healthy again.
 func (c *chaos) failover(f fault) error {
-	ctx := context.Background()
 	old, err := c.pickMaster(f.target)
 	if err != nil {
 		return err
 	}
-	if c.top.mode == "sentinel" {
-		if err := c.top.sentinels[f.target%len(c.top.sentinels)].cl.Do(ctx, "SENTINEL", "FAILOVER", sentinelMaster).Err(); err != nil {
-			return fmt.Errorf("SENTINEL FAILOVER: %w", err)
-		}
-	} else {
-		cns, err := c.top.clusterNodes()
-		if err != nil {
-			return err
-		}
-		var oldID string
-		for _, cn := range cns {
-			if cn.node == old {
-				oldID = cn.id
-			}
-		}
-		var replica *node
-		for _, cn := range cns {
-			if cn.masterID == oldID && cn.node != nil && cn.node.running() && !cn.fail {
-				replica = cn.node
-			}
-		}
-		if replica == nil {
-			return fmt.Errorf("%s has no running replica", old.name)
-		}
-		if err := replica.cl.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
-			return fmt.Errorf("CLUSTER FAILOVER on %s: %w", replica.name, err)
-		}
+	ask, err := c.askFailover(old, f.target)
+	if err != nil {
+		return err
+	}
+	if err := ask(); err != nil {
+		return err
 	}
 	time.Sleep(f.hold)
-	deadline := time.Now().Add(30 * time.Second)
+	// A failover Redis gives up (the replica could not catch up, its link reset by another
+	// fault) is asked again, as an operator would.
+	asked := time.Now()
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		if c.top.healthy() == nil && c.promoted(old) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("failover away from %s not done within 30 s", old.name)
+			return fmt.Errorf("failover away from %s not done within 45 s", old.name)
+		}
+		if time.Since(asked) > 8*time.Second {
+			_ = ask()
+			asked = time.Now()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// askFailover returns the command that asks for a failover away from old: SENTINEL FAILOVER on
+// a sentinel, or CLUSTER FAILOVER on a replica of old.
+func (c *chaos) askFailover(old *node, target int) (func() error, error) {
+	ctx := context.Background()
+	if c.top.mode == "sentinel" {
+		s := c.top.sentinels[target%len(c.top.sentinels)]
+		return func() error {
+			if err := s.cl.Do(ctx, "SENTINEL", "FAILOVER", sentinelMaster).Err(); err != nil {
+				return fmt.Errorf("SENTINEL FAILOVER: %w", err)
+			}
+			return nil
+		}, nil
+	}
+	cns, err := c.top.clusterNodes()
+	if err != nil {
+		return nil, err
+	}
+	var oldID string
+	for _, cn := range cns {
+		if cn.node == old {
+			oldID = cn.id
+		}
+	}
+	var replica *node
+	for _, cn := range cns {
+		if cn.masterID == oldID && cn.node != nil && cn.node.running() && !cn.fail {
+			replica = cn.node
+		}
+	}
+	if replica == nil {
+		return nil, fmt.Errorf("%s has no running replica", old.name)
+	}
+	return func() error {
+		if err := replica.cl.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+			return fmt.Errorf("CLUSTER FAILOVER on %s: %w", replica.name, err)
+		}
+		return nil
+	}, nil
 }
 
 // promoted reports whether old is no longer a master.

@@ -72,7 +72,7 @@ http://127.0.0.1:%d {
 
 func (g *gateway) writeConfig(variant int) (string, error) {
 	path := filepath.Join(g.dir, fmt.Sprintf("Caddyfile.%d", variant))
-	return path, os.WriteFile(path, []byte(g.config(variant)), 0o644)
+	return path, os.WriteFile(path, []byte(g.config(variant)), 0o600)
 }
 
 // start runs Caddy and waits until the site answers (any status: the limiter may refuse).

@@ -25,12 +25,12 @@ type logEvent struct {
 
 // processLog is what one gateway process logged.
 type processLog struct {
-	path      string
-	events    []logEvent // enter / recovered / slow / normal, in order
-	plain     int        // lines that are not JSON (printed around Caddy's logger)
+	path       string
+	events     []logEvent // enter / recovered / slow / normal, in order
+	plain      int        // lines that are not JSON (printed around Caddy's logger)
 	firstPlain string
-	errors    int    // ERROR lines
-	firstErr  string // the first ERROR's message
+	errors     int    // ERROR lines
+	firstErr   string // the first ERROR's message
 }
 
 func readLog(path string) (processLog, error) {

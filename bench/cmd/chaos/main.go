@@ -58,7 +58,7 @@ func main() {
 	}
 	fmt.Print(report)
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err == nil {
-		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
+		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil { //nolint:gosec // G306: a report for people to read, no secret in it
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 		} else {
 			fmt.Fprintln(os.Stderr, "chaos: report written to", *out)
@@ -213,6 +213,10 @@ func run(cfg runConfig) (string, bool, error) {
 		}
 	}()
 
+	lw := &levelWatch{client: &http.Client{Timeout: 2 * time.Second}, since: map[*gateway]time.Time{}}
+	wg.Add(1)
+	go func() { defer wg.Done(); lw.run(ctx, c) }()
+
 	var faultMu sync.Mutex
 	faulty := false
 	ovEvery := 10 * time.Second
@@ -220,7 +224,7 @@ func run(cfg runConfig) (string, bool, error) {
 		ovEvery = 5 * time.Second
 	}
 	ov := &overrides{
-		c: c, every: ovEvery, rng: rand.New(rand.NewPCG(cfg.seed, 1)),
+		c: c, every: ovEvery, rng: rand.New(rand.NewPCG(cfg.seed, 1)), //nolint:gosec // G404: seeded for a reproducible run, not a secret
 		client: &http.Client{Timeout: 3 * time.Second},
 		faulty: func() bool { faultMu.Lock(); defer faultMu.Unlock(); return faulty },
 	}
@@ -253,7 +257,7 @@ func run(cfg runConfig) (string, bool, error) {
 	wg.Wait()
 	end := c.since()
 
-	lines, details := checkAll(c, top, apps, be, ran, smp, ov, end)
+	lines, details := checkAll(c, top, apps, be, ran, smp, ov, lw, end)
 	ok := true
 	for _, l := range lines {
 		ok = ok && l.ok

@@ -20,26 +20,26 @@ const (
 
 // change is one override change and how long every gateway took to enforce it.
 type change struct {
-	at        time.Duration // since the run's start
-	via       string
-	op        string  // PUT guaranteed=N | DELETE
-	want      float64 // the guaranteed rate every gateway must then show
-	converged time.Duration
-	late      []string // gateways that did not show it within the wait
+	at          time.Duration // since the run's start
+	via         string
+	op          string  // PUT guaranteed=N | DELETE
+	want        float64 // the guaranteed rate every gateway must then show
+	converged   time.Duration
+	late        []string // gateways that did not show it within the wait
 	duringFault bool
-	refused   int // answers other than 200/204 before a gateway took the change
+	refused     int // answers other than 200/204 before a gateway took the change
 }
 
 // overrides changes the override of overrideApp every interval on a random gateway, then
 // reads the app on every gateway up until each shows the change.
 type overrides struct {
-	c        *chaos
-	every    time.Duration
-	rng      *rand.Rand
-	faulty   func() bool // a fault is in progress
-	client   *http.Client
-	mu       sync.Mutex
-	changes  []change
+	c       *chaos
+	every   time.Duration
+	rng     *rand.Rand
+	faulty  func() bool // a fault is in progress
+	client  *http.Client
+	mu      sync.Mutex
+	changes []change
 }
 
 func (o *overrides) run(ctx context.Context) {

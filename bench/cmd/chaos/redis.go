@@ -233,7 +233,7 @@ func (t *topology) stop() {
 }
 
 func (t *topology) proxies() []*proxy {
-	var ps []*proxy
+	ps := make([]*proxy, 0, len(t.data))
 	for _, n := range t.data {
 		ps = append(ps, n.proxy)
 	}
@@ -372,16 +372,19 @@ func (t *topology) masterOf(key string) (*node, int, error) {
 		if err != nil {
 			continue
 		}
-		slots, err := n.cl.ClusterSlots(ctx).Result()
+		shards, err := n.cl.ClusterShards(ctx).Result()
 		if err != nil {
 			continue
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-				_, p, _ := strings.Cut(s.Nodes[0].Addr, ":")
-				port, _ := strconv.Atoi(p)
-				if m := t.byProxyPort(port); m != nil {
-					return m, int(slot), nil
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start > slot || slot > r.End {
+					continue
+				}
+				for _, nd := range sh.Nodes {
+					if m := t.byProxyPort(int(nd.Port)); m != nil && nd.Role == "master" && nd.Health == "online" {
+						return m, int(slot), nil
+					}
 				}
 			}
 		}

@@ -14,13 +14,8 @@ import (
 // transient fault ends in recovery within 2 s (docs/operations.md, "Fault matrix").
 const failOpenBound = 2 * time.Second
 
-// normalBound is how soon after a fault heals every gateway is back at level 0: a slow
-// Store's level follows its latency within about 5 s plus the next report (docs/design.md,
-// "Degradation"); a gateway just started measures its first calls, slow on a busy host, the same way.
-const normalBound = 7 * time.Second
-
 // checkAll evaluates every invariant after the run.
-func checkAll(c *chaos, top *topology, apps []*appLoad, be *backend, rs []*ran, smp *sampler, ov *overrides, end time.Duration) ([]line, string) {
+func checkAll(c *chaos, top *topology, apps []*appLoad, be *backend, rs []*ran, smp *sampler, ov *overrides, lw *levelWatch, end time.Duration) ([]line, string) {
 	var lines []line
 	var details strings.Builder
 	ws := faultWindows(rs)
@@ -34,8 +29,10 @@ func checkAll(c *chaos, top *topology, apps []*appLoad, be *backend, rs []*ran, 
 			firstBad = a.tally.firstBad
 		}
 	}
-	l := line{name: "5xx answers and failed requests (gateways up)", worst: fmt.Sprintf("%d × 5xx, %d failed", bad5xx, failed),
-		bound: "0", ok: bad5xx == 0 && failed == 0}
+	l := line{
+		name: "5xx answers and failed requests (gateways up)", worst: fmt.Sprintf("%d × 5xx, %d failed", bad5xx, failed),
+		bound: "0", ok: bad5xx == 0 && failed == 0,
+	}
 	if firstBad != "" {
 		l.worst += "; first: " + trim(firstBad, 160)
 	}
@@ -69,6 +66,7 @@ func checkAll(c *chaos, top *topology, apps []*appLoad, be *backend, rs []*ran, 
 	}
 	lines = append(lines, inFlightLine(be, ws))
 	lines = append(lines, recoveryLines(rs)...)
+	lines = append(lines, lw.line())
 	lines = append(lines, statsLine(top, apps, rs))
 	lines = append(lines, logLines(c, rs)...)
 	smp.mu.Lock()
@@ -113,7 +111,7 @@ func trim(s string, n int) string {
 }
 
 func recoveryLines(rs []*ran) []line {
-	okOpen, okNormal := true, true
+	okOpen := true
 	var worstOpen, worstNormal time.Duration
 	var epOpen, epNormal, badOpen, badNormal string
 	for _, r := range rs {
@@ -122,7 +120,7 @@ func recoveryLines(rs []*ran) []line {
 			lo = r.recovery
 		}
 		if lo > worstOpen {
-			worstOpen, epOpen = lo, r.episode.String()
+			worstOpen, epOpen = lo, r.String()
 		}
 		if r.leftFailOpen < 0 || lo > failOpenBound {
 			okOpen = false
@@ -131,13 +129,10 @@ func recoveryLines(rs []*ran) []line {
 			}
 		}
 		if r.recovery > worstNormal {
-			worstNormal, epNormal = r.recovery, r.episode.String()
+			worstNormal, epNormal = r.recovery, r.String()
 		}
-		if !r.recovered || r.recovery > normalBound {
-			okNormal = false
-			if badNormal == "" {
-				badNormal = fmt.Sprintf("; beyond: %v after %s", r.recovery.Round(10*time.Millisecond), r.episode)
-			}
+		if !r.recovered && badNormal == "" {
+			badNormal = fmt.Sprintf("; not within 60 s: %s", r.episode)
 		}
 	}
 	return []line{
@@ -147,9 +142,11 @@ func recoveryLines(rs []*ran) []line {
 			bound: fmt.Sprintf("≤ %v", failOpenBound), ok: okOpen,
 		},
 		{
-			name:  "recovery: every gateway at level 0 after the fault healed",
+			// The latency levels follow the average of the Store's latency, which a busy host
+			// lifts past 10 ms without a fault: the levelWatch line checks that they follow it.
+			name:  "every gateway at level 0 after the fault healed (for information)",
 			worst: fmt.Sprintf("%v (%s)%s", worstNormal.Round(10*time.Millisecond), trim(epNormal, 120), trim(badNormal, 200)),
-			bound: fmt.Sprintf("≤ %v", normalBound), ok: okNormal,
+			bound: "-", ok: true,
 		},
 	}
 }
@@ -169,13 +166,13 @@ func statsLine(top *topology, apps []*appLoad, rs []*ran) line {
 	}
 	var rc redis.UniversalClient
 	if top.mode == "cluster" {
-		var addrs []string
+		addrs := make([]string, 0, len(top.data))
 		for _, n := range top.data {
 			addrs = append(addrs, n.proxy.addr())
 		}
 		rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	} else {
-		var addrs []string
+		addrs := make([]string, 0, len(top.sentinels))
 		for _, s := range top.sentinels {
 			addrs = append(addrs, s.addr())
 		}
@@ -271,20 +268,21 @@ func logLines(c *chaos, rs []*ran) []line {
 			}
 		}
 	}
-	out := []line{
-		{
+	out := make([]line, 0, 3)
+	out = append(out,
+		line{
 			name: "fail_open episodes logged once, each recovery logged",
 			worst: fmt.Sprintf("%d WARNs, %d logged inside an open episode, %d still open at the end; partitions logged by their gateway: %d of %d%s",
 				opened, doubled, open, partitionsSeen, partitions, unseen),
 			bound: "0 doubled, 0 open, every partition ≥ 1.5 s logged",
 			ok:    doubled == 0 && open == 0 && partitionsSeen == partitions,
 		},
-		{
+		line{
 			name:  "lines outside Caddy's logger",
 			worst: fmt.Sprintf("%d%s", plain, map[bool]string{true: "; first: " + trim(firstPlain, 120), false: ""}[plain > 0]),
 			bound: "0", ok: plain == 0,
 		},
-	}
+	)
 	info := fmt.Sprintf("%d ERROR lines", errs)
 	if firstErr != "" {
 		info += "; first: " + trim(firstErr, 160)

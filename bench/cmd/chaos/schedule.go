@@ -56,7 +56,7 @@ type episode struct {
 }
 
 func (e episode) String() string {
-	var fs []string
+	fs := make([]string, 0, len(e.faults))
 	for _, f := range e.faults {
 		fs = append(fs, f.String())
 	}
@@ -67,7 +67,7 @@ func (e episode) String() string {
 // series span the whole run); gateways 1..gws-1 are. An episode has two faults at once with
 // probability 1/2, never two topology faults, never the same kind twice.
 func schedule(seed uint64, mode string, gws, n int, short bool) []episode {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) //nolint:gosec // G404: seeded for a reproducible schedule, not a secret
 	kinds := []string{gwKill, gwTerm, gwReload, masterKill, failover, latency, resets, partition}
 	if mode == "cluster" {
 		kinds = append(kinds, migrate)
