@@ -225,8 +225,9 @@ func mean(v []float64) float64 {
 	return s / float64(len(v))
 }
 
-// overrideLine checks that every change reached every gateway: within overrideBound when no
-// fault ran, within overrideFaultBound after the faults of its wait healed otherwise.
+// overrideLine checks that every change reached every gateway: within overrideBound of the
+// write (or of a stopped gateway's start) when no fault ran meanwhile, within
+// overrideFaultBound of the heal of the faults that ran meanwhile otherwise.
 func overrideLine(chs []change, rs []*ran) line {
 	ok := true
 	var worstQuiet, worstFault time.Duration
@@ -239,23 +240,34 @@ func overrideLine(chs []change, rs []*ran) line {
 			bad = append(bad, fmt.Sprintf("%s at %v: not on %s", ch.op, ch.at.Round(time.Second), strings.Join(ch.late, ", ")))
 			continue
 		}
-		end := ch.at + ch.converged
-		if !ch.duringFault && !overlapsEpisode(rs, ch.at, end) {
-			worstQuiet = max(worstQuiet, ch.converged)
-			if ch.converged > overrideBound {
-				ok = false
-				bad = append(bad, fmt.Sprintf("%s at %v took %v", ch.op, ch.at.Round(time.Second), ch.converged.Round(time.Millisecond)))
+		from := map[string]time.Duration{}
+		for _, s := range ch.since {
+			if s.started {
+				from[s.gw] = s.at
+				continue
 			}
-			continue
-		}
-		after := end - lastHealBefore(rs, end)
-		worstFault = max(worstFault, after)
-		if after > overrideFaultBound {
-			ok = false
-			bad = append(bad, fmt.Sprintf("%s at %v: %v after the fault healed", ch.op, ch.at.Round(time.Second), after.Round(time.Millisecond)))
+			base, ok2 := from[s.gw]
+			if !ok2 {
+				base = ch.written
+			}
+			if heal, overlapped := healDuring(rs, base, s.at); overlapped {
+				lag := s.at - max(base, heal)
+				worstFault = max(worstFault, lag)
+				if lag > overrideFaultBound {
+					ok = false
+					bad = append(bad, fmt.Sprintf("%s at %v: %s %v after the fault healed", ch.op, ch.written.Round(time.Second), s.gw, lag.Round(time.Millisecond)))
+				}
+				continue
+			}
+			lag := s.at - base
+			worstQuiet = max(worstQuiet, lag)
+			if lag > overrideBound {
+				ok = false
+				bad = append(bad, fmt.Sprintf("%s at %v: %s took %v", ch.op, ch.written.Round(time.Second), s.gw, lag.Round(time.Millisecond)))
+			}
 		}
 	}
-	worst := fmt.Sprintf("%d changes; slowest %v without a fault, %v after a fault's heal; %d writes refused during faults",
+	worst := fmt.Sprintf("%d changes; slowest gateway %v without a fault, %v after a fault's heal; %d writes refused during faults",
 		len(chs), worstQuiet.Round(time.Millisecond), worstFault.Round(time.Millisecond), refused)
 	if len(bad) > 0 {
 		worst += "; " + strings.Join(bad[:min(3, len(bad))], "; ")
@@ -268,22 +280,17 @@ func overrideLine(chs []change, rs []*ran) line {
 	}
 }
 
-func overlapsEpisode(rs []*ran, from, to time.Duration) bool {
+// healDuring reports whether an episode overlapped [from, to] (until its recovery ended), and
+// when the last such one had recovered.
+func healDuring(rs []*ran, from, to time.Duration) (time.Duration, bool) {
+	var heal time.Duration
+	overlapped := false
 	for _, r := range rs {
-		if r.start <= to && from <= r.healed+r.recovery {
-			return true
+		end := r.healed + r.recovery
+		if r.start <= to && from <= end {
+			overlapped = true
+			heal = max(heal, end)
 		}
 	}
-	return false
-}
-
-// lastHealBefore is when the last episode that began before t healed (0 if none).
-func lastHealBefore(rs []*ran, t time.Duration) time.Duration {
-	var h time.Duration
-	for _, r := range rs {
-		if r.start <= t {
-			h = max(h, min(r.healed+r.recovery, t))
-		}
-	}
-	return h
+	return heal, overlapped
 }

@@ -253,23 +253,34 @@ func (c *chaos) failover(f fault) error {
 		return err
 	}
 	time.Sleep(f.hold)
-	// A failover Redis gives up (the replica could not catch up, its link reset by another
-	// fault) is asked again, as an operator would.
+	// A failover Redis gave up (the replica could not catch up, its link reset by another
+	// fault) is asked again, as an operator would; one that happened is not asked again.
 	asked := time.Now()
 	deadline := time.Now().Add(45 * time.Second)
 	for {
-		if c.top.healthy() == nil && c.promoted(old) {
+		moved := c.movedAway(old)
+		if moved && c.top.healthy() == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("failover away from %s not done within 45 s", old.name)
+			return fmt.Errorf("failover away from %s not done within 45 s (moved away: %v; %v)", old.name, moved, c.top.healthy())
 		}
-		if time.Since(asked) > 8*time.Second {
+		if !moved && time.Since(asked) > 8*time.Second {
 			_ = ask()
 			asked = time.Now()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// movedAway reports whether old no longer serves as the master: the sentinels name another
+// one, or (cluster) old reports the replica role.
+func (c *chaos) movedAway(old *node) bool {
+	if c.top.mode == "sentinel" {
+		m, err := c.top.sentinelMaster()
+		return err == nil && m != old
+	}
+	return c.promoted(old)
 }
 
 // askFailover returns the command that asks for a failover away from old: SENTINEL FAILOVER on

@@ -17,7 +17,14 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
+
+// quiet discards go-redis's log lines.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 func main() {
 	var (
@@ -31,6 +38,7 @@ func main() {
 		dir      = flag.String("dir", "", "working directory for Redis and Caddy (default: a new temporary one, removed after a clean run)")
 	)
 	flag.Parse()
+	redis.SetLogger(quiet{}) // the client's reconnection notices during faults say nothing the report needs
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano()) & 0xffffffff
 	}
@@ -145,6 +153,7 @@ func run(cfg runConfig) (string, bool, error) {
 		return "", false, err
 	}
 	defer top.stop()
+	_ = os.WriteFile(filepath.Join(cfg.dir, "topology.txt"), []byte(top.describe()), 0o600)
 	start := time.Now()
 	be, err := startBackend(connHold, connLimit, start)
 	if err != nil {
@@ -217,8 +226,6 @@ func run(cfg runConfig) (string, bool, error) {
 	wg.Add(1)
 	go func() { defer wg.Done(); lw.run(ctx, c) }()
 
-	var faultMu sync.Mutex
-	faulty := false
 	ovEvery := 10 * time.Second
 	if cfg.short {
 		ovEvery = 5 * time.Second
@@ -226,7 +233,6 @@ func run(cfg runConfig) (string, bool, error) {
 	ov := &overrides{
 		c: c, every: ovEvery, rng: rand.New(rand.NewPCG(cfg.seed, 1)), //nolint:gosec // G404: seeded for a reproducible run, not a secret
 		client: &http.Client{Timeout: 3 * time.Second},
-		faulty: func() bool { faultMu.Lock(); defer faultMu.Unlock(); return faulty },
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); ov.run(ctx) }()
@@ -238,13 +244,7 @@ func run(cfg runConfig) (string, bool, error) {
 			break
 		}
 		time.Sleep(e.gap)
-		faultMu.Lock()
-		faulty = true
-		faultMu.Unlock()
 		r := c.runEpisode(e)
-		faultMu.Lock()
-		faulty = false
-		faultMu.Unlock()
 		ran = append(ran, r)
 		fmt.Fprintf(os.Stderr, "chaos: %v %s → healed %v, recovery %v %s\n", r.start.Round(time.Second), e,
 			r.healed.Round(time.Second), r.recovery.Round(10*time.Millisecond), strings.Join(r.errs, "; "))

@@ -20,26 +20,36 @@ const (
 
 // change is one override change and how long every gateway took to enforce it.
 type change struct {
-	at          time.Duration // since the run's start
-	via         string
-	op          string  // PUT guaranteed=N | DELETE
-	want        float64 // the guaranteed rate every gateway must then show
-	converged   time.Duration
-	late        []string // gateways that did not show it within the wait
-	duringFault bool
-	refused     int // answers other than 200/204 before a gateway took the change
+	at        time.Duration // since the run's start
+	via       string
+	op        string        // PUT guaranteed=N | DELETE
+	want      float64       // the guaranteed rate every gateway must then show
+	converged time.Duration // until the last gateway showed it
+	written   time.Duration // since the run's start, when a gateway took it
+	// since lists, per gateway, when it was seen up again after a stop (started) and when it
+	// first showed the change.
+	since   []seen
+	late    []string // gateways that did not show it within the wait
+	refused int      // answers other than 200/204 before a gateway took the change
+}
+
+// seen is a gateway's step in taking a change.
+type seen struct {
+	gw      string
+	at      time.Duration
+	started bool // seen up again after a stop (else: showed the change)
 }
 
 // overrides changes the override of overrideApp every interval on a random gateway, then
 // reads the app on every gateway up until each shows the change.
 type overrides struct {
-	c       *chaos
-	every   time.Duration
-	rng     *rand.Rand
-	faulty  func() bool // a fault is in progress
-	client  *http.Client
-	mu      sync.Mutex
-	changes []change
+	c        *chaos
+	every    time.Duration
+	rng      *rand.Rand
+	client   *http.Client
+	mu       sync.Mutex
+	changes  []change
+	reverted []string // gateways found enforcing something else than the last change
 }
 
 func (o *overrides) run(ctx context.Context) {
@@ -61,9 +71,39 @@ func (o *overrides) run(ctx context.Context) {
 	}
 }
 
+// verifyLast reads the app on every gateway up and records the gateways that no longer
+// enforce the last change every gateway had taken: an acknowledged change must stay in force
+// until the next one (a Store that loses it writes it back).
+func (o *overrides) verifyLast() {
+	o.mu.Lock()
+	var last *change
+	for i := len(o.changes) - 1; i >= 0; i-- {
+		if len(o.changes[i].late) == 0 {
+			last = &o.changes[i]
+			break
+		}
+	}
+	o.mu.Unlock()
+	if last == nil {
+		return
+	}
+	for _, gw := range o.c.gws {
+		if !gw.up.Load() {
+			continue
+		}
+		if v, err := o.guaranteed(gw); err == nil && v != last.want {
+			o.mu.Lock()
+			o.reverted = append(o.reverted, fmt.Sprintf("%s shows guaranteed %g at %v, after %s at %v",
+				gw.name, v, o.c.since().Round(time.Second), last.op, last.at.Round(time.Second)))
+			o.mu.Unlock()
+		}
+	}
+}
+
 func (o *overrides) change(ctx context.Context) change {
+	o.verifyLast()
 	g := []float64{80, 100, 120}[o.rng.IntN(3)]
-	ch := change{at: o.c.since(), want: g, op: fmt.Sprintf("PUT guaranteed=%g", g), duringFault: o.faulty()}
+	ch := change{at: o.c.since(), want: g, op: fmt.Sprintf("PUT guaranteed=%g", g)}
 	method, body := http.MethodPut, fmt.Sprintf(`{"guaranteed":%g,"burst":%g}`, g, 2*g)
 	if o.rng.IntN(3) == 0 {
 		method, body, ch.want, ch.op = http.MethodDelete, "", baseGuaranteed, "DELETE"
@@ -97,17 +137,25 @@ func (o *overrides) change(ctx context.Context) change {
 		time.Sleep(200 * time.Millisecond)
 	}
 	start := time.Now()
+	ch.written = o.c.since()
 	pending := map[*gateway]bool{}
 	for _, gw := range o.c.gws {
 		pending[gw] = true
 	}
+	downSeen := map[*gateway]bool{}
 	for len(pending) > 0 && time.Since(start) < 60*time.Second && ctx.Err() == nil {
 		for gw := range pending {
 			if !gw.up.Load() {
-				continue // it reads the overrides when it starts; checked once it is up
+				downSeen[gw] = true // it reads the overrides when it starts: timed from then
+				continue
+			}
+			if downSeen[gw] {
+				delete(downSeen, gw)
+				ch.since = append(ch.since, seen{gw: gw.name, at: o.c.since(), started: true})
 			}
 			if v, err := o.guaranteed(gw); err == nil && v == ch.want {
 				delete(pending, gw)
+				ch.since = append(ch.since, seen{gw: gw.name, at: o.c.since()})
 			}
 		}
 		if len(pending) > 0 {
@@ -117,9 +165,6 @@ func (o *overrides) change(ctx context.Context) change {
 	ch.converged = time.Since(start)
 	for gw := range pending {
 		ch.late = append(ch.late, gw.name)
-	}
-	if o.faulty() {
-		ch.duringFault = true
 	}
 	return ch
 }

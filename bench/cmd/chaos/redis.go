@@ -222,6 +222,18 @@ func startSentinel(dir string) (*topology, error) {
 	return t, nil
 }
 
+// describe names each node with its own port and its proxy's (the port Redis announces).
+func (t *topology) describe() string {
+	var b strings.Builder
+	for _, n := range t.data {
+		fmt.Fprintf(&b, "%s port %d proxy %d\n", n.name, n.port, n.proxy.port())
+	}
+	for _, n := range t.sentinels {
+		fmt.Fprintf(&b, "%s port %d\n", n.name, n.port)
+	}
+	return b.String()
+}
+
 func (t *topology) stop() {
 	for _, n := range append(append([]*node{}, t.data...), t.sentinels...) {
 		n.kill()
