@@ -28,7 +28,7 @@ const (
 	goroutineFloor = 30
 	heapFloor      = 8 << 20
 	// slopeMinSpan is the shortest series (after its first 30 s) whose slope is judged.
-	slopeMinSpan = 60 * time.Second
+	slopeMinSpan = 45 * time.Second
 )
 
 // line is one invariant in the report.

@@ -111,7 +111,10 @@ type loader struct {
 }
 
 func newLoader(apps []*appLoad, gws []*gateway, start time.Time) *loader {
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
+	// Idle connections close after 2 s: a gateway's goroutines then follow the requests in
+	// flight, not the most connections a slow moment ever opened (its goroutine series must be
+	// flat unless something leaks).
+	tr := &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: 2 * time.Second, DisableCompression: true}
 	l := &loader{apps: apps, gws: gws, start: start, client: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
 	for range gws {
 		l.perGw = append(l.perGw, map[int64]int64{})
