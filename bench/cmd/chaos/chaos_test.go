@@ -272,3 +272,33 @@ func TestQuotaLine(t *testing.T) {
 		t.Fatalf("a fault window of 10 s allows 10 × 30 + 60 more: %v", l)
 	}
 }
+
+func TestOverrideLine(t *testing.T) {
+	s := time.Second
+	rs := []*ran{{start: 10 * s, healed: 14 * s, recovery: s}} // a fault from 10 s, recovered at 15 s
+	quick := change{op: "PUT", written: 2 * s, since: []seen{{gw: "gw0", at: 2*s + 200*time.Millisecond}}}
+	if l := overrideLine([]change{quick}, rs); !l.ok {
+		t.Fatalf("200 ms without a fault: %v", l)
+	}
+	slow := change{op: "PUT", written: 2 * s, since: []seen{{gw: "gw0", at: 4 * s}}}
+	if l := overrideLine([]change{slow}, rs); l.ok {
+		t.Fatalf("2 s without a fault passed: %v", l)
+	}
+	// A gateway stopped when the change was made is timed from its start.
+	restarted := change{op: "PUT", written: 2 * s, since: []seen{{gw: "gw1", at: 6 * s, started: true}, {gw: "gw1", at: 6*s + 300*time.Millisecond}}}
+	if l := overrideLine([]change{restarted}, rs); !l.ok {
+		t.Fatalf("300 ms after its start: %v", l)
+	}
+	// During a fault: timed from the recovery (15 s).
+	during := change{op: "DELETE", written: 11 * s, since: []seen{{gw: "gw2", at: 18 * s}}}
+	if l := overrideLine([]change{during}, rs); !l.ok {
+		t.Fatalf("3 s after the recovery: %v", l)
+	}
+	late := change{op: "DELETE", written: 11 * s, since: []seen{{gw: "gw2", at: 21 * s}}}
+	if l := overrideLine([]change{late}, rs); l.ok {
+		t.Fatalf("6 s after the recovery passed: %v", l)
+	}
+	if l := overrideLine([]change{{op: "PUT", late: []string{"gw1"}}}, rs); l.ok {
+		t.Fatalf("a gateway that never took the change passed: %v", l)
+	}
+}
