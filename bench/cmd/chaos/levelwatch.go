@@ -32,11 +32,14 @@ type instanceView struct {
 
 // levelWatch polls every gateway's level and latency average and measures the longest time a
 // latency level (mild, significant) stayed while the average was below the margin of its
-// threshold: the level following the Store's latency in time.
+// threshold and no Store call was slower than the mild threshold (such a call may lift the
+// average back to a threshold between two polls, which restarts the hold): the level following
+// the Store's latency in time.
 type levelWatch struct {
 	client *http.Client
 	mu     sync.Mutex
 	since  map[*gateway]time.Time // when the current stale stretch began
+	slow   map[*gateway]float64   // the gateway's count of slow Store calls at the last poll
 	worst  time.Duration
 	where  string
 	polls  int
@@ -59,16 +62,20 @@ func (w *levelWatch) run(ctx context.Context, c *chaos) {
 
 func (w *levelWatch) poll(c *chaos, g *gateway) {
 	v, err := w.view(g)
+	m, merr := scrape(g)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err != nil || !g.up.Load() {
+	if err != nil || merr != nil || !g.up.Load() {
 		delete(w.since, g) // stopped, or a new process: a new stretch
+		delete(w.slow, g)
 		return
 	}
 	w.polls++
+	prev, known := w.slow[g]
+	w.slow[g] = m.slowCalls
 	stale := (v.Level.Number == 1 && v.StoreLatency < leaveMargin*mildThreshold) ||
 		(v.Level.Number == 2 && v.StoreLatency < leaveMargin*significantThreshold)
-	if !stale {
+	if !stale || !known || m.slowCalls != prev {
 		delete(w.since, g)
 		return
 	}
@@ -106,7 +113,7 @@ func (w *levelWatch) line() line {
 		worst += " (" + w.where + ")"
 	}
 	return line{
-		name:  "the latency level follows the latency average (a level kept while the average is below 70 % of its threshold)",
+		name:  "the latency level follows the latency average (a level kept while the average is below 70 % of its threshold and no call slower than 10 ms came)",
 		worst: worst + fmt.Sprintf("; %d polls", w.polls),
 		bound: fmt.Sprintf("≤ %v", levelFollowBound),
 		ok:    w.worst <= levelFollowBound,

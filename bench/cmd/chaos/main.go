@@ -222,7 +222,7 @@ func run(cfg runConfig) (string, bool, error) {
 		}
 	}()
 
-	lw := &levelWatch{client: &http.Client{Timeout: 2 * time.Second}, since: map[*gateway]time.Time{}}
+	lw := &levelWatch{client: &http.Client{Timeout: 2 * time.Second}, since: map[*gateway]time.Time{}, slow: map[*gateway]float64{}}
 	wg.Add(1)
 	go func() { defer wg.Done(); lw.run(ctx, c) }()
 

@@ -15,6 +15,9 @@ import (
 type gauges struct {
 	goroutines, heapInuse float64
 	level                 float64 // caddy_rate_limit_degradation_level (the highest of the clusters)
+	// slowCalls counts the Store calls slower than the mild threshold so far (from the
+	// caddy_rate_limit_store_latency_seconds histogram).
+	slowCalls float64
 }
 
 var scrapeClient = &http.Client{Timeout: 2 * time.Second}
@@ -52,6 +55,10 @@ func parseMetrics(r io.Reader) (gauges, error) {
 			m.goroutines = value
 		case name == "go_memstats_heap_inuse_bytes":
 			m.heapInuse = value
+		case strings.HasPrefix(name, "caddy_rate_limit_store_latency_seconds_count"):
+			m.slowCalls += value
+		case strings.HasPrefix(name, "caddy_rate_limit_store_latency_seconds_bucket") && strings.Contains(name, `le="0.01"`):
+			m.slowCalls -= value
 		case strings.HasPrefix(name, "caddy_rate_limit_degradation_level"):
 			seenLevel = true
 			m.level = max(m.level, value)
