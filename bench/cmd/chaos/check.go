@@ -294,3 +294,31 @@ func healDuring(rs []*ran, from, to time.Duration) (time.Duration, bool) {
 	}
 	return heal, overlapped
 }
+
+// revertLine checks that an acknowledged change stays in force: a gateway found enforcing
+// something else must be inside a fault (a gateway that started while the Store could not
+// answer runs on its config) and back to the change within overrideFaultBound of its heal.
+func revertLine(rvs []revert, rs []*ran) line {
+	ok := true
+	var worst time.Duration
+	var bad []string
+	for _, rv := range rvs {
+		heal, overlapped := healDuring(rs, rv.from, rv.to)
+		lag := rv.to - max(rv.from, heal)
+		worst = max(worst, lag)
+		if !rv.back || !overlapped || lag > overrideFaultBound {
+			ok = false
+			bad = append(bad, fmt.Sprintf("%s (back: %v, during a fault: %v, %v after its heal)", rv.desc, rv.back, overlapped, lag.Round(time.Millisecond)))
+		}
+	}
+	w := fmt.Sprintf("%d gateways found on another value; back within %v of the fault's heal at worst", len(rvs), worst.Round(time.Millisecond))
+	if len(bad) > 0 {
+		w += "; " + strings.Join(bad[:min(2, len(bad))], "; ")
+	}
+	return line{
+		name:  "an acknowledged override change stays in force until the next one",
+		worst: w,
+		bound: fmt.Sprintf("only inside a fault, back within %v of its heal", overrideFaultBound),
+		ok:    ok,
+	}
+}

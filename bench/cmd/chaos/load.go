@@ -144,12 +144,12 @@ func (l *loader) run(ctx context.Context) {
 				}
 				due := int(a.rate * time.Since(l.start).Seconds())
 				for ; sent < due; sent++ {
-					gi := l.pick(rng)
+					gi, gen := l.pick(rng)
 					if gi < 0 {
 						continue // no gateway is up: the request is not sent
 					}
 					inner.Add(1)
-					go func() { defer inner.Done(); l.send(a, gi) }()
+					go func() { defer inner.Done(); l.send(a, gi, gen) }()
 				}
 			}
 		}()
@@ -157,22 +157,26 @@ func (l *loader) run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (l *loader) pick(rng *rand.Rand) int {
+// pick chooses a gateway that is up, and its stop count read before it was seen up: a stop
+// after the pick changes the count and excuses the request's failure.
+func (l *loader) pick(rng *rand.Rand) (int, int64) {
 	var up []int
+	gens := make([]int64, len(l.gws))
 	for i, g := range l.gws {
+		gens[i] = g.gen.Load()
 		if g.up.Load() {
 			up = append(up, i)
 		}
 	}
 	if len(up) == 0 {
-		return -1
+		return -1, 0
 	}
-	return up[rng.IntN(len(up))]
+	i := up[rng.IntN(len(up))]
+	return i, gens[i]
 }
 
-func (l *loader) send(a *appLoad, gi int) {
+func (l *loader) send(a *appLoad, gi int, gen int64) {
 	g := l.gws[gi]
-	gen := g.gen.Load()
 	req, _ := http.NewRequest(http.MethodGet, g.base()+"/b/o", nil)
 	req.Header.Set("X-App-Id", a.id)
 	if a.slow {
@@ -186,7 +190,7 @@ func (l *loader) send(a *appLoad, gi int) {
 			return
 		}
 		t.failed.Add(1)
-		t.note(fmt.Sprintf("%s: %v", g.name, err))
+		t.note(fmt.Sprintf("%s at %v: %v", g.name, time.Since(l.start).Round(time.Millisecond), err))
 		return
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))

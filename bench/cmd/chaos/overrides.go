@@ -49,7 +49,7 @@ type overrides struct {
 	client   *http.Client
 	mu       sync.Mutex
 	changes  []change
-	reverted []string // gateways found enforcing something else than the last change
+	reverted []revert // gateways found enforcing something else than the last change
 }
 
 func (o *overrides) run(ctx context.Context) {
@@ -91,13 +91,34 @@ func (o *overrides) verifyLast() {
 		if !gw.up.Load() {
 			continue
 		}
-		if v, err := o.guaranteed(gw); err == nil && v != last.want {
-			o.mu.Lock()
-			o.reverted = append(o.reverted, fmt.Sprintf("%s shows guaranteed %g at %v, after %s at %v",
-				gw.name, v, o.c.since().Round(time.Second), last.op, last.at.Round(time.Second)))
-			o.mu.Unlock()
+		v, err := o.guaranteed(gw)
+		if err != nil || v == last.want {
+			continue
 		}
+		// A gateway that started while the Store could not answer runs on its config until
+		// it can read the overrides: how long it takes is judged against the faults.
+		rv := revert{gw: gw.name, from: o.c.since(), desc: fmt.Sprintf("%s showed guaranteed %g at %v, after %s at %v",
+			gw.name, v, o.c.since().Round(time.Second), last.op, last.at.Round(time.Second))}
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			if v, err := o.guaranteed(gw); err == nil && v == last.want {
+				rv.back, rv.to = true, o.c.since()
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		o.mu.Lock()
+		o.reverted = append(o.reverted, rv)
+		o.mu.Unlock()
 	}
+}
+
+// revert is a gateway found enforcing something else than the last change it had shown.
+type revert struct {
+	gw       string
+	from, to time.Duration // found; back to the change (if back)
+	back     bool
+	desc     string
 }
 
 func (o *overrides) change(ctx context.Context) change {

@@ -75,11 +75,7 @@ func checkAll(c *chaos, top *topology, apps []*appLoad, be *backend, rs []*ran, 
 	ov.verifyLast()
 	ov.mu.Lock()
 	lines = append(lines, overrideLine(ov.changes, rs))
-	l = line{name: "an acknowledged override change stays in force until the next one", worst: fmt.Sprintf("%d reverts", len(ov.reverted)), bound: "0", ok: len(ov.reverted) == 0}
-	if len(ov.reverted) > 0 {
-		l.worst += "; first: " + ov.reverted[0]
-	}
-	lines = append(lines, l)
+	lines = append(lines, revertLine(ov.reverted, rs))
 	ov.mu.Unlock()
 	lines = append(lines, injectLine(rs))
 
