@@ -224,13 +224,26 @@ func TestSlopeLinesFlagGrowth(t *testing.T) {
 		flat = append(flat, sample{at: at, gauges: gauges{goroutines: 100 + float64(i%3), heapInuse: 20 << 20}})
 		growing = append(growing, sample{at: at, gauges: gauges{goroutines: 100 + 5*float64(i), heapInuse: 20 << 20}})
 	}
-	for _, l := range slopeLines(map[string][]sample{"gw0 #0": flat}) {
+	always := func(time.Duration) bool { return true }
+	for _, l := range slopeLines(map[string][]sample{"gw0 #0": flat}, always) {
 		if !l.ok {
 			t.Fatalf("flat series flagged: %v", l)
 		}
 	}
-	if l := slopeLines(map[string][]sample{"gw0 #0": growing})[0]; l.ok {
+	if l := slopeLines(map[string][]sample{"gw0 #0": growing}, always)[0]; l.ok {
 		t.Fatalf("growing goroutines not flagged: %v", l)
+	}
+	// Growth only inside a fault (requests held while Redis is slow) is not a leak.
+	spike := append([]sample(nil), flat...)
+	for i := 30; i < 40; i++ {
+		spike[i].goroutines += 200
+	}
+	quiet := func(at time.Duration) bool { return at < 150*time.Second }
+	if l := slopeLines(map[string][]sample{"gw0 #0": spike}, quiet)[0]; !l.ok {
+		t.Fatalf("a spike inside a fault window flagged: %v", l)
+	}
+	if l := slopeLines(map[string][]sample{"gw0 #0": spike}, always)[0]; l.ok {
+		t.Fatalf("the spike, counted, not flagged: %v", l)
 	}
 }
 
