@@ -136,7 +136,14 @@ func site(redisBlock, backend string) func(int) string {
 			key_prefix chaos
 		}
 	}
-	reverse_proxy %[8]s`, underG, underBurst, underBurst+float64(variant), hotG, hotBurst, connLimit, redisBlock, backend)
+	# Idle connections to the backend close after 2 s: the gateway's goroutines then follow
+	# the requests in flight, not the largest pool a slow moment made (the default keeps them
+	# 2 minutes).
+	reverse_proxy %[8]s {
+		transport http {
+			keepalive 2s
+		}
+	}`, underG, underBurst, underBurst+float64(variant), hotG, hotBurst, connLimit, redisBlock, backend)
 	}
 }
 
