@@ -152,7 +152,7 @@ func inFlightLine(b *backend, ws []window) line {
 }
 
 // slopeLines fit each gateway process's goroutines and heap in use over its life, from the
-// samples taken in quiet moments (its first 30 s and every episode until settle after its
+// samples taken in quiet moments (its first 30 s and every episode until 2 s after its
 // recovery left out: requests held by a fault raise both for a while), and report the
 // steepest rise and the gateway that is never stopped.
 func slopeLines(series map[string][]sample, quiet func(time.Duration) bool) []line {
@@ -333,12 +333,12 @@ func revertLine(rvs []revert, rs []*ran) line {
 	}
 }
 
-// episodeWindows are the spans of every episode, from its first injection until settle after
-// its recovery.
+// episodeWindows are the spans of every episode, from its first injection until 2 s after its
+// recovery (the idle connections of the requests it held close within 2 s).
 func episodeWindows(rs []*ran) []window {
 	ws := make([]window, 0, len(rs))
 	for _, r := range rs {
-		ws = append(ws, window{r.start, r.healed + r.recovery + settle})
+		ws = append(ws, window{r.start, r.healed + r.recovery + 2*time.Second})
 	}
 	return ws
 }
