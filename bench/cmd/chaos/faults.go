@@ -249,9 +249,9 @@ func (c *chaos) failover(f fault) error {
 	if err != nil {
 		return err
 	}
-	if err := ask(); err != nil {
-		return err
-	}
+	// Redis may refuse the failover while another fault holds the replica back (NOGOODSLAVE
+	// while its link is being reset): asked again below.
+	askErr := ask()
 	time.Sleep(f.hold)
 	// A failover Redis gave up (the replica could not catch up, its link reset by another
 	// fault) is asked again, as an operator would; one that happened is not asked again.
@@ -263,10 +263,12 @@ func (c *chaos) failover(f fault) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("failover away from %s not done within 45 s (moved away: %v; %v)", old.name, moved, c.top.healthy())
+			return fmt.Errorf("failover away from %s not done within 45 s (moved away: %v; %v; first answer: %v)", old.name, moved, c.top.healthy(), askErr)
 		}
 		if !moved && time.Since(asked) > 8*time.Second {
-			_ = ask()
+			if err := ask(); err != nil && askErr == nil {
+				askErr = err
+			}
 			asked = time.Now()
 		}
 		time.Sleep(100 * time.Millisecond)
