@@ -89,4 +89,4 @@ echo "== bench harness (vet and unit tests)"
 # schedule of faults (two at once half the time), every invariant checked; about 2.5 minutes
 # with the build. A fixed seed, so that a failure reproduces: `bash bench/chaos.sh -short -seed 35`.
 echo "== chaos soak (short, seeded)"
-bash bench/chaos.sh -short -seed 35
+bash bench/chaos.sh -short -seed 35 -out "${TMPDIR:-/tmp}/chaos-ci-35.md"
