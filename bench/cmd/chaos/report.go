@@ -182,9 +182,9 @@ func statsLine(top *topology, apps []*appLoad, rs []*ran) line {
 		rc = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: addrs})
 	}
 	defer rc.Close()
-	var got int64
+	var got, last int64 = 0, -1
 	var readErr error
-	began := time.Now()
+	began, stableSince := time.Now(), time.Now()
 	for {
 		got, readErr = 0, nil
 		for _, a := range apps {
@@ -194,7 +194,13 @@ func statsLine(top *topology, apps []*appLoad, rs []*ran) line {
 			}
 			got += n
 		}
-		if got == clients || time.Since(began) > time.Minute {
+		if got != last {
+			last, stableSince = got, time.Now()
+		}
+		within := readErr == nil && got >= clients-killLoss && got <= clients+excused
+		// Equal, or within the bound and unchanged for 5 s (every report has long arrived:
+		// the last statistics travel with the next report, 100 ms later), or a minute.
+		if got == clients || (within && time.Since(stableSince) >= 5*time.Second) || time.Since(began) > time.Minute {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
