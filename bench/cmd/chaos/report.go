@@ -182,7 +182,8 @@ func statsLine(top *topology, apps []*appLoad, rs []*ran) line {
 		rc = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: addrs})
 	}
 	defer rc.Close()
-	var got, last int64 = 0, -1
+	var got int64
+	last := int64(-1)
 	var readErr error
 	began, stableSince := time.Now(), time.Now()
 	for {
