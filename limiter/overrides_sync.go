@@ -32,7 +32,7 @@ func (l *Limiter) reloadOverrides(ctx context.Context) (lost bool, err error) {
 		// The version only grows while the Store keeps its data: it lost the overrides. They
 		// are written back rather than dropped, then read again (another instance's writing
 		// back, or a change made since, is what the fleet enforces).
-		n, reached, err := l.writeBack(ctx, l.ovr.base.Cluster.ID, read.version)
+		n, reached, err := l.writeBack(ctx, l.ovr.base.Cluster.ID, read)
 		if n > 0 || err != nil { // 0: another instance writes them
 			times, written, ok := l.ovr.lost.due(l.clock.Now(), int64(n))
 			if log := l.logger(); log != nil && ok {
@@ -137,24 +137,40 @@ func (l *Limiter) watchOverrides() {
 
 // writeBack writes the overrides in force back to a Store that lost them (their version went
 // backwards: a restart without persistence, a failover to a replica that had not received
-// them), from the version it holds now, and returns how many it wrote and the version its
-// last write made (version itself when none did). Every instance holds them: the first to
+// them), from the version it holds now, and returns how many entries it wrote or removed and
+// the version its last write made (the stored version when none did). The Store is made to
+// hold what this instance enforces: its entries are written, and the entries the Store still
+// has that this instance removed since are removed (a lost DELETE would otherwise bring back
+// the override it removed). Every version is unique and grows with Redis's clock, so no change
+// made after the loss can be older than what this instance holds. Entries that do not decode
+// (written by a newer version) are left as they are. Every instance holds them: the first to
 // notice writes them back, and an instance that meets a conflict stops there, another one is
 // writing them (ovr.mu held).
-func (l *Limiter) writeBack(ctx context.Context, cluster string, version uint64) (n int, reached uint64, err error) {
-	entries := map[string]any{}
+func (l *Limiter) writeBack(ctx context.Context, cluster string, stored overrideSet) (n int, reached uint64, err error) {
+	changes := map[string][]byte{} // key → value, nil to remove
 	if l.ovr.set.cluster != nil {
-		entries[store.OverrideClusterKey] = l.ovr.set.cluster
+		raw, err := json.Marshal(l.ovr.set.cluster)
+		if err != nil {
+			return 0, stored.version, err
+		}
+		changes[store.OverrideClusterKey] = raw
+	} else if stored.cluster != nil {
+		changes[store.OverrideClusterKey] = nil
 	}
 	for id, a := range l.ovr.set.apps {
-		entries[store.OverrideAppKey(id)] = a
-	}
-	reached = version
-	for key, value := range entries {
-		raw, err := json.Marshal(value)
+		raw, err := json.Marshal(a)
 		if err != nil {
-			return n, reached, err
+			return 0, stored.version, err
 		}
+		changes[store.OverrideAppKey(id)] = raw
+	}
+	for id := range stored.apps {
+		if _, ok := l.ovr.set.apps[id]; !ok {
+			changes[store.OverrideAppKey(id)] = nil
+		}
+	}
+	reached = stored.version
+	for key, raw := range changes {
 		var v uint64
 		err = l.callStore(ctx, func(ctx context.Context) (err error) {
 			v, err = l.store.SetOverride(ctx, cluster, store.OverrideChange{Key: key, Value: raw, IfVersion: reached})

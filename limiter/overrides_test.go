@@ -519,3 +519,54 @@ func TestOverridesLostAgainStayInForce(t *testing.T) {
 		t.Fatalf("the Store holds %+v (%v), want the override written back", o, err)
 	}
 }
+
+// A removal the Store lost (a failover to a replica that had the override but not its
+// removal) is written back like any other change: the fleet keeps the override removed,
+// rather than reading the stale entry back and enforcing again what the operator removed.
+func TestLostRemovalIsWrittenBack(t *testing.T) {
+	c := clock.NewManual()
+	shared := &lossyStore{memstore.New(c)}
+	replica := memstore.New(c)
+	cfg := baseConfig()
+	cfg.Apps = map[string]store.AppPolicy{"a": pol(10, 10, 3)}
+	l := testLimiter(t, cfg, shared, c, false)
+	ctx := context.Background()
+	g := 42.0
+	if _, err := l.SetAppOverride(ctx, "a", &AppOverride{Guaranteed: &g}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := shared.Overrides(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := store.OverrideAppKey("a")
+	if _, err := replica.SetOverride(ctx, "c1", store.OverrideChange{Key: key, Value: o.Entries[key]}); err != nil {
+		t.Fatal(err) // the replica received the override
+	}
+	tick := func() {
+		c.Advance(time.Second)
+		l.tick(c.Now())
+	}
+	tick()
+	if _, err := l.SetAppOverride(ctx, "a", nil); err != nil { // the removal, acknowledged
+		t.Fatal(err)
+	}
+	tick()
+	shared.Store = replica // the failover: the replica never received the removal
+	tick()
+	tick()
+	if got := l.Config().Apps["a"].Guaranteed; got != 10 {
+		t.Errorf("after the failover: guaranteed %v, want the config's 10 (the removed override came back)", got)
+	}
+	if o, err := replica.Overrides(ctx, "c1"); err != nil || len(o.Entries) != 0 {
+		t.Errorf("the promoted replica holds %+v (%v), want the removal written back", o.Entries, err)
+	}
+	cfg2 := cfg
+	cfg2.Instance = "i2"
+	l2 := testLimiter(t, cfg2, shared, c, false)
+	c.Advance(time.Second)
+	l2.tick(c.Now())
+	if got := l2.Config().Apps["a"].Guaranteed; got != 10 {
+		t.Errorf("an instance started after the failover enforces guaranteed %v, want 10", got)
+	}
+}

@@ -90,3 +90,10 @@ go test -run '^$' -fuzz '^FuzzClassify$' -fuzztime 100000x ./cost/
 # The load harness (its own module: the peers it builds never reach the plugin's go.mod).
 echo "== bench harness (vet and unit tests)"
 (cd bench && go vet ./... && go test -count=1 ./...)
+
+# ---- chaos soak (bench/chaos.sh; docs/operations.md, "Chaos soak") ----
+# Three real gateways on a Redis Cluster with replicas, a multi-tenant load and a seeded
+# schedule of faults (two at once half the time), every invariant checked; about 2.5 minutes
+# with the build. A fixed seed, so that a failure reproduces: `bash bench/chaos.sh -short -seed 35`.
+echo "== chaos soak (short, seeded)"
+bash bench/chaos.sh -short -seed 35 -out "${TMPDIR:-/tmp}/chaos-ci-35.md"
