@@ -161,7 +161,17 @@ func TestAdminAPI(t *testing.T) {
 		LeaseTokens   int64   `json:"lease_tokens"`
 		StoreLatency  float64 `json:"store_latency_seconds"`
 	}
-	status, _, body := g.adminJSON("GET", "/rate_limit/", &overview)
+	// The overview's lease figures are the history's last reading (taken once a second): wait
+	// for the reading that has alpha's leases.
+	var status int
+	var body string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		status, _, body = g.adminJSON("GET", "/rate_limit/", &overview)
+		if status != 200 || overview.Leases >= alpha.Leases || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	t.Logf("GET /rate_limit/: %s", body)
 	if status != 200 || overview.Cluster != "e2e-admin" || overview.Store != "memory" || overview.Capacity != 1000 ||
 		!strings.Contains(overview.Instance, fmt.Sprintf("-%d-", g.pid())) ||

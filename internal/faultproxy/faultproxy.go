@@ -1,5 +1,6 @@
 // Package faultproxy is a TCP proxy for fault-injection tests: it forwards connections to an
-// upstream server and can add latency, reset every open connection, or refuse new ones.
+// upstream server and can add latency, reset every open connection, refuse new ones, or
+// partition some clients (a process) from the upstream while others pass.
 package faultproxy
 
 import (
@@ -37,6 +38,9 @@ type Proxy struct {
 	mu     sync.Mutex
 	closed bool
 	links  map[*link]struct{}
+	// cut selects the clients of a partition (nil: none). It is asked once per connection
+	// accepted during the partition, and once per open connection when the partition starts.
+	cut func(client net.Conn) bool
 	wg     sync.WaitGroup // every goroutine the proxy started
 
 	closeOnce sync.Once
@@ -59,6 +63,9 @@ func New(upstream string) (*Proxy, error) {
 // Addr is the host:port clients dial.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
+// Port is the port clients dial.
+func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
 // SetLatency sets the delay added to each chunk forwarded in each direction; it applies to data
 // read after the call, on new and existing connections alike. 0 means none.
 func (p *Proxy) SetLatency(d time.Duration) {
@@ -78,6 +85,25 @@ func (p *Proxy) ResetAll() {
 	}
 	p.mu.Unlock()
 	for _, l := range links {
+		l.reset()
+	}
+}
+
+// Partition cuts the clients cut selects from the upstream: their open connections are reset
+// now and new ones as they are accepted, while other clients pass. nil heals.
+func (p *Proxy) Partition(cut func(client net.Conn) bool) {
+	p.mu.Lock()
+	p.cut = cut
+	var cutOff []*link
+	if cut != nil {
+		for l := range p.links {
+			if cut(l.client) {
+				cutOff = append(cutOff, l)
+			}
+		}
+	}
+	p.mu.Unlock()
+	for _, l := range cutOff {
 		l.reset()
 	}
 }
@@ -121,7 +147,10 @@ func (p *Proxy) acceptLoop() {
 			}
 			continue
 		}
-		if p.refuse.Load() {
+		p.mu.Lock()
+		cut := p.cut
+		p.mu.Unlock()
+		if p.refuse.Load() || (cut != nil && cut(c)) {
 			resetConn(c)
 			continue
 		}

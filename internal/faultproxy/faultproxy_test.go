@@ -294,3 +294,33 @@ func TestCloseIdempotentNoLeak(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestPartition: the clients a partition selects are reset, open and new connections alike,
+// while the others pass; healing lets them connect again.
+func TestPartition(t *testing.T) {
+	p := newProxy(t, echoServer(t))
+	keep, cutOff := dial(t, p.Addr()), dial(t, p.Addr())
+	for _, c := range []net.Conn{keep, cutOff} {
+		if err := roundTrip(c, []byte("before")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cutPort := cutOff.LocalAddr().(*net.TCPAddr).Port
+	p.Partition(func(c net.Conn) bool { return c.RemoteAddr().(*net.TCPAddr).Port == cutPort })
+	cutOff.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := cutOff.Read(make([]byte, 1))
+	wantReset(t, err)
+	if err := roundTrip(keep, []byte("outside")); err != nil {
+		t.Fatalf("a connection outside the partition: %v", err)
+	}
+
+	p.Partition(func(net.Conn) bool { return true })
+	wantReset(t, dialRead(p.Addr()))
+	p.Partition(nil)
+	if err := roundTrip(dial(t, p.Addr()), []byte("healed")); err != nil {
+		t.Fatalf("after healing: %v", err)
+	}
+	if p.Port() != p.ln.Addr().(*net.TCPAddr).Port {
+		t.Fatal("Port is not the listener's")
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/faultproxy"
 )
 
 func TestScheduleIsReproducible(t *testing.T) {
@@ -130,12 +132,12 @@ func roundTrip(c net.Conn) error {
 // TestPartitionCutsOnlyTheOwner: a partition of this process resets its open connection and
 // refuses new ones; a partition of another process leaves it alone; healing lets it in again.
 func TestPartitionCutsOnlyTheOwner(t *testing.T) {
-	p, err := newProxy(echo(t))
+	p, err := faultproxy.New(echo(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.close()
-	c, err := net.Dial("tcp", p.addr())
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,52 +145,29 @@ func TestPartitionCutsOnlyTheOwner(t *testing.T) {
 	if err := roundTrip(c); err != nil {
 		t.Fatal(err)
 	}
-	p.partition(func(conn net.Conn) bool { return ownedBy(conn, os.Getppid()) })
+	p.Partition(func(conn net.Conn) bool { return ownedBy(conn, os.Getppid()) })
 	if err := roundTrip(c); err != nil {
 		t.Fatalf("a partition of another process cut this one: %v", err)
 	}
-	p.partition(func(conn net.Conn) bool { return ownedBy(conn, os.Getpid()) })
+	p.Partition(func(conn net.Conn) bool { return ownedBy(conn, os.Getpid()) })
 	if err := roundTrip(c); err == nil {
 		t.Fatal("the open connection survived its partition")
 	}
-	c2, err := net.Dial("tcp", p.addr())
+	c2, err := net.Dial("tcp", p.Addr())
 	if err == nil {
 		if roundTrip(c2) == nil {
 			t.Fatal("a new connection passed the partition")
 		}
 		c2.Close()
 	}
-	p.partition(nil)
-	c3, err := net.Dial("tcp", p.addr())
+	p.Partition(nil)
+	c3, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c3.Close()
 	if err := roundTrip(c3); err != nil {
 		t.Fatalf("after the heal: %v", err)
-	}
-}
-
-func TestProxyLatency(t *testing.T) {
-	p, err := newProxy(echo(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	c, err := net.Dial("tcp", p.addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p.setLatency(100 * time.Millisecond)
-	begin := time.Now()
-	if err := roundTrip(c); err != nil {
-		t.Fatal(err)
-	}
-	// Both directions are delayed: a round trip takes at least twice the latency. (A lower
-	// bound only: it holds however slow the machine.)
-	if d := time.Since(begin); d < 200*time.Millisecond {
-		t.Fatalf("round trip %v with 100 ms latency each way", d)
 	}
 }
 

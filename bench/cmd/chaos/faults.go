@@ -139,18 +139,18 @@ func (c *chaos) inject(f fault, r *ran, mu *sync.Mutex) error {
 		return errors.Join(errs...)
 	case latency:
 		for _, p := range c.top.proxies() {
-			p.setLatency(time.Duration(f.param) * time.Millisecond)
+			p.SetLatency(time.Duration(f.param) * time.Millisecond)
 		}
 		time.Sleep(f.hold)
 		for _, p := range c.top.proxies() {
-			p.setLatency(0)
+			p.SetLatency(0)
 		}
 		return nil
 	case resets:
 		end := time.Now().Add(f.hold)
 		for time.Now().Before(end) {
 			for _, p := range c.top.proxies() {
-				p.resetAll()
+				p.ResetAll()
 			}
 			time.Sleep(300 * time.Millisecond)
 		}
@@ -159,11 +159,11 @@ func (c *chaos) inject(f fault, r *ran, mu *sync.Mutex) error {
 		g := c.gws[f.target]
 		cut := func(conn net.Conn) bool { return ownedBy(conn, int(g.pid.Load())) }
 		for _, p := range c.top.proxies() {
-			p.partition(cut)
+			p.Partition(cut)
 		}
 		time.Sleep(f.hold)
 		for _, p := range c.top.proxies() {
-			p.partition(nil)
+			p.Partition(nil)
 		}
 		return nil
 	case masterKill:

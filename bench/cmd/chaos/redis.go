@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/faultproxy"
 	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
@@ -27,7 +28,7 @@ type node struct {
 	port  int // the server's own port (the harness's commands dial it directly)
 	dir   string
 	args  []string
-	proxy *proxy // nil for a sentinel: the gateways dial sentinels directly
+	proxy *faultproxy.Proxy // nil for a sentinel: the gateways dial sentinels directly
 	cl    *redis.Client
 
 	mu     sync.Mutex
@@ -102,10 +103,10 @@ func newNode(dir, name string, withProxy bool, args func(port, proxyPort int) []
 	}
 	proxyPort := 0
 	if withProxy {
-		if n.proxy, err = newProxy(n.addr()); err != nil {
+		if n.proxy, err = faultproxy.New(n.addr()); err != nil {
 			return nil, err
 		}
-		proxyPort = n.proxy.port()
+		proxyPort = n.proxy.Port()
 	}
 	n.args = args(port, proxyPort)
 	n.cl = redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 3 * time.Second})
@@ -166,7 +167,7 @@ func startCluster(dir string) (*topology, error) {
 	}
 	var addrs []string
 	for _, n := range t.data[:3] {
-		addrs = append(addrs, n.proxy.addr())
+		addrs = append(addrs, n.proxy.Addr())
 	}
 	t.block = "address " + strings.Join(addrs, " ")
 	return t, nil
@@ -191,7 +192,7 @@ func startSentinel(dir string) (*topology, error) {
 			return nil, err
 		}
 		if i == 0 {
-			masterProxy = n.proxy.port()
+			masterProxy = n.proxy.Port()
 		}
 		t.data = append(t.data, n)
 	}
@@ -226,7 +227,7 @@ func startSentinel(dir string) (*topology, error) {
 func (t *topology) describe() string {
 	var b strings.Builder
 	for _, n := range t.data {
-		fmt.Fprintf(&b, "%s port %d proxy %d\n", n.name, n.port, n.proxy.port())
+		fmt.Fprintf(&b, "%s port %d proxy %d\n", n.name, n.port, n.proxy.Port())
 	}
 	for _, n := range t.sentinels {
 		fmt.Fprintf(&b, "%s port %d\n", n.name, n.port)
@@ -238,14 +239,14 @@ func (t *topology) stop() {
 	for _, n := range append(append([]*node{}, t.data...), t.sentinels...) {
 		n.kill()
 		if n.proxy != nil {
-			n.proxy.close()
+			n.proxy.Close()
 		}
 		_ = n.cl.Close()
 	}
 }
 
-func (t *topology) proxies() []*proxy {
-	ps := make([]*proxy, 0, len(t.data))
+func (t *topology) proxies() []*faultproxy.Proxy {
+	ps := make([]*faultproxy.Proxy, 0, len(t.data))
 	for _, n := range t.data {
 		ps = append(ps, n.proxy)
 	}
@@ -256,7 +257,7 @@ func (t *topology) proxies() []*proxy {
 // sentinels announce).
 func (t *topology) byProxyPort(port int) *node {
 	for _, n := range t.data {
-		if n.proxy.port() == port {
+		if n.proxy.Port() == port {
 			return n
 		}
 	}

@@ -171,7 +171,7 @@ func statsLine(top *topology, apps []*appLoad, rs []*ran) line {
 	if top.mode == "cluster" {
 		addrs := make([]string, 0, len(top.data))
 		for _, n := range top.data {
-			addrs = append(addrs, n.proxy.addr())
+			addrs = append(addrs, n.proxy.Addr())
 		}
 		rc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	} else {
