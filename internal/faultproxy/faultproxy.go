@@ -41,7 +41,7 @@ type Proxy struct {
 	// cut selects the clients of a partition (nil: none). It is asked once per connection
 	// accepted during the partition, and once per open connection when the partition starts.
 	cut func(client net.Conn) bool
-	wg     sync.WaitGroup // every goroutine the proxy started
+	wg  sync.WaitGroup // every goroutine the proxy started
 
 	closeOnce sync.Once
 	closeErr  error
