@@ -294,3 +294,26 @@ func TestOverrideLine(t *testing.T) {
 		t.Fatalf("a gateway that never took the change passed: %v", l)
 	}
 }
+
+// TestScheduleNeverReloadsAStoppedGateway: no episode stops a gateway and reloads, partitions or
+// stops it again at the same time (a reload of a stopped gateway fails: the harness's error, not
+// the fleet's).
+func TestScheduleNeverReloadsAStoppedGateway(t *testing.T) {
+	for seed := range uint64(200) {
+		for _, e := range schedule(seed, "cluster", 3, 60, false) {
+			for i, f := range e.faults {
+				if clashes(e.faults[:i], f) || clashes(e.faults[i+1:], f) {
+					t.Fatalf("seed %d: episode %v runs clashing faults on one gateway", seed, e)
+				}
+			}
+		}
+	}
+	stop, reload := fault{kind: gwTerm, target: 2}, fault{kind: gwReload, target: 2}
+	if !clashes([]fault{stop}, reload) || !clashes([]fault{reload}, stop) {
+		t.Fatal("a SIGTERM and a reload of one gateway do not clash")
+	}
+	if clashes([]fault{{kind: partition, target: 1}}, fault{kind: gwReload, target: 1}) ||
+		clashes([]fault{stop}, fault{kind: gwReload, target: 1}) {
+		t.Fatal("a reload beside a partition, or of another gateway, clashes")
+	}
+}

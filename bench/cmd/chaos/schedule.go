@@ -102,7 +102,7 @@ func schedule(seed uint64, mode string, gws, n int, short bool) []episode {
 			case migrate:
 				f.param = rng.IntN(1500)
 			}
-			if (k == gwKill || k == gwTerm || k == partition) && targets(e.faults, f.target) {
+			if clashes(e.faults, f) {
 				continue
 			}
 			e.faults = append(e.faults, f)
@@ -121,10 +121,17 @@ func compatible(fs []fault, k string) bool {
 	return true
 }
 
-// targets reports whether a gateway fault of fs already has gateway gi.
-func targets(fs []fault, gi int) bool {
-	for _, f := range fs {
-		if (f.kind == gwKill || f.kind == gwTerm || f.kind == partition) && f.target == gi {
+// clashes reports whether f cannot run beside a fault of fs on the same gateway: a stop
+// (SIGKILL, SIGTERM) beside another stop, a partition or a reload of that gateway (a reload needs
+// it running), and two partitions. A reload beside a partition runs.
+func clashes(fs []fault, f fault) bool {
+	onGateway := func(k string) bool { return k == gwKill || k == gwTerm || k == partition || k == gwReload }
+	stops := func(k string) bool { return k == gwKill || k == gwTerm }
+	for _, g := range fs {
+		if !onGateway(f.kind) || !onGateway(g.kind) || g.target != f.target {
+			continue
+		}
+		if stops(f.kind) || stops(g.kind) || f.kind == g.kind {
 			return true
 		}
 	}
