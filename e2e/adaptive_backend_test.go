@@ -1,3 +1,5 @@
+//go:build adaptiveharness
+
 package e2e
 
 import (

@@ -1,3 +1,5 @@
+//go:build adaptiveharness
+
 package e2e
 
 import (
@@ -23,8 +25,8 @@ import (
 // goodput against what the backend can serve, gold's goodput against min(its guaranteed, the
 // capacity), and the backend's p90 time to response headers.
 //
-// It takes minutes and loads both cores: it runs only with TIERBUCKET_ADAPTIVE_HARNESS=1 (the
-// command is in docs/adaptive.md). TIERBUCKET_ADAPTIVE_SVG=<file> writes the plot of learned
+// It takes minutes and loads both cores, so it is built only with the adaptiveharness tag
+// (`go test -tags adaptiveharness`; the command is in docs/adaptive.md). TIERBUCKET_ADAPTIVE_SVG=<file> writes the plot of learned
 // against real capacity.
 
 const (
@@ -52,9 +54,6 @@ var harnessPhases = []harnessPhase{
 
 func TestAdaptiveHarness(t *testing.T) {
 	requireCaddy(t)
-	if os.Getenv("TIERBUCKET_ADAPTIVE_HARNESS") != "1" {
-		t.Skip("the adaptive harness runs for minutes: set TIERBUCKET_ADAPTIVE_HARNESS=1")
-	}
 	phase := 20 * time.Second
 	if s := os.Getenv("TIERBUCKET_ADAPTIVE_PHASE"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -74,6 +73,15 @@ func TestAdaptiveHarness(t *testing.T) {
 			t.Logf("%-8s %-8s capacity %4.0f: throttles %5.2f %% of %5d answers, goodput %4.0f/s = %5.1f %% of %4.0f, gold %4.0f/s (min(g, C) %4.0f), p90 %4dms",
 				r.name, p.name, p.capacity, 100*p.throttleShare, p.answers, p.goodput, 100*p.goodput/p.servable,
 				p.servable, p.gold, min(harnessGoldG, p.capacity), p.p90.Milliseconds())
+		}
+	}
+	// What the learned capacity must hold whatever the backend does: the backend's throttles
+	// under 1 % of its answers and its p90 within the target, in every phase. The goodput and
+	// P0 figures are measured, not asserted (docs/adaptive.md).
+	for _, p := range series[0].phases {
+		if p.throttleShare >= 0.01 || p.p90 > harnessTarget {
+			t.Errorf("adaptive, %s: throttles %.2f %% of %d answers, p90 %v (target %v)",
+				p.name, 100*p.throttleShare, p.answers, p.p90, harnessTarget)
 		}
 	}
 	if out := os.Getenv("TIERBUCKET_ADAPTIVE_SVG"); out != "" {
