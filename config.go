@@ -211,7 +211,7 @@ func (h *Handler) definition() (cluster.Definition, error) {
 		// {env.*} placeholders keep credentials out of the config Caddy serves
 		raw := caddy.NewReplacer().ReplaceKnown(h.Console.Prometheus, "")
 		if _, err := promhistory.ValidateURL(raw); err != nil {
-			return def, fmt.Errorf("console: %v", err)
+			return def, fmt.Errorf("console.%v", err)
 		}
 		def.Prometheus = raw
 	}

@@ -35,7 +35,7 @@ func fuzzProvisionCheck(h *Handler) error {
 var fuzzFieldNames = []string{
 	"cluster", "key", "unknown_app", "capacity", "reserved_ratio", "emergency_threshold",
 	"emergency_ratios", "apps", "cost.", "connections.", "local.", "redis.", "on_redis_failure",
-	"max_wait", "headers", "format", "adaptive",
+	"max_wait", "headers", "format", "adaptive", "console.",
 }
 
 func fuzzNamesField(msg string) bool {
@@ -211,6 +211,7 @@ func fuzzCaddyfileSeeds(tb testing.TB) []string {
 		"redis {\n\turl redis://user:pass@host:99999/0\n}",
 		"redis {\n\taddress [::1]:6379 10.0.0.1:0\n\tdb 3\n}",
 		"redis {\n\ttls insecure_skip_verify extra\n}",
+		"console {\n\tprometheus 0\n}",
 	)
 }
 
