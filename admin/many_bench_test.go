@@ -60,4 +60,13 @@ func BenchmarkManyApps(b *testing.B) {
 			}
 		}
 	})
+	b.Run("PUT apps/<new id>", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			if w, err := send(a, http.MethodPut, fmt.Sprintf("/rate_limit/apps/new%05d", i), `{"guaranteed": 1, "burst": 10}`); err != nil || w.Code != http.StatusOK {
+				b.Fatalf("PUT: %v %d %s", err, w.Code, w.Body)
+			}
+		}
+	})
 }

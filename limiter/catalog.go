@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,32 +57,65 @@ type catalog struct {
 	newApp   newAppFunc
 }
 
+// prepare returns cfg as install would put it in force: the instance fields of the
+// configuration in force, defaults applied and validated. It changes nothing, so that a change
+// can be refused before it is written anywhere.
+func (c *catalog) prepare(cfg Config) (Config, error) {
+	old := c.cur.Load()
+	cfg.Instance, cfg.KnownInstances, cfg.OnLiveInstances = old.cfg.Instance, old.cfg.KnownInstances, old.cfg.OnLiveInstances
+	return cfg.withDefaults()
+}
+
 // install makes cfg the configuration in force at now (its instance fields are kept): buckets
 // of apps still configured keep their tokens and statistics and take their new policy, the new
 // ones are built, and the others are retired (their tokens go back to L2 at a later tick, not
 // here: a reload must not wait on the Store, least of all while it is down).
 func (c *catalog) install(cfg Config, now time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.cur.Load()
-	cfg.Instance, cfg.KnownInstances, cfg.OnLiveInstances = old.cfg.Instance, old.cfg.KnownInstances, old.cfg.OnLiveInstances
-	cfg, err := cfg.withDefaults()
+	cfg, err := c.prepare(cfg)
 	if err != nil {
 		return err
 	}
-	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg), sums: sumsOf(cfg)}
-	var gone []*App
+	c.put(cfg, now)
+	return nil
+}
+
+// put is install of a prepared configuration. Its work grows with the apps whose policy
+// changed, plus one comparison per configured app: with tens of thousands of apps an admin
+// change of one app must not rebuild every bucket's entry. The apps map of the snapshot in
+// force is reused while the set of ids stays the same (a snapshot's map is never written).
+func (c *catalog) put(cfg Config, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.cur.Load()
+	s := &snapshot{cfg: cfg, unallocated: unallocatedRate(cfg), sums: sumsOf(cfg)}
+	var changed, added []string
 	for id, p := range cfg.Apps {
-		if a := old.apps[id]; a != nil {
-			a.setPolicy(p)
-			s.apps[id] = a
-		} else {
-			s.apps[id] = c.newApp(id, id, p, new(appStats), false, &cfg)
+		switch was, ok := old.cfg.Apps[id]; {
+		case !ok:
+			added = append(added, id)
+		case was != p:
+			changed = append(changed, id)
 		}
 	}
-	for id, a := range old.apps {
-		if _, ok := s.apps[id]; !ok {
-			gone = append(gone, a)
+	for _, id := range changed {
+		old.apps[id].setPolicy(cfg.Apps[id])
+	}
+	// Every id of cfg is in old or added: the ids of old that are not in cfg are as many as
+	// len(old) + len(added) - len(cfg), and a pass to find them is needed only when there are.
+	var gone []*App
+	s.apps = old.apps
+	if len(added) > 0 || len(cfg.Apps) != len(old.apps) {
+		s.apps = maps.Clone(old.apps)
+		if len(old.apps)+len(added) > len(cfg.Apps) {
+			for id, a := range old.apps {
+				if _, ok := cfg.Apps[id]; !ok {
+					gone = append(gone, a)
+					delete(s.apps, id)
+				}
+			}
+		}
+		for _, id := range added {
+			s.apps[id] = c.newApp(id, id, cfg.Apps[id], new(appStats), false, &cfg)
 		}
 	}
 	// Unknown apps: keep the buckets while the mode stays; otherwise settle them.
@@ -102,7 +136,6 @@ func (c *catalog) install(cfg Config, now time.Time) error {
 	}
 	c.cur.Store(s)
 	c.retired.add(now, gone)
-	return nil
 }
 
 // all returns every bucket that may hold tokens or unsent statistics, in no particular order

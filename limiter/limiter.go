@@ -92,7 +92,7 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 		s.shared = l.newApp("*", "*", cfg.Default, l.cat.unknown, false, &cfg)
 	}
 	l.cat.cur.Store(s)
-	l.ovr.base = cfg
+	l.ovr.base, l.ovr.merged = cfg, cfg
 	return l, nil
 }
 

@@ -25,6 +25,7 @@ type overrides struct {
 	set     overrideSet      // the overrides last read from (or written to) the Store
 	loaded  bool             // set was read from the Store at least once
 	skipped map[string]error // overrides left out of the configuration in force
+	merged  Config           // base merged with set: the configuration in force, before defaults
 
 	storeVersion atomic.Uint64 // ClusterState.ConfigVersion of the last report
 	changes      atomic.Int64  // changes made through this Limiter (overrides, emergency)
@@ -183,7 +184,7 @@ func (l *Limiter) change(ctx context.Context, key string, value any, next func(o
 				return OverrideChangeResult{}, err
 			}
 		}
-		before, _ := merge(l.ovr.base, l.ovr.set)
+		before := l.ovr.merged
 		want := next(l.ovr.set)
 		after, skipped := merge(l.ovr.base, want)
 		if err := skipped[key]; err != nil {
@@ -192,11 +193,12 @@ func (l *Limiter) change(ctx context.Context, key string, value any, next func(o
 		if err := l.ovr.newlySkipped(skipped, key); err != nil {
 			return OverrideChangeResult{}, err
 		}
-		if _, err := after.withDefaults(); err != nil {
+		prepared, err := l.cat.prepare(after)
+		if err != nil {
 			return OverrideChangeResult{}, err
 		}
 		var version uint64
-		err := l.callStore(ctx, func(ctx context.Context) (err error) {
+		err = l.callStore(ctx, func(ctx context.Context) (err error) {
 			version, err = l.store.SetOverride(ctx, l.ovr.base.Cluster.ID, store.OverrideChange{Key: key, Value: raw, IfVersion: l.ovr.set.version})
 			return err
 		})
@@ -209,9 +211,8 @@ func (l *Limiter) change(ctx context.Context, key string, value any, next func(o
 		}
 		want.version = version
 		l.ovr.storeVersion.Store(version)
-		if err := l.applyOverrides(want); err != nil {
-			return OverrideChangeResult{}, err
-		}
+		l.cat.put(prepared, l.clock.Now())
+		l.ovr.inForce(want, after, skipped)
 		l.ovr.changes.Add(1)
 		return OverrideChangeResult{Before: policy(before), After: policy(after), Version: version}, nil
 	}

@@ -98,8 +98,7 @@ func (l *Limiter) outdated() bool {
 	return !l.ovr.loaded || l.ovr.storeVersion.Load() != l.ovr.set.version
 }
 
-// applyOverrides makes base merged with ov the configuration in force, and logs the overrides
-// that are newly left out (ovr.mu held).
+// applyOverrides makes base merged with ov the configuration in force (ovr.mu held).
 func (l *Limiter) applyOverrides(ov overrideSet) error {
 	cfg, skipped := merge(l.ovr.base, ov)
 	if err := l.install(cfg); err != nil {
@@ -107,18 +106,24 @@ func (l *Limiter) applyOverrides(ov overrideSet) error {
 		if err2 := l.install(l.ovr.base); err2 != nil {
 			return err
 		}
-		skipped = map[string]error{"*": err}
+		cfg, skipped = l.ovr.base, map[string]error{"*": err}
 	}
-	log := l.ovr.base.Logger
+	l.ovr.inForce(ov, cfg, skipped)
+	return nil
+}
+
+// inForce records ov as the overrides in force, merged into cfg with skipped left out, and
+// logs the overrides that are newly left out (o.mu held).
+func (o *overrides) inForce(ov overrideSet, cfg Config, skipped map[string]error) {
+	log := o.base.Logger
 	for k, err := range skipped {
-		if l.ovr.skipped[k] == nil && log != nil {
+		if o.skipped[k] == nil && log != nil {
 			log.Error("rate_limit: admin override not applied: it does not fit the loaded configuration; "+
 				"change or remove it through the admin API",
-				zap.String("cluster", l.ovr.base.Cluster.ID), zap.String("override", k), zap.Error(err))
+				zap.String("cluster", o.base.Cluster.ID), zap.String("override", k), zap.Error(err))
 		}
 	}
-	l.ovr.set, l.ovr.skipped = ov, skipped
-	return nil
+	o.set, o.merged, o.skipped = ov, cfg, skipped
 }
 
 // watchOverrides starts the Store's Watch once (the sync loop, after the first successful
