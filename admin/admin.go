@@ -220,11 +220,14 @@ type RequestsView struct {
 	Reasons  map[string]int64 `json:"reasons"`
 }
 
-// ConnectionsView is GET /rate_limit/connections.
+// ConnectionsView is GET /rate_limit/connections: the cluster's total and one page of apps.
 type ConnectionsView struct {
-	Cluster string           `json:"cluster"`
-	Total   ConnectionView   `json:"total"` // the cluster's own count and limit
-	Apps    []ConnectionView `json:"apps"`
+	Cluster    string           `json:"cluster"`
+	Total      ConnectionView   `json:"total"` // the cluster's own count and limit
+	Apps       []ConnectionView `json:"apps"`
+	AppCount   int              `json:"app_count"`   // apps matching ?q, on every page
+	NextCursor *string          `json:"next_cursor"` // the next page's ?cursor; null on the last page
+	Sort       string           `json:"sort"`
 }
 
 // ConnectionView is one scope's in-flight figures on this instance.

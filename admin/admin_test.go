@@ -322,7 +322,8 @@ func TestAppsUnknownRejected(t *testing.T) {
 	}
 }
 
-// TestConnections: GET /rate_limit/connections shows the cluster total and every app.
+// TestConnections: GET /rate_limit/connections shows the cluster total and a page of apps in
+// the apps list's order ("*" last), with an app a reload removed while in flight.
 func TestConnections(t *testing.T) {
 	c := newCluster(t, "c1", testConfig(), nil)
 	tk, _ := c.conns.Acquire("alpha", 3)
@@ -340,12 +341,32 @@ func TestConnections(t *testing.T) {
 		Apps: []ConnectionView{
 			{App: "alpha", Current: 1, Peak: 2, Limit: 3},
 			{App: "beta", Limit: 40},
-			{App: "*", Current: 1, Peak: 1, Limit: 40},
 			{App: "removed", Current: 1, Peak: 1, Limit: 40},
+			{App: "*", Current: 1, Peak: 1, Limit: 40},
 		},
+		AppCount: 4, Sort: "id",
 	}
 	if !reflect.DeepEqual(v, want) {
 		t.Errorf("connections\n got %+v\nwant %+v", v, want)
+	}
+
+	// A page of the busiest, then the next page from its cursor.
+	var top ConnectionsView
+	get(t, apiWith(c), "/rate_limit/connections?sort=-in_flight&limit=2", &top)
+	if len(top.Apps) != 2 || top.AppCount != 4 || top.NextCursor == nil || top.Apps[0].Current != 1 || top.Apps[1].Current != 1 {
+		t.Fatalf("first page by in flight: %+v", top)
+	}
+	var rest ConnectionsView
+	get(t, apiWith(c), "/rate_limit/connections?sort=-in_flight&limit=2&cursor="+*top.NextCursor, &rest)
+	seen := map[string]bool{}
+	for _, a := range append(top.Apps, rest.Apps...) {
+		seen[a.App] = true
+	}
+	if len(seen) != 4 || rest.NextCursor != nil || rest.Total != want.Total {
+		t.Errorf("two pages by in flight: %+v then %+v", top, rest)
+	}
+	if w, _ := call(apiWith(c), http.MethodGet, "/rate_limit/connections?limit=0"); w.Code != http.StatusBadRequest {
+		t.Errorf("?limit=0: %d %s", w.Code, w.Body)
 	}
 }
 

@@ -146,49 +146,71 @@ func appsPage(c Cluster, params url.Values) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries, less := ordered(c, lq)
-	start := 0
-	if lq.after != nil {
-		at := entry{id: lq.after.ID, key: lq.after.Key}
-		start, _ = slices.BinarySearchFunc(entries, at, less)
-		if start < len(entries) && entries[start] == at {
-			start++
-		}
-	}
-	end := min(start+lq.limit, len(entries))
+	pg := paginate(ordered(c, lq, isolatedIDs(c.Limiter())))(lq)
 	v := AppsView{
-		Cluster: c.ID(), Apps: make([]AppView, 0, end-start), Total: len(entries),
-		Sort: lq.sorted, LiveWindow: history.LiveWindow,
+		Cluster: c.ID(), Apps: make([]AppView, 0, len(pg.entries)), Total: pg.total,
+		NextCursor: pg.next, Sort: lq.sorted, LiveWindow: history.LiveWindow,
 	}
-	for _, e := range entries[start:end] {
+	for _, e := range pg.entries {
 		if a, err := appView(c, e.id); err == nil { // an isolated tenant may expire meanwhile
 			v.Apps = append(v.Apps, a)
 		}
 	}
-	if end < len(entries) {
-		last := entries[end-1]
-		next := cursor{Sort: lq.sorted, Q: lq.q, Key: last.key, ID: last.id}.encode()
-		v.NextCursor = &next
-	}
 	return v, nil
 }
 
+// listPage is one page of a list: its entries, how many match in all, and the next page's cursor
+// (nil on the last page).
+type listPage struct {
+	entries []entry
+	total   int
+	next    *string
+}
+
+// paginate cuts the page lq asks for out of entries in the order less.
+func paginate(entries []entry, less func(a, b entry) int) func(lq listQuery) listPage {
+	return func(lq listQuery) listPage {
+		start := 0
+		if lq.after != nil {
+			at := entry{id: lq.after.ID, key: lq.after.Key}
+			start, _ = slices.BinarySearchFunc(entries, at, less)
+			if start < len(entries) && entries[start] == at {
+				start++
+			}
+		}
+		end := min(start+lq.limit, len(entries))
+		pg := listPage{entries: entries[start:end], total: len(entries)}
+		if end < len(entries) {
+			last := entries[end-1]
+			next := cursor{Sort: lq.sorted, Q: lq.q, Key: last.key, ID: last.id}.encode()
+			pg.next = &next
+		}
+		return pg
+	}
+}
+
+// isolatedIDs are the active isolated tenants that are not configured apps, sorted.
+func isolatedIDs(lim *limiter.Limiter) []string {
+	cfg := lim.Config()
+	var ids []string
+	for _, st := range lim.IsolatedStats() {
+		if _, configured := cfg.Apps[st.Label]; !configured {
+			ids = append(ids, st.Label)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // ordered is every app matching lq.q in the order lq asks for, and that order. The apps come
-// in id order ("*" last) from the sorted configured ids and the active isolated tenants; those
-// with a figure (few: the active ones) are sorted apart and put first or last, so that tens of
-// thousands of idle apps cost a pass, not a sort.
-func ordered(c Cluster, lq listQuery) (entries []entry, less func(a, b entry) int) {
+// in id order ("*" last) from the sorted configured ids and isolated, the sorted ids to list
+// that are not configured; those with a figure (few: the active ones) are sorted apart and put
+// first or last, so that tens of thousands of idle apps cost a pass, not a sort.
+func ordered(c Cluster, lq listQuery, isolated []string) (entries []entry, less func(a, b entry) int) {
 	lim := c.Limiter()
 	cfg := lim.Config()
 	key := sortKey(c, lq.sort)
 	ids := sortedIDs(lim, cfg)
-	var isolated []string
-	for _, st := range lim.IsolatedStats() {
-		if _, configured := cfg.Apps[st.Label]; !configured {
-			isolated = append(isolated, st.Label)
-		}
-	}
-	slices.Sort(isolated)
 	entries = make([]entry, 0, len(ids)+len(isolated)+1)
 	var busy []entry
 	add := func(id string) {

@@ -56,7 +56,7 @@ func Read(c Cluster) history.Reading {
 	lim := c.Limiter()
 	cfg := lim.Config()
 	st := lim.State()
-	total := connectionsView(c).Total
+	total := connectionView(c.Connections().ClusterStats())
 	capacity, _ := lim.Capacity() // in force: a learned capacity moves, and the console draws it
 	rd := history.Reading{
 		Usage:           num(st.Usage),

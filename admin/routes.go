@@ -39,7 +39,7 @@ const wildcardApp = "*"
 //	GET  /rate_limit/apps/<id>               AppView
 //	PUT|DELETE /rate_limit/apps/<id>         an app's override (overrides.go) → AppView
 //	GET|PUT|DELETE /rate_limit/clusters/<id> the cluster's L1 policy and override → ClusterPolicyView
-//	GET  /rate_limit/connections             ConnectionsView
+//	GET  /rate_limit/connections             ConnectionsView, a page (connections.go)
 //	GET  /rate_limit/emergency               EmergencyView
 //	POST /rate_limit/emergency/activate      {"reason": "…", "duration": "5m"} → EmergencyView
 //	POST /rate_limit/emergency/deactivate    (no body, or {}) → EmergencyView
@@ -101,7 +101,9 @@ func (a API) routes() []route {
 			put: ofPathID(a.putApp), del: ofPathID(a.deleteApp),
 		},
 		{path: "clusters/{id}", pathCluster: true, get: show(clusterPolicyView), put: a.putCluster, del: a.deleteCluster},
-		{path: "connections", get: show(connectionsView)},
+		{path: "connections", get: func(_ http.ResponseWriter, r *http.Request, c Cluster) (any, error) {
+			return connectionsPage(c, r.URL.Query())
+		}},
 		{path: "emergency", get: show(func(c Cluster) EmergencyView { return emergencyView(c.Limiter().State()) })},
 		{path: "emergency/activate", post: a.activate},
 		{path: "emergency/deactivate", post: a.deactivate},
@@ -533,50 +535,6 @@ func newAppView(id string, p *store.AppPolicy, s limiter.AppStats, cs connlimit.
 		q.MaxConnections = maxConnections(id, q, counter)
 		pv := newPolicyView(q)
 		v.Policy = &pv
-	}
-	return v
-}
-
-// connectionsView is GET /rate_limit/connections: the cluster's total, then every configured
-// app, "*", and any other app the counter still holds (one removed by a reload, say).
-func connectionsView(c Cluster) ConnectionsView {
-	lim, counter := c.Limiter(), c.Connections()
-	cfg := lim.Config()
-	snap := counter.Snapshot()
-	v := ConnectionsView{Cluster: c.ID(), Apps: []ConnectionView{}}
-	byApp := map[string]connlimit.Stats{}
-	for _, s := range snap {
-		if s.App == "" {
-			v.Total = connectionView(s)
-		} else {
-			byApp[s.App] = s
-		}
-	}
-	ids := make([]string, 0, len(cfg.Apps))
-	for id := range cfg.Apps {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	add := func(id string, limit int64) {
-		s := byApp[id]
-		delete(byApp, id)
-		s.App = id
-		s.Limit = limit // the policy in force (the counter keeps the last one a request applied)
-		v.Apps = append(v.Apps, connectionView(s))
-	}
-	for _, id := range ids {
-		add(id, maxConnections(id, cfg.Apps[id], counter))
-	}
-	if _, seen := byApp[wildcardApp]; seen || cfg.UnknownApp != limiter.UnknownReject {
-		add(wildcardApp, maxConnections(wildcardApp, cfg.Default, counter))
-	}
-	rest := make([]string, 0, len(byApp))
-	for id := range byApp {
-		rest = append(rest, id)
-	}
-	sort.Strings(rest)
-	for _, id := range rest {
-		v.Apps = append(v.Apps, connectionView(byApp[id]))
 	}
 	return v
 }

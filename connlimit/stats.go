@@ -39,6 +39,9 @@ func (c *Counter) Snapshot() []Stats {
 	return out
 }
 
+// ClusterStats returns the cluster's own figures (App ""), without a snapshot of every app.
+func (c *Counter) ClusterStats() Stats { return c.cluster.stats("") }
+
 // AppStats returns one app's figures, without a snapshot of every app; false for an app the
 // counter does not hold.
 func (c *Counter) AppStats(app string) (Stats, bool) {

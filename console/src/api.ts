@@ -165,8 +165,9 @@ export class Client {
   deleteClusterPolicy(id: string): Promise<ClusterPolicyView> {
     return this.call('DELETE', 'clusters/' + encodeURIComponent(id))
   }
-  connections(): Promise<ConnectionsView> {
-    return this.call('GET', 'connections')
+  /** A page of the connections, the apps with the most in flight first. */
+  connections(limit: number): Promise<ConnectionsView> {
+    return this.call('GET', 'connections?sort=-in_flight&limit=' + limit)
   }
   emergency(): Promise<Emergency> {
     return this.call('GET', 'emergency')

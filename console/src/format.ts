@@ -18,6 +18,11 @@ function trim(n: number): string {
 }
 
 /** A rate with its unit: formatRate(12.5, 'req/s') = "12.5 req/s". */
+/** An exact count (of apps, rows): formatNumber rounds from 10 000 on. */
+export function formatCount(n: number): string {
+  return n.toLocaleString('en-US')
+}
+
 export function formatRate(n: number, unit: 'req/s' | 'tokens/s'): string {
   return `${formatNumber(n)} ${unit}`
 }

@@ -132,7 +132,12 @@ export interface ConnectionView {
 export interface ConnectionsView {
   cluster: string
   total: ConnectionView
+  /** One page: the apps with the most in flight first. */
   apps: ConnectionView[]
+  /** Every app the page was cut from. */
+  app_count: number
+  next_cursor: string | null
+  sort: string
 }
 
 /** One second of this instance's figures and L1's. */

@@ -303,6 +303,11 @@ test('many apps: a bounded page at once, search by id, sort by traffic, isolated
   await expect(page.getByTestId('apps-total')).toContainText('51–100')
   expect(await rows.count()).toBeLessThanOrEqual(50)
 
+  // The cluster view lists the busiest apps' connections, not 20 000 rows.
+  await page.goto(MANY_CONSOLE_URL + '#/cluster')
+  await expect(page.getByTestId('connections-note')).toContainText(/of 20,00\d/)
+  expect(await page.getByTestId('connections').locator('tbody tr').count()).toBeLessThanOrEqual(51)
+
   // A busy app's page has its live series.
   await page.goto(MANY_CONSOLE_URL + '#/apps/app12345')
   await expect.poll(() => points(page, 'chart-app-requests'), { timeout: 15_000 }).toBeGreaterThan(0)
