@@ -30,8 +30,12 @@ func connectionsPage(c Cluster, params url.Values) (any, error) {
 		}
 	}
 	others := isolatedIDs(lim)
+	listed := make(map[string]bool, len(others))
+	for _, id := range others {
+		listed[id] = true
+	}
 	for id := range byApp {
-		if _, configured := cfg.Apps[id]; !configured && id != wildcardApp && !slices.Contains(others, id) {
+		if _, configured := cfg.Apps[id]; !configured && id != wildcardApp && !listed[id] {
 			others = append(others, id)
 		}
 	}

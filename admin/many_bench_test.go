@@ -40,7 +40,7 @@ func BenchmarkManyApps(b *testing.B) {
 	a := apiWith(c)
 	for _, target := range []string{
 		"/rate_limit/", "/rate_limit/apps", "/rate_limit/apps?sort=-admitted&limit=50",
-		"/rate_limit/apps?q=app1234", "/rate_limit/apps/app12345",
+		"/rate_limit/apps?q=app1234", "/rate_limit/apps/app12345", "/rate_limit/connections?sort=-in_flight&limit=50",
 	} {
 		b.Run("GET "+strings.TrimPrefix(target, "/rate_limit/"), func(b *testing.B) {
 			for b.Loop() {
