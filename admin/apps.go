@@ -207,10 +207,8 @@ func isolatedIDs(lim *limiter.Limiter) []string {
 // that are not configured; those with a figure (few: the active ones) are sorted apart and put
 // first or last, so that tens of thousands of idle apps cost a pass, not a sort.
 func ordered(c Cluster, lq listQuery, isolated []string) (entries []entry, less func(a, b entry) int) {
-	lim := c.Limiter()
-	cfg := lim.Config()
 	key := sortKey(c, lq.sort)
-	ids := sortedIDs(lim, cfg)
+	_, ids := c.Limiter().ConfigAndIDs()
 	entries = make([]entry, 0, len(ids)+len(isolated)+1)
 	var busy []entry
 	add := func(id string) {

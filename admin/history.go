@@ -54,7 +54,7 @@ type written struct{}
 // active isolated tenants follow, each with its own counts.
 func Read(c Cluster) history.Reading {
 	lim := c.Limiter()
-	cfg := lim.Config()
+	cfg, ids := lim.ConfigAndIDs()
 	st := lim.State()
 	total := connectionView(c.Connections().ClusterStats())
 	capacity, _ := lim.Capacity() // in force: a learned capacity moves, and the console draws it
@@ -87,7 +87,7 @@ func Read(c Cluster) history.Reading {
 	}
 	isolated := lim.IsolatedStats()
 	rd.Apps = make([]history.AppReading, 0, len(cfg.Apps)+1+len(isolated))
-	for _, id := range sortedIDs(lim, cfg) {
+	for _, id := range ids {
 		p := cfg.Apps[id]
 		rd.Apps = append(rd.Apps, read(id, stats[id], &p))
 	}

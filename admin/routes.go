@@ -8,13 +8,9 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"reflect"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -421,44 +417,6 @@ func emergencyView(st store.ClusterState) EmergencyView {
 	}
 	return e
 }
-
-// sortedIDs is the configured apps' ids, sorted: kept per limiter while its configuration
-// stays (a reload or an override installs a new one), so that neither a page of the app list
-// nor the sampler sorts tens of thousands of ids each time. The slice is shared: not changed.
-func sortedIDs(lim *limiter.Limiter, cfg limiter.Config) []string {
-	apps := reflect.ValueOf(cfg.Apps).UnsafePointer() // a new map for each configuration installed
-	if v, ok := idCache.Load(lim); ok {
-		if l := v.(*idList); l.apps == apps {
-			return l.ids
-		}
-	}
-	ids := make([]string, 0, len(cfg.Apps))
-	for id := range cfg.Apps {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	idCache.Store(lim, &idList{apps: apps, ids: ids})
-	if idCacheSize.Add(1) > maxIDCache { // limiters of closed clusters: start again
-		idCache.Clear()
-		idCacheSize.Store(0)
-	}
-	return ids
-}
-
-// idList is one limiter's sorted ids and the Apps map they were taken from.
-type idList struct {
-	apps unsafe.Pointer
-	ids  []string
-}
-
-// idCache is the sortedIDs by *limiter.Limiter; idCacheSize counts its stores (bounded by
-// maxIDCache, then cleared).
-var (
-	idCache     sync.Map
-	idCacheSize atomic.Int64
-)
-
-const maxIDCache = 64
 
 // starPolicy is the policy of unknown apps ("*"): nil when they are rejected (no bucket).
 func starPolicy(cfg limiter.Config) *store.AppPolicy {

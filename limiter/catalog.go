@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,22 @@ type snapshot struct {
 
 	unallocated float64 // LeaseRequest.Unallocated of this config (see unallocatedRate)
 	sums        prioritySums
+	ids         *sortedIDs // apps' ids, sorted on first use; shared by the snapshots of one id set
+}
+
+// sortedIDs are the ids of a snapshot's apps in order, computed once: the admin API's lists
+// and its once-a-second sampler read them, and sorting tens of thousands of ids each time
+// would be most of their work.
+type sortedIDs struct {
+	once sync.Once
+	ids  []string
+}
+
+func (s *snapshot) sortedIDs() []string {
+	s.ids.once.Do(func() {
+		s.ids.ids = slices.Sorted(maps.Keys(s.apps))
+	})
+	return s.ids.ids
 }
 
 // unallocatedRate is the borrow pool's refill rate (LeaseRequest.Unallocated):
@@ -103,9 +120,9 @@ func (c *catalog) put(cfg Config, now time.Time) {
 	// Every id of cfg is in old or added: the ids of old that are not in cfg are as many as
 	// len(old) + len(added) - len(cfg), and a pass to find them is needed only when there are.
 	var gone []*App
-	s.apps = old.apps
+	s.apps, s.ids = old.apps, old.ids
 	if len(added) > 0 || len(cfg.Apps) != len(old.apps) {
-		s.apps = maps.Clone(old.apps)
+		s.apps, s.ids = maps.Clone(old.apps), new(sortedIDs)
 		if len(old.apps)+len(added) > len(cfg.Apps) {
 			for id, a := range old.apps {
 				if _, ok := cfg.Apps[id]; !ok {

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"maps"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -14,8 +15,8 @@ import (
 // TestPropCatalogInstall checks install's incremental update against what it must equal, a
 // rebuild: after any sequence of configurations (apps added, removed, changed, unchanged), the
 // snapshot holds one bucket per configured id with the configured policy; a bucket stays the
-// same object (its tokens and statistics) while its id stays configured; and every bucket whose
-// id left the configuration is retired, once.
+// same object (its tokens and statistics) while its id stays configured; the sorted ids are
+// those of the configuration; and every bucket whose id left the configuration is retired.
 func TestPropCatalogInstall(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		cfg := baseConfig()
@@ -40,6 +41,9 @@ func TestPropCatalogInstall(t *testing.T) {
 			s := l.snap()
 			if !maps.EqualFunc(s.apps, next.Apps, func(a *App, p store.AppPolicy) bool { return a.Policy() == p }) {
 				rt.Fatalf("buckets %v, want one per app of %v with its policy", s.apps, next.Apps)
+			}
+			if _, ids := l.ConfigAndIDs(); !slices.Equal(ids, slices.Sorted(maps.Keys(next.Apps))) {
+				rt.Fatalf("ids %v, want the sorted ids of %v", ids, next.Apps)
 			}
 			retired := l.cat.retired.set()
 			for id, a := range seen {

@@ -84,7 +84,7 @@ func newLimiter(cfg Config, st store.Store, clk clock.Clock) (*Limiter, error) {
 	// (a restart, a rebuilt pool) continues above its predecessor's (about 10 reports a second).
 	l.syncer.seq = uint64(max(now.UnixMicro(), 0))
 	l.tally.seq.Store(l.syncer.seq)
-	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg), sums: sumsOf(cfg)}
+	s := &snapshot{cfg: cfg, apps: make(map[string]*App, len(cfg.Apps)), unallocated: unallocatedRate(cfg), sums: sumsOf(cfg), ids: new(sortedIDs)}
 	for id, p := range cfg.Apps {
 		s.apps[id] = l.newApp(id, id, p, new(appStats), false, &cfg)
 	}
@@ -101,6 +101,13 @@ func (l *Limiter) snap() *snapshot { return l.cat.cur.Load() }
 
 // Config returns the configuration in force, defaults applied.
 func (l *Limiter) Config() Config { return l.snap().cfg }
+
+// ConfigAndIDs returns the configuration in force and its apps' ids in order. The slice is
+// shared by every caller until the set of apps changes: read it, never change it.
+func (l *Limiter) ConfigAndIDs() (Config, []string) {
+	s := l.snap()
+	return s.cfg, s.sortedIDs()
+}
 
 // Configured reports whether label names one of the limiter's apps now (from the config or an
 // admin override), or is "*", the label of every other id.
