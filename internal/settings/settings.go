@@ -24,8 +24,11 @@ const (
 	DefaultAppPriority   = store.MaxPriority
 )
 
-// DefaultEmergencyRatios are the refill factors per priority in emergency mode (P0 … P3).
-var DefaultEmergencyRatios = [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+// DefaultEmergencyRatios are the refill factors per priority in emergency mode (P0 … P3): a
+// fresh array each call, so no caller can change another's defaults.
+func DefaultEmergencyRatios() [store.MaxPriority + 1]float64 {
+	return [store.MaxPriority + 1]float64{1, 0.5, 0.1, 0}
+}
 
 // Wildcard is the id of the template policy for app ids without their own block.
 const Wildcard = "*"
@@ -149,7 +152,7 @@ func (c Cluster) policy() (store.ClusterPolicy, error) {
 		Capacity:           c.Capacity,
 		ReservedRatio:      DefaultReservedRatio,
 		EmergencyThreshold: DefaultEmergencyThreshold,
-		EmergencyRatios:    DefaultEmergencyRatios,
+		EmergencyRatios:    DefaultEmergencyRatios(),
 	}
 	if c.Adaptive != nil {
 		if c.Capacity <= 0 {

@@ -16,7 +16,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := cfg.Cluster
-	if c.ID != DefaultCluster || c.ReservedRatio != DefaultReservedRatio || c.EmergencyThreshold != DefaultEmergencyThreshold || c.EmergencyRatios != DefaultEmergencyRatios {
+	if c.ID != DefaultCluster || c.ReservedRatio != DefaultReservedRatio || c.EmergencyThreshold != DefaultEmergencyThreshold || c.EmergencyRatios != DefaultEmergencyRatios() {
 		t.Errorf("cluster policy %+v", c)
 	}
 	if d := cfg.Default; d.Guaranteed != DefaultAppGuaranteed || d.Burst != DefaultAppBurst || d.Priority != DefaultAppPriority {
