@@ -141,3 +141,27 @@ func benchTick(b *testing.B, n int, busy bool) {
 		l.tick(c.Now())
 	}
 }
+
+// BenchmarkCreateAppOverride measures creating an app through an override when 3 000 apps were
+// created that way and none is configured: the change merges every override into the
+// configuration (docs/admin-api.md, "Many apps").
+func BenchmarkCreateAppOverride(b *testing.B) {
+	cfg := baseConfig()
+	cfg.Apps = nil
+	cfg.UnknownApp = UnknownIsolated
+	l := testLimiter(b, cfg, memstore.New(nil), clock.NewManual(), false)
+	g, burst := 1.0, 10.0
+	for i := range 3000 {
+		if _, err := l.SetAppOverride(context.Background(), fmt.Sprintf("api%05d", i), &AppOverride{Guaranteed: &g, Burst: &burst}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	i := 3000
+	b.ResetTimer()
+	for b.Loop() {
+		i++
+		if _, err := l.SetAppOverride(context.Background(), fmt.Sprintf("api%05d", i), &AppOverride{Guaranteed: &g, Burst: &burst}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -173,10 +173,8 @@ func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
 	if cfg.Cluster.EmergencyThreshold == 0 {
 		cfg.Cluster.EmergencyThreshold = DefaultEmergencyThreshold
 	}
-	cfg.Apps = maps.Clone(base.Apps)
-	if cfg.Apps == nil {
-		cfg.Apps = map[string]store.AppPolicy{}
-	}
+	cfg.Apps = make(map[string]store.AppPolicy, len(base.Apps)+len(ov.apps))
+	maps.Copy(cfg.Apps, base.Apps)
 	for key, err := range ov.bad {
 		skip(key, err)
 	}
@@ -198,7 +196,9 @@ func merge(base Config, ov overrideSet) (cfg Config, skipped map[string]error) {
 	for id := range ov.apps {
 		ids = append(ids, id)
 	}
-	sort.Strings(ids)
+	if cfg.Cluster.AdmissionCapacity() > 0 {
+		sort.Strings(ids) // which override is left out when the guarantees do not fit
+	}
 	for _, id := range ids {
 		old, configured := cfg.Apps[id]
 		if !configured {

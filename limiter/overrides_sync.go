@@ -26,7 +26,11 @@ func (l *Limiter) reloadOverrides(ctx context.Context) (lost bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	read, was, wasLoaded := decodeOverrides(o), l.ovr.set.version, l.ovr.loaded
+	was, wasLoaded := l.ovr.set.version, l.ovr.loaded
+	if wasLoaded && o.Version == was {
+		return false, nil // in force already: decoding thousands of entries would find nothing new
+	}
+	read := decodeOverrides(o)
 	if wasLoaded && read.version < was {
 		lost = true
 		// The version only grows while the Store keeps its data: it lost the overrides. They
