@@ -2,6 +2,7 @@ package tierbucket
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -82,8 +83,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	o.Decision = response.Allowed
-	out := h.style.Publish(w, placeholders(repl), &o)
-	return h.serveAdmitted(w, r, repl, next, app, d, est, charge, ticket, out)
+	a := admission{
+		app: app, d: d, est: est, charge: charge, ticket: ticket, repl: repl,
+		out: h.style.Publish(w, placeholders(repl), &o),
+	}
+	return h.serveAdmitted(w, r, next, &a)
+}
+
+// admission is what an admitted request holds while the rest of the chain runs and settles
+// when it returns. It lives on the handler's stack: one pointer is passed and deferred instead
+// of a dozen values.
+type admission struct {
+	app    *limiter.App
+	d      limiter.Decision
+	est    cost.Estimate
+	charge int64 // what was taken up front
+	ticket *connlimit.Ticket
+	repl   *caddy.Replacer
+	out    *response.Outcome // the placeholders' record (nil: none)
+
+	tw    *response.TrackedWriter
+	body  *touchingBody // nil: no body to count
+	orig  io.ReadCloser // the request's own body, put back at the end
+	start time.Time     // when the request was admitted, for the adaptive capacity (zero: not timed)
 }
 
 // serveAdmitted runs the rest of the chain for an admitted request and settles afterwards.
@@ -99,63 +121,64 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // unread part of a declared body is refunded, as for every request): the request was admitted
 // and usually reached the backend, and refunding downstream rejections such as a 401 from
 // basic_auth would make brute force free.
-func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, next caddyhttp.Handler,
-	app *limiter.App, d limiter.Decision, est cost.Estimate, charge int64, ticket *connlimit.Ticket,
-	out *response.Outcome,
-) (err error) {
-	tw := response.Track(w, ticket, out)
-	var start time.Time
+func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, a *admission) (err error) {
+	a.tw = response.Track(w, a.ticket, a.out)
 	if h.throttle != nil {
-		start = time.Now()
-		tw.TimeHeaders(start)
+		a.start = time.Now()
+		a.tw.TimeHeaders(a.start)
 	}
-	var body *touchingBody
-	orig := r.Body
+	a.orig = r.Body
 	// Content-Length 0 (a GET over HTTP/1.1 or 2) has nothing to count; Caddy wraps every
 	// request's body, so NoBody alone would not tell it, and this saves an allocation per GET.
-	if orig != nil && orig != http.NoBody && r.ContentLength != 0 {
+	if a.orig != nil && a.orig != http.NoBody && r.ContentLength != 0 {
 		// Not pooled: a proxy transport may still close the body after the chain returns.
-		body = &touchingBody{ticket: ticket.Handle(), app: app, model: h.model, est: est}
-		body.charged.Store(charge)
-		body.Reset(orig)
-		body.CountObjects(est)
-		r.Body = body
+		a.body = &touchingBody{ticket: a.ticket.Handle(), app: a.app, model: h.model, est: a.est}
+		a.body.charged.Store(a.charge)
+		a.body.Reset(a.orig)
+		a.body.CountObjects(a.est)
+		r.Body = a.body
 	}
-	defer func() {
-		r.Body = orig
-		charged := charge
-		if body != nil {
-			charged = body.settle()
+	defer h.settle(r, a, &err)
+	return next.ServeHTTP(a.tw, r)
+}
+
+// settle ends an admitted request when the rest of the chain has returned (or panicked): it
+// rolls back or settles its cost, records it, and releases its slot and writer. err is the
+// chain's error.
+func (h *Handler) settle(r *http.Request, a *admission, err *error) {
+	r.Body = a.orig
+	tw, app := a.tw, a.app
+	charged := a.charge
+	if a.body != nil {
+		charged = a.body.settle()
+	}
+	status := tw.Status()
+	if status == 0 {
+		status = errorStatus(*err)
+	}
+	if status == http.StatusTooManyRequests && !backendAnswered(a.repl) {
+		app.Settle(a.d, charged, 0) // rejected further down: roll back
+		app.Record(store.ReasonNone, 0)
+	} else {
+		if h.throttle != nil {
+			h.observe(app, tw, a.repl, status, a.start)
 		}
-		status := tw.Status()
-		if status == 0 {
-			status = errorStatus(err)
+		var used cost.Usage
+		if a.body != nil {
+			used = a.body.Usage()
 		}
-		if status == http.StatusTooManyRequests && !backendAnswered(repl) {
-			app.Settle(d, charged, 0) // rejected further down: roll back
-			app.Record(store.ReasonNone, 0)
-		} else {
-			if h.throttle != nil {
-				h.observe(app, tw, repl, status, start)
-			}
-			var used cost.Usage
-			if body != nil {
-				used = body.Usage()
-			}
-			used.ResponseBytes = tw.Written()
-			actual := h.model.Settle(est, used)
-			app.Settle(d, charged, actual)
-			app.Record(store.ReasonNone, actual)
-			if out != nil {
-				out.Cost = actual // {http.rate_limit.cost} in access logs: what the request cost
-			}
+		used.ResponseBytes = tw.Written()
+		actual := h.model.Settle(a.est, used)
+		app.Settle(a.d, charged, actual)
+		app.Record(store.ReasonNone, actual)
+		if a.out != nil {
+			a.out.Cost = actual // {http.rate_limit.cost} in access logs: what the request cost
 		}
-		if !tw.Hijacked() {
-			ticket.Release()
-		}
-		tw.Done()
-	}()
-	return next.ServeHTTP(tw, r)
+	}
+	if !tw.Hijacked() {
+		a.ticket.Release()
+	}
+	tw.Done()
 }
 
 // observe feeds the backend's answer to an admitted request to the adaptive capacity's
