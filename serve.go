@@ -40,19 +40,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.refuse(w, r, repl, next, &o, reason)
 	}
 
-	est := h.model.Estimate(r)
-	o.Cost = est.Cost
+	// Filled in place as the request goes: an admitted request's state is passed on by pointer.
+	a := admission{app: app, repl: repl, est: h.model.Estimate(r)}
+	o.Cost = a.est.Cost
 	pol := app.Policy()
 	o.Limit, o.Guaranteed = max(int64(pol.Burst), 1), pol.Guaranteed
 	if pol.Disabled { // before the in-flight slot, so that a full app still says why
-		app.Record(store.ReasonAppDisabled, est.Cost)
+		app.Record(store.ReasonAppDisabled, a.est.Cost)
 		return h.refuse(w, r, repl, next, &o, store.ReasonAppDisabled)
 	}
 
 	conns := s.Connections()
-	ticket, reason := conns.Acquire(app.Label(), pol.MaxConnections)
+	a.ticket, reason = conns.Acquire(app.Label(), pol.MaxConnections)
 	if reason != store.ReasonNone {
-		app.Record(reason, est.Cost)
+		app.Record(reason, a.est.Cost)
 		o.Remaining = app.Remaining() // tokens are left: the connections ran out
 		if reason == store.ReasonClusterLimitExceeded {
 			o.ConnLimit, o.ConnCurrent = conns.Limits("", 0) // the cluster's figures
@@ -66,27 +67,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// as it arrives (touchingBody). Charged in full before a byte came, a declared size that
 	// nobody sends (Content-Length 10^18) would block the app, for as long as the lying client
 	// keeps the request open, behind a debt of cost.max.
-	charge := min(est.Cost, o.Limit)
-	d := app.Take(r.Context(), charge, h.maxWait)
-	o.Remaining, o.RetryAfter = d.Remaining, d.RetryAfter
-	if d.Limit > 0 {
-		o.Limit = d.Limit
+	a.charge = min(a.est.Cost, o.Limit)
+	a.d = app.Take(r.Context(), a.charge, h.maxWait)
+	o.Remaining, o.RetryAfter = a.d.Remaining, a.d.RetryAfter
+	if a.d.Limit > 0 {
+		o.Limit = a.d.Limit
 	}
-	if !d.Allowed {
-		app.Record(d.Reason, est.Cost)
+	if !a.d.Allowed {
+		app.Record(a.d.Reason, a.est.Cost)
 		if h.Shadow {
-			defer ticket.Release() // shadow: let through with its slot; no tokens to settle
+			defer a.ticket.Release() // shadow: let through with its slot; no tokens to settle
 		} else {
-			ticket.Release() // rollback: the slot was taken for a request that does not run
+			a.ticket.Release() // rollback: the slot was taken for a request that does not run
 		}
-		return h.refuse(w, r, repl, next, &o, d.Reason)
+		return h.refuse(w, r, repl, next, &o, a.d.Reason)
 	}
 
 	o.Decision = response.Allowed
-	a := admission{
-		app: app, d: d, est: est, charge: charge, ticket: ticket, repl: repl,
-		out: h.style.Publish(w, placeholders(repl), &o),
-	}
+	a.out = h.style.Publish(w, placeholders(repl), &o)
 	return h.serveAdmitted(w, r, next, &a)
 }
 
