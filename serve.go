@@ -2,6 +2,7 @@ package tierbucket
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -39,19 +40,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.refuse(w, r, repl, next, &o, reason)
 	}
 
-	est := h.model.Estimate(r)
-	o.Cost = est.Cost
+	// Filled in place as the request goes: an admitted request's state is passed on by pointer.
+	a := admission{app: app, repl: repl, est: h.model.Estimate(r)}
+	o.Cost = a.est.Cost
 	pol := app.Policy()
 	o.Limit, o.Guaranteed = max(int64(pol.Burst), 1), pol.Guaranteed
 	if pol.Disabled { // before the in-flight slot, so that a full app still says why
-		app.Record(store.ReasonAppDisabled, est.Cost)
+		app.Record(store.ReasonAppDisabled, a.est.Cost)
 		return h.refuse(w, r, repl, next, &o, store.ReasonAppDisabled)
 	}
 
 	conns := s.Connections()
-	ticket, reason := conns.Acquire(app.Label(), pol.MaxConnections)
+	a.ticket, reason = conns.Acquire(app.Label(), pol.MaxConnections)
 	if reason != store.ReasonNone {
-		app.Record(reason, est.Cost)
+		app.Record(reason, a.est.Cost)
 		o.Remaining = app.Remaining() // tokens are left: the connections ran out
 		if reason == store.ReasonClusterLimitExceeded {
 			o.ConnLimit, o.ConnCurrent = conns.Limits("", 0) // the cluster's figures
@@ -65,25 +67,43 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// as it arrives (touchingBody). Charged in full before a byte came, a declared size that
 	// nobody sends (Content-Length 10^18) would block the app, for as long as the lying client
 	// keeps the request open, behind a debt of cost.max.
-	charge := min(est.Cost, o.Limit)
-	d := app.Take(r.Context(), charge, h.maxWait)
-	o.Remaining, o.RetryAfter = d.Remaining, d.RetryAfter
-	if d.Limit > 0 {
-		o.Limit = d.Limit
+	a.charge = min(a.est.Cost, o.Limit)
+	a.d = app.Take(r.Context(), a.charge, h.maxWait)
+	o.Remaining, o.RetryAfter = a.d.Remaining, a.d.RetryAfter
+	if a.d.Limit > 0 {
+		o.Limit = a.d.Limit
 	}
-	if !d.Allowed {
-		app.Record(d.Reason, est.Cost)
+	if !a.d.Allowed {
+		app.Record(a.d.Reason, a.est.Cost)
 		if h.Shadow {
-			defer ticket.Release() // shadow: let through with its slot; no tokens to settle
+			defer a.ticket.Release() // shadow: let through with its slot; no tokens to settle
 		} else {
-			ticket.Release() // rollback: the slot was taken for a request that does not run
+			a.ticket.Release() // rollback: the slot was taken for a request that does not run
 		}
-		return h.refuse(w, r, repl, next, &o, d.Reason)
+		return h.refuse(w, r, repl, next, &o, a.d.Reason)
 	}
 
 	o.Decision = response.Allowed
-	out := h.style.Publish(w, placeholders(repl), &o)
-	return h.serveAdmitted(w, r, repl, next, app, d, est, charge, ticket, out)
+	a.out = h.style.Publish(w, placeholders(repl), &o)
+	return h.serveAdmitted(w, r, next, &a)
+}
+
+// admission is what an admitted request holds while the rest of the chain runs and settles
+// when it returns. It lives on the handler's stack: one pointer is passed and deferred instead
+// of a dozen values.
+type admission struct {
+	app    *limiter.App
+	d      limiter.Decision
+	est    cost.Estimate
+	charge int64 // what was taken up front
+	ticket *connlimit.Ticket
+	repl   *caddy.Replacer
+	out    *response.Outcome // the placeholders' record (nil: none)
+
+	tw    *response.TrackedWriter
+	body  *touchingBody // nil: no body to count
+	orig  io.ReadCloser // the request's own body, put back at the end
+	start time.Time     // when the request was admitted, for the adaptive capacity (zero: not timed)
 }
 
 // serveAdmitted runs the rest of the chain for an admitted request and settles afterwards.
@@ -99,63 +119,64 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // unread part of a declared body is refunded, as for every request): the request was admitted
 // and usually reached the backend, and refunding downstream rejections such as a 401 from
 // basic_auth would make brute force free.
-func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, next caddyhttp.Handler,
-	app *limiter.App, d limiter.Decision, est cost.Estimate, charge int64, ticket *connlimit.Ticket,
-	out *response.Outcome,
-) (err error) {
-	tw := response.Track(w, ticket, out)
-	var start time.Time
+func (h *Handler) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, a *admission) (err error) {
+	a.tw = response.Track(w, a.ticket, a.out)
 	if h.throttle != nil {
-		start = time.Now()
-		tw.TimeHeaders(start)
+		a.start = time.Now()
+		a.tw.TimeHeaders(a.start)
 	}
-	var body *touchingBody
-	orig := r.Body
+	a.orig = r.Body
 	// Content-Length 0 (a GET over HTTP/1.1 or 2) has nothing to count; Caddy wraps every
 	// request's body, so NoBody alone would not tell it, and this saves an allocation per GET.
-	if orig != nil && orig != http.NoBody && r.ContentLength != 0 {
+	if a.orig != nil && a.orig != http.NoBody && r.ContentLength != 0 {
 		// Not pooled: a proxy transport may still close the body after the chain returns.
-		body = &touchingBody{ticket: ticket.Handle(), app: app, model: h.model, est: est}
-		body.charged.Store(charge)
-		body.Reset(orig)
-		body.CountObjects(est)
-		r.Body = body
+		a.body = &touchingBody{ticket: a.ticket.Handle(), app: a.app, model: h.model, est: a.est}
+		a.body.charged.Store(a.charge)
+		a.body.Reset(a.orig)
+		a.body.CountObjects(a.est)
+		r.Body = a.body
 	}
-	defer func() {
-		r.Body = orig
-		charged := charge
-		if body != nil {
-			charged = body.settle()
+	defer h.settle(r, a, &err)
+	return next.ServeHTTP(a.tw, r)
+}
+
+// settle ends an admitted request when the rest of the chain has returned (or panicked): it
+// rolls back or settles its cost, records it, and releases its slot and writer. err is the
+// chain's error.
+func (h *Handler) settle(r *http.Request, a *admission, err *error) {
+	r.Body = a.orig
+	tw, app := a.tw, a.app
+	charged := a.charge
+	if a.body != nil {
+		charged = a.body.settle()
+	}
+	status := tw.Status()
+	if status == 0 {
+		status = errorStatus(*err)
+	}
+	if status == http.StatusTooManyRequests && !backendAnswered(a.repl) {
+		app.Settle(a.d, charged, 0) // rejected further down: roll back
+		app.Record(store.ReasonNone, 0)
+	} else {
+		if h.throttle != nil {
+			h.observe(app, tw, a.repl, status, a.start)
 		}
-		status := tw.Status()
-		if status == 0 {
-			status = errorStatus(err)
+		var used cost.Usage
+		if a.body != nil {
+			used = a.body.Usage()
 		}
-		if status == http.StatusTooManyRequests && !backendAnswered(repl) {
-			app.Settle(d, charged, 0) // rejected further down: roll back
-			app.Record(store.ReasonNone, 0)
-		} else {
-			if h.throttle != nil {
-				h.observe(app, tw, repl, status, start)
-			}
-			var used cost.Usage
-			if body != nil {
-				used = body.Usage()
-			}
-			used.ResponseBytes = tw.Written()
-			actual := h.model.Settle(est, used)
-			app.Settle(d, charged, actual)
-			app.Record(store.ReasonNone, actual)
-			if out != nil {
-				out.Cost = actual // {http.rate_limit.cost} in access logs: what the request cost
-			}
+		used.ResponseBytes = tw.Written()
+		actual := h.model.Settle(a.est, used)
+		app.Settle(a.d, charged, actual)
+		app.Record(store.ReasonNone, actual)
+		if a.out != nil {
+			a.out.Cost = actual // {http.rate_limit.cost} in access logs: what the request cost
 		}
-		if !tw.Hijacked() {
-			ticket.Release()
-		}
-		tw.Done()
-	}()
-	return next.ServeHTTP(tw, r)
+	}
+	if !tw.Hijacked() {
+		a.ticket.Release()
+	}
+	tw.Done()
 }
 
 // observe feeds the backend's answer to an admitted request to the adaptive capacity's

@@ -17,8 +17,9 @@ const MaxApps = 10000
 // UnknownApp is the id under which apps past MaxApps are counted.
 const UnknownApp = "*"
 
-// numShards is the number of active-ticket sets; tickets spread over them so that Acquire and
-// Release of different requests rarely share a mutex.
+// numShards is the number of active-ticket sets, a power of two (Acquire masks with it);
+// tickets spread over them so that Acquire and Release of different requests rarely share a
+// mutex.
 const numShards = 64
 
 // counts are one scope's counters (an app, or the cluster). All fields are atomics: the hot
@@ -85,11 +86,15 @@ type appCounts struct {
 	name string
 }
 
-// shard is one set of active tickets: an intrusive doubly linked list under a small mutex.
+// shard is one set of active tickets, an intrusive doubly linked list, and the shard's free
+// tickets, a singly linked list, under one small mutex: taking a ticket and making it findable
+// by the sweep is one critical section, and so is giving it back. The free list holds at most
+// the shard's peak of tickets in flight at once.
 type shard struct {
 	mu   sync.Mutex
-	head *Ticket
-	_    [48]byte // one shard per cache line
+	head *Ticket  // active tickets
+	free *Ticket  // released tickets, linked through next
+	_    [40]byte // one shard per cache line
 }
 
 // Counter counts in-flight requests per app and for one cluster and enforces their limits
@@ -106,9 +111,7 @@ type Counter struct {
 	apps    atomic.Pointer[map[string]*appCounts] // copy-on-write: lock-free reads
 	appsMu  sync.Mutex                            // serialises writers of apps
 
-	shards    [numShards]shard
-	nextShard atomic.Uint32
-	pool      sync.Pool
+	shards [numShards]shard
 
 	keep     atomic.Pointer[func(app string) bool] // KeepApps
 	slots    atomic.Pointer[SlotSource]            // fleet-wide slots (UseSlots); nil: local + reported counts
@@ -135,9 +138,6 @@ func New(cfg Config, clk clock.Clock) *Counter {
 		restate: make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
-	}
-	c.pool.New = func() any {
-		return &Ticket{c: c, shard: &c.shards[c.nextShard.Add(1)%numShards]}
 	}
 	cfg = sanitize(cfg)
 	c.cfg.Store(&cfg)
@@ -197,9 +197,9 @@ func (c *Counter) Acquire(app string, appLimit int64) (*Ticket, store.Reason) {
 	a.raisePeak(na)
 	c.cluster.raiseRecent(nc)
 	a.raiseRecent(na)
-	t := c.pool.Get().(*Ticket)
-	t.activate(a)
-	return t, store.ReasonNone
+	// The shard of the cluster's new count: requests in flight at once took distinct counts, so
+	// they spread over the shards without a shared counter or a random draw.
+	return c.shards[nc&(numShards-1)].activate(c, a), store.ReasonNone
 }
 
 // Limits returns the limit and the fleet-wide current count (local + remote) of app, for the

@@ -12,10 +12,12 @@
 // Store never lets the live instances' holdings add up to more than the limit
 // (docs/design.md, "Connection slots"). Without slots the limits are this instance's.
 //
-// Tickets come from a sync.Pool and are released exactly once: by their holder or, if idle for
-// longer than IdleTimeout, by the leak sweep, which counts them as leaked. Active tickets sit in
-// one of a fixed set of sharded intrusive lists, each under its own small mutex, so the sweep
-// finds them without a global lock on the request path. A pooled Ticket carries a generation;
+// Tickets are released exactly once: by their holder or, if idle for longer than IdleTimeout, by
+// the leak sweep, which counts them as leaked. Active tickets sit in one of a fixed set of
+// sharded intrusive lists, each under its own small mutex, so the sweep finds them without a
+// global lock on the request path; a released ticket goes on its shard's free list under the
+// same mutex, so taking and giving back a ticket is one critical section each. A recycled
+// Ticket carries a generation;
 // a Handle (ticket + generation) can never release a later request's slot, which makes it the
 // right thing to keep where several paths may release (a hijacked connection's Close and the
 // handler's return).

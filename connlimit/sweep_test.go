@@ -116,3 +116,44 @@ func TestSweepForgetsRemovedApps(t *testing.T) {
 		t.Fatalf("after it ended: listed %v, want kept only", l)
 	}
 }
+
+// A swept ticket stays with its holder until the holder's Release: only then does it go back on
+// its shard's free list, so the next request's Acquire cannot be handed a ticket still held.
+func TestSweptTicketRecycledOnRelease(t *testing.T) {
+	c, clk := newTest(t, Config{IdleTimeout: time.Second})
+	leak := mustAcquire(t, c, "a", 0)
+	sh := leak.shard
+	c.Sweep()
+	clk.Advance(2 * time.Second)
+	c.Sweep() // force-releases leak
+	if s := stats(t, c, "a"); s.Leaked != 1 {
+		t.Fatalf("after the sweep %+v, want leaked 1", s)
+	}
+	if onFreeList(sh, leak) {
+		t.Fatal("a swept ticket is on the free list while its holder still has it")
+	}
+	leak.Release()
+	if !onFreeList(sh, leak) {
+		t.Fatal("the holder released a swept ticket, and it is not on its shard's free list")
+	}
+	leak.Release() // a second Release does not put it there twice
+	n := 0
+	for f := sh.free; f != nil; f = f.next {
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("free list of %d tickets, want 1", n)
+	}
+}
+
+// onFreeList reports whether t is on sh's free list.
+func onFreeList(sh *shard, t *Ticket) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for f := sh.free; f != nil; f = f.next {
+		if f == t {
+			return true
+		}
+	}
+	return false
+}

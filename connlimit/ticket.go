@@ -3,16 +3,17 @@ package connlimit
 import "sync/atomic"
 
 // Ticket states, in the low two bits of Ticket.state; the bits above are the generation, which
-// grows by one on every Acquire of the (pooled) Ticket.
+// grows by one on every Acquire of the (recycled) Ticket.
 const (
-	stateFree   = 0 // released (or never used): in the pool or about to be
+	stateFree   = 0 // released (or never used): on its shard's free list or about to be
 	stateActive = 1 // in flight, in its shard's list
 	stateSwept  = 2 // force-released by the sweep; the holder's Release will recycle it
 	stateMask   = 3
 )
 
-// Ticket is one admitted request's in-flight slot. Tickets are pooled, so after Release the
-// holder must drop its pointer, exactly as with a sync.Pool object.
+// Ticket is one admitted request's in-flight slot. Tickets are recycled through their shard's
+// free list, so after Release the holder must drop its pointer, exactly as with a sync.Pool
+// object.
 //
 // Release is exactly-once: the first of Release and the leak sweep to claim the ticket (one
 // atomic compare-and-swap) gives the slot back; every later call is a no-op, as long as the
@@ -38,13 +39,19 @@ type Ticket struct {
 // unseen is Ticket.seen after activity the sweep has not seen yet.
 const unseen = -1
 
-// activate starts a new generation of t for app and makes it findable by the sweep.
-// It is linked before it turns active: the sweep and stale Releases ignore non-active tickets.
-func (t *Ticket) activate(a *appCounts) {
+// activate takes a free ticket of sh (a new one when it has none), starts its next generation
+// for app a and makes it findable by the sweep. It is linked before it turns active: the sweep
+// and stale Releases ignore non-active tickets.
+func (sh *shard) activate(c *Counter, a *appCounts) *Ticket {
+	sh.mu.Lock()
+	t := sh.free
+	if t != nil {
+		sh.free = t.next
+	} else {
+		t = &Ticket{c: c, shard: sh}
+	}
 	gen := t.state.Load()>>2 + 1
 	t.seen.Store(unseen)
-	sh := t.shard
-	sh.mu.Lock()
 	t.app = a
 	t.prev = nil
 	t.next = sh.head
@@ -54,6 +61,15 @@ func (t *Ticket) activate(a *appCounts) {
 	sh.head = t
 	sh.mu.Unlock()
 	t.state.Store(gen<<2 | stateActive)
+	return t
+}
+
+// recycle puts t on its shard's free list; the caller holds shard.mu and t is unlinked.
+func (t *Ticket) recycle() {
+	t.app = nil
+	t.prev = nil
+	t.next = t.shard.free
+	t.shard.free = t
 }
 
 // unlink removes t from its shard's list; the caller holds shard.mu.
@@ -105,15 +121,18 @@ func (t *Ticket) release(gen uint64) {
 			sh.mu.Lock()
 			a := t.app
 			t.unlink()
+			t.recycle()
 			sh.mu.Unlock()
 			a.current.Add(-1)
 			t.c.cluster.current.Add(-1)
-			t.c.pool.Put(t)
 			return
 		case stateSwept:
 			// The sweep already gave the slot back and unlinked t; only recycling is left.
 			if t.state.CompareAndSwap(s, gen<<2|stateFree) {
-				t.c.pool.Put(t)
+				sh := t.shard
+				sh.mu.Lock()
+				t.recycle()
+				sh.mu.Unlock()
 				return
 			}
 		default:
@@ -122,7 +141,7 @@ func (t *Ticket) release(gen uint64) {
 	}
 }
 
-// Handle names one acquisition of a pooled Ticket. It is a small value (no allocation), and
+// Handle names one acquisition of a recycled Ticket. It is a small value (no allocation), and
 // its Release is a no-op once that acquisition has ended, even if the Ticket has since been
 // recycled for another request: the generation it carries no longer matches.
 type Handle struct {

@@ -19,13 +19,16 @@ const (
 	hdrConnRemain  = "X-Connection-Remaining"
 )
 
+// writesHeaders reports whether s's mode gives res any rate-limit header: not without an app
+// (no quota to describe), and by default on rejections only.
+func (s Style) writesHeaders(res *Result) bool {
+	return s.Headers != HeadersOff && res.hasQuota() && (res.retryable() || s.onAdmitted())
+}
+
 // setHeaders writes the rate-limit headers of s's mode for o.
 func (s Style) setHeaders(hdr http.Header, o *Outcome) {
-	if s.Headers == HeadersOff || !o.hasQuota() {
-		return // no app, no quota to describe
-	}
-	if !o.retryable() && !s.onAdmitted() {
-		return // the default: rejections only
+	if !s.writesHeaders(&o.Result) {
+		return
 	}
 	var room [160]byte
 	var f fields

@@ -62,7 +62,9 @@ func (s Style) Publish(w http.ResponseWriter, repl Placeholders, res *Result) *O
 		return nil
 	}
 	o := s.NewOutcome(res)
-	s.setHeaders(w.Header(), o)
+	if s.writesHeaders(res) { // w.Header() passes through every wrapper of the chain
+		s.setHeaders(w.Header(), o)
+	}
 	if repl != nil {
 		if root := publishedOutcome(w); root != nil {
 			o.root = root
