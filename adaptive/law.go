@@ -5,12 +5,34 @@ import (
 	"time"
 )
 
-// Law constants. Beta is the multiplicative decrease, Alpha the additive increase as a share
-// of the current figure, Period the control period.
+// Law constants (docs/adaptive.md).
 const (
-	Beta   = 0.8
-	Alpha  = 0.05
+	// Period is the control period: the law runs once per period on its signals.
 	Period = time.Second
+
+	// HandOut is the share of the learned capacity the fleet hands out to its apps (every
+	// priority, P0 included): below the usage of 0.9 where L1's overload factors begin, with
+	// room for the bursts of leases. The law's estimate of the backend's capacity from what it
+	// served is therefore divided by HandOut to become a learned capacity.
+	HandOut = 0.85
+
+	// Drain is the share of what the backend served in an overloaded period that the fleet
+	// admits after the decrease: below 1, so that the queue the overload built drains.
+	Drain = 0.9
+	// Beta is the least decrease on overload (c × Beta): a decrease also when the served
+	// estimate is above it (a backend slow but not refusing).
+	Beta = 0.95
+	// Floor is the most one decrease cuts (c × Floor): an overloaded period in which the fleet
+	// admitted little (its answers are of requests admitted earlier) says little of what the
+	// backend serves.
+	Floor = 0.25
+
+	// Alpha is the increase step: the k-th increase in a row raises the capacity by k × Alpha
+	// of it (up to MaxStreak × Alpha), so that a long way up takes few periods while the first
+	// steps after a decrease or a hold stay small.
+	Alpha = 0.025
+	// MaxStreak caps the increase at MaxStreak × Alpha of the capacity per period.
+	MaxStreak = 8
 
 	// ThrottleShare: more throttles than this share of a period's answers is overload.
 	ThrottleShare = 0.01
@@ -19,10 +41,10 @@ const (
 	SlowShare = 0.1
 	// DemandShare: the period's admitted cost per second must reach this share of the current
 	// capacity for an increase: a capacity nobody uses is not evidence that the backend
-	// sustains more. The fleet hands a learned capacity out up to 0.85 of it, and what it
-	// admits runs under what it hands out (leases, the lower priorities' overload factors, the
-	// window's edges): measured at 0.77–0.8 of the capacity with every tenant at its share.
-	DemandShare = 0.75
+	// sustains more. The fleet admits about 0.8 of the capacity with every app at its share
+	// (HandOut, less the leases' and the window's edges), and less while the capacity grows
+	// (the demand is the last second's); below both.
+	DemandShare = 0.6
 )
 
 // Bounds are the operator's limits of the learned capacity (cost tokens/s): Min <= Max.
@@ -79,41 +101,80 @@ func Overloaded(s Signals) Cause {
 	return Hold
 }
 
-// Next is the capacity after one control period that ended at capacity c with signals s:
+// Served estimates the cost per second the backend served in the period: the admitted cost
+// per second less the share of the answers that were throttles. Under throttles the backend
+// is saturated and this is its capacity; under latency alone it is what was admitted.
+func Served(s Signals) float64 {
+	if s.Answers <= 0 {
+		return 0
+	}
+	return max(s.Demand, 0) * float64(s.Answers-min(max(s.Throttles, 0), s.Answers)) / float64(s.Answers)
+}
+
+// Next is the capacity after one control period that ended at capacity c with signals s; prev
+// is the previous period's step (its next ÷ its c; 1 when it held or is unknown):
 //
-//	the period follows a decrease        → c
-//	overloaded (Overloaded)              → max(Min, c × Beta)
-//	else demand >= DemandShare × c       → min(Max, c + Alpha × c)
-//	else                                 → c
+//	prev < 1 (the period follows a decrease)  → c
+//	overloaded (Overloaded)                   → max(Min, c × Floor, min(c × Beta, Drain × Served / HandOut))
+//	else demand >= DemandShare × c            → min(Max, c × (1 + k × Alpha)), k the increases in a row
+//	else                                      → c
 //
-// always within [Min, Max] (a c outside is brought inside first). It never lowers the capacity
-// without an overload signal: no probing dips. The period after a decrease holds: its answers
-// are still those of requests admitted at the higher figure (and of the backend's queue they
-// built), and a second decrease on them would undershoot.
-func Next(b Bounds, c float64, s Signals, afterDecrease bool) (float64, Cause) {
+// always within [Min, Max] (a c outside is brought inside first). On overload the capacity
+// goes where the fleet admits Drain of what the backend served, in one step, rather than
+// halving its way down while the queue drains. It never lowers the capacity without an
+// overload signal: no probing dips. The period after a decrease holds: its answers are still
+// those of requests admitted at the higher figure (and of the backend's queue they built).
+func Next(b Bounds, c float64, s Signals, prev float64) (float64, Cause) {
 	c = min(max(c, b.Min), b.Max)
-	if afterDecrease {
+	if prev < 1 {
 		return c, Hold
 	}
 	if cause := Overloaded(s); cause != Hold {
-		return max(b.Min, c*Beta), cause
+		return max(b.Min, c*Floor, min(c*Beta, Drain*Served(s)/HandOut)), cause
 	}
 	if s.Answers > 0 && s.Demand >= DemandShare*c && c < b.Max {
-		return min(b.Max, c+Alpha*c), Increase
+		return min(b.Max, c*(1+float64(Streak(prev)+1)*Alpha)), Increase
 	}
 	return c, Hold
 }
 
-// FollowPeriods is how many control periods the law takes, from capacity c, to come within
-// one step of a backend that sustains real (throttling above it, healthy with demand below):
-// n = ceil(log_{1/Beta}(c / real)) decreases, each but the last followed by a held period,
-// down; ceil(log_{1+Alpha}(real × Beta / c)) up; 0 when c is there.
-func FollowPeriods(c, real float64) int {
-	switch {
-	case c > real:
-		return 2*int(math.Ceil(math.Log(c/real)/math.Log(1/Beta))) - 1
-	case c < real*Beta:
-		return int(math.Ceil(math.Log(real*Beta/c) / math.Log(1+Alpha)))
+// Streak is how many increases in a row the previous period's step prev ends (0 for a hold or
+// a decrease; an increase clipped at Max counts as at least one), at most MaxStreak − 1 so
+// that the next step is at most MaxStreak × Alpha.
+func Streak(prev float64) int {
+	if !(prev > 1) {
+		return 0
 	}
-	return 0
+	k := int(math.Floor((prev-1)/Alpha + 0.5))
+	return min(max(k, 1), MaxStreak-1)
+}
+
+// Band is where the law keeps the capacity around a backend that sustains real, once it has
+// followed it: from the decrease's landing point (the fleet admitting Drain × real) to one
+// increase of the longest streak above the highest figure that still looks healthy (throttles
+// up to ThrottleShare of the answers are not overload).
+func Band(real float64) (lo, hi float64) {
+	return Drain * real / HandOut, real / (1 - ThrottleShare) / HandOut * (1 + MaxStreak*Alpha)
+}
+
+// FollowPeriods is how many control periods the law takes, from capacity c, to come within
+// Band(real) of a backend that sustains real (the fleet admitting HandOut of the capacity; the
+// backend throttling what it cannot serve, healthy below): down, one decrease (more, each
+// after a held period, while one decrease by Beta or Floor is not enough); up, the increases
+// in a row (k × Alpha each) until c reaches the band.
+func FollowPeriods(c, real float64) int {
+	lo, hi := Band(real)
+	n := 0
+	for c > hi {
+		c = max(c*Floor, min(c*Beta, lo))
+		n += 2
+	}
+	if n > 0 {
+		return n - 1 // no held period after the last decrease
+	}
+	for c < lo {
+		n++
+		c *= 1 + float64(min(n, MaxStreak))*Alpha
+	}
+	return n
 }

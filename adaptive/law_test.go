@@ -24,13 +24,18 @@ func genSignals(t *rapid.T, label string) Signals {
 	}
 }
 
+// genPrev draws the previous period's step: a decrease, a hold or an increase of a streak.
+func genPrev(t *rapid.T, label string) float64 {
+	return rapid.SampledFrom([]float64{1, Beta, Floor, 0.5, 1 + Alpha, 1 + 2*Alpha, 1 + MaxStreak*Alpha, 1.01}).Draw(t, label)
+}
+
 // The learned capacity never leaves [Min, Max], whatever it starts from and whatever the signals.
 func TestPropBounds(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(0, 1e9).Draw(t, "start")
 		for i := range rapid.IntRange(1, 50).Draw(t, "periods") {
-			c, _ = Next(b, c, genSignals(t, "s"+string(rune('a'+i%26))), rapid.Bool().Draw(t, "after decrease"))
+			c, _ = Next(b, c, genSignals(t, "s"+string(rune('a'+i%26))), genPrev(t, "prev"))
 			if c < b.Min || c > b.Max || math.IsNaN(c) {
 				t.Fatalf("capacity %v outside [%v, %v]", c, b.Min, b.Max)
 			}
@@ -45,33 +50,38 @@ func TestPropMonotone(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
+		prev := genPrev(t, "prev")
 		worse := s
 		worse.Throttles = rapid.Int64Range(s.Throttles, s.Answers).Draw(t, "more throttles")
 		worse.Slow = rapid.Int64Range(s.Slow, s.Answers).Draw(t, "more slow")
 		more := s
 		more.Demand = s.Demand + rapid.Float64Range(0, 1e9).Draw(t, "more demand")
-		base, _ := Next(b, c, s, false)
-		if w, _ := Next(b, c, worse, false); w > base {
+		base, _ := Next(b, c, s, prev)
+		if w, _ := Next(b, c, worse, prev); w > base {
 			t.Fatalf("worse signals %+v gave %v, above %v for %+v", worse, w, base, s)
 		}
-		if m, _ := Next(b, c, more, false); m < base {
+		if m, _ := Next(b, c, more, prev); m < base {
 			t.Fatalf("more demand %+v gave %v, below %v for %+v", more, m, base, s)
 		}
 	})
 }
 
-// No probing dips: without an overload signal the capacity never goes down.
+// No probing dips: without an overload signal the capacity never goes down; with one it never
+// goes up, and one decrease cuts at most to Floor of the capacity.
 func TestPropNoDipWithoutOverload(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		next, cause := Next(b, c, s, rapid.Bool().Draw(t, "after decrease"))
+		next, cause := Next(b, c, s, genPrev(t, "prev"))
 		if Overloaded(s) == Hold && next < c {
 			t.Fatalf("healthy signals %+v lowered %v to %v (%v)", s, c, next, cause)
 		}
 		if Overloaded(s) != Hold && next > c {
 			t.Fatalf("overload %+v raised %v to %v", s, c, next)
+		}
+		if next < c*Floor*(1-1e-12) {
+			t.Fatalf("one period cut %v to %v, below Floor", c, next)
 		}
 	})
 }
@@ -84,12 +94,12 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1+Alpha))) + 2
+		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1/Beta))) + 2
 		dir := 0.0
-		after := false
+		prev := 1.0
 		for i := range sweep + 10 {
-			next, _ := Next(b, c, s, after)
-			after = next < c
+			next, _ := Next(b, c, s, prev)
+			prev = next / c
 			if d := next - c; d != 0 {
 				if dir != 0 && math.Signbit(d) != math.Signbit(dir) {
 					t.Fatalf("period %d: direction changed under steady signals %+v", i, s)
@@ -104,39 +114,82 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 	})
 }
 
-// A backend whose capacity steps (halved, doubled) is followed: throttling above its
-// capacity, healthy with demand below it, the learned figure comes within
-// [Beta × real, real × (1 + Alpha)] in at most FollowPeriods(from, real) periods and stays
-// there (the oscillation of a sawtooth around a fixed capacity is bounded by one step each
-// way).
+// backendPeriod is the period's signals from a model backend that serves real cost/s under a
+// fleet admitting HandOut of capacity c (requests of cost 1, demand above it): what it cannot
+// serve it throttles.
+func backendPeriod(c, real float64) Signals {
+	admitted := math.Round(HandOut * c)
+	s := Signals{Answers: int64(admitted), Demand: admitted}
+	if admitted > real {
+		s.Throttles = int64(admitted - math.Round(real))
+	}
+	return s
+}
+
+// A backend whose capacity steps (halved, doubled) is followed: the learned figure comes
+// within Band(real) in at most FollowPeriods(from, real) periods and stays there (the sawtooth
+// of probing around a fixed capacity is bounded by the band).
 func TestPropStepFollowed(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		b := genBounds(t)
+		lo := rapid.Float64Range(100, 1e6).Draw(t, "min")
+		b := Bounds{Min: lo, Max: lo * rapid.Float64Range(1, 100).Draw(t, "span")}
 		real := rapid.Float64Range(b.Min, b.Max).Draw(t, "real")
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "start")
 		n := FollowPeriods(c, real)
-		after := false
+		bandLo, bandHi := Band(real)
+		bandLo, bandHi = min(max(bandLo, b.Min), b.Max), min(max(bandHi, b.Min), b.Max)
+		prev := 1.0
 		for i := range n + 50 {
-			s := Signals{Answers: 1000, Demand: 2 * b.Max}
-			if c > real {
-				s.Throttles = 100
-			}
-			next, _ := Next(b, c, s, after)
-			after, c = next < c, next
-			if i+1 >= n && (c < math.Max(b.Min, Beta*real)*(1-1e-9) || c > real*(1+Alpha)*(1+1e-9)) {
-				t.Fatalf("period %d (follow bound %d): capacity %v, real %v", i+1, n, c, real)
+			next, _ := Next(b, c, backendPeriod(c, real), prev)
+			prev, c = next/c, next
+			// one request of rounding in the model's counts
+			if i+1 >= n && (c < bandLo*(1-1e-9)-2/HandOut || c > bandHi*(1+1e-9)+2/HandOut) {
+				t.Fatalf("period %d (follow bound %d): capacity %v, real %v, band [%v, %v]", i+1, n, c, real, bandLo, bandHi)
 			}
 		}
 	})
 }
 
-// FollowPeriods states the step response: 7 periods for a halving, 10 for a doubling (to 80 %).
+// FollowPeriods states the step response from a capacity that hands out what the backend
+// sustained: one period for a halving, 7 for a doubling.
 func TestFollowPeriodsStated(t *testing.T) {
-	if n := FollowPeriods(1000, 500); n != 7 {
-		t.Errorf("halving followed in %d periods, want 7", n)
+	if n := FollowPeriods(1000, HandOut*1000/2); n != 1 {
+		t.Errorf("halving followed in %d periods, want 1", n)
 	}
-	if n := FollowPeriods(1000, 2000); n != 10 {
-		t.Errorf("doubling followed in %d periods, want 10", n)
+	if n := FollowPeriods(1000, HandOut*1000*2); n != 7 {
+		t.Errorf("doubling followed in %d periods, want 7", n)
+	}
+}
+
+// On overload the capacity goes, in one step, to where the fleet admits Drain of what the
+// backend served; increases in a row grow by Alpha each, and a hold or a decrease starts the
+// streak again.
+func TestNextSteps(t *testing.T) {
+	b := Bounds{Min: 10, Max: 10000}
+	// 850 admitted, 400 of them throttled: 450 served
+	s := Signals{Answers: 850, Throttles: 400, Demand: 850}
+	if got, cause := Next(b, 1000, s, 1); cause != Throttled || math.Abs(got*HandOut-Drain*450) > 1e-9 {
+		t.Errorf("throttled: %v (%v), want the fleet to admit %v", got, cause, Drain*450)
+	}
+	if got, _ := Next(b, 1000, s, Beta); got != 1000 {
+		t.Errorf("after a decrease: %v, want a held period", got)
+	}
+	healthy := Signals{Answers: 800, Demand: 800}
+	c, prev := 1000.0, 1.0
+	for k := 1; k <= MaxStreak+2; k++ {
+		next, cause := Next(b, c, healthy, prev)
+		want := c * (1 + float64(min(k, MaxStreak))*Alpha)
+		if cause != Increase || math.Abs(next-want) > 1e-9*want {
+			t.Fatalf("increase %d: %v → %v (%v), want %v", k, c, next, cause, want)
+		}
+		healthy.Demand = HandOut * next
+		prev, c = next/c, next
+	}
+	if next, _ := Next(b, c, Signals{Answers: 10, Demand: 0}, prev); next != c {
+		t.Fatalf("no demand: %v → %v, want a hold", c, next)
+	}
+	if next, _ := Next(b, c, healthy, 1); next != c*(1+Alpha) {
+		t.Fatalf("after a hold: %v → %v, want the first step of a streak", c, next)
 	}
 }
 

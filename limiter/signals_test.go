@@ -88,29 +88,29 @@ func TestCapacityEpisodeLoggedOnce(t *testing.T) {
 		t.Fatalf("before the first report: %v %s", capacity, source)
 	}
 	period(false) // the first report starts the controller; no demand: hold
-	for range 5 { // three decreases, each but the last followed by a held period
+	// Nothing admitted, so nothing served: each decrease cuts by the most one period allows
+	// (adaptive.Floor), down to min; each but the last followed by a held period.
+	for range 4 {
 		period(true)
 	}
-	if capacity, source := l.Capacity(); capacity != 10000*0.8*0.8*0.8 || source != store.CapacityAdaptive {
-		t.Fatalf("after five throttling periods: %v %s", capacity, source)
+	if capacity, source := l.Capacity(); capacity != 1000 || source != store.CapacityAdaptive {
+		t.Fatalf("after four throttling periods: %v %s", capacity, source)
 	}
 	ch := l.CapacityChanges()
-	if len(ch) != 3 || ch[0].Cause != "throttles" || ch[0].To != 5120 || ch[2].From != 10000 {
+	if len(ch) != 2 || ch[0].Cause != "throttles" || ch[0].To != 1000 || ch[1].From != 10000 || ch[1].To != 2500 {
 		t.Fatalf("changes %+v", ch)
 	}
 	if n := logs.FilterMessageSnippet("lowering the learned capacity").Len(); n != 1 {
 		t.Fatalf("episode start logged %d times, want once", n)
 	}
 	// demand comes back and the backend is healthy: one increase ends the episode
-	for range 2 { // the period after the last decrease holds; then demand raises it
-		admit(a, 5000)
-		period(false)
-	}
-	if capacity, _ := l.Capacity(); capacity != 5120*1.05 {
+	admit(a, 5000)
+	period(false)
+	if capacity, _ := l.Capacity(); capacity != 1000*(1+adaptive.Alpha) {
 		t.Fatalf("after demand: capacity %v, want one increase", capacity)
 	}
 	rec := logs.FilterMessageSnippet("raising the learned capacity").All()
-	if len(rec) != 1 || rec[0].ContextMap()["decreases"] != int64(3) || rec[0].ContextMap()["lowest"] != 5120.0 {
+	if len(rec) != 1 || rec[0].ContextMap()["decreases"] != int64(2) || rec[0].ContextMap()["lowest"] != 1000.0 {
 		t.Fatalf("recovery logged %d times: %+v", len(rec), rec)
 	}
 }

@@ -40,11 +40,13 @@ func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, windo
 		k.period.Add(sig)
 	}
 	if now-k.start >= adaptive.Period.Microseconds() {
-		ch := k.last.LastChange
-		afterDecrease := ch.To < ch.From && ch.At.UnixMicro() == k.start
+		prev := 1.0 // the previous period's step: the last change when it ended that period
+		if ch := k.last.LastChange; ch.At.UnixMicro() == k.start && ch.From > 0 {
+			prev = ch.To / ch.From
+		}
 		next, cause := adaptive.Next(b, k.capacity, adaptive.Signals{
 			Answers: k.period.Answers, Throttles: k.period.Throttles, Slow: k.period.Slow, Demand: window,
-		}, afterDecrease)
+		}, prev)
 		k.last.Period, k.last.PeriodCost = k.period, window
 		if next != k.capacity {
 			k.last.LastChange = store.CapacityChange{At: time.UnixMicro(now), From: k.capacity, To: next, Cause: cause.String()}

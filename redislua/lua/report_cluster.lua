@@ -29,23 +29,35 @@ for i = 18, 36 do
   sig[#sig + 1] = tonumber(ARGV[i]) or 0
 end
 
--- The control law of the adaptive capacity, as package adaptive states it (law.go): a
--- decrease by 0.8 on throttles above 1 % of the period's answers or slow answers above 10 %
--- (p90 over the target), else an increase by 5 % when the demand reaches 0.75 of the capacity,
--- else hold; within [mn, mx]. The period right after a decrease holds.
-local function law(c, mn, mx, answers, throttles, slow, demand, after_decrease)
+-- The control law of the adaptive capacity, as package adaptive states it (law.go). prev is
+-- the previous period's step (its next / its c; 1 when it held): after a decrease, hold; on
+-- throttles above 1 % of the period's answers or slow answers above 10 % (p90 over the
+-- target), a decrease to where the fleet admits 0.9 of what the backend served (the demand
+-- less the throttled share, over the hand-out 0.85), by at least 0.95 and at most 0.25 of c;
+-- else, with the demand at
+-- 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <= 8); else hold; within
+-- [mn, mx].
+local function law(c, mn, mx, answers, throttles, slow, demand, prev)
   c = math.min(math.max(c, mn), mx)
-  if after_decrease then
+  if prev < 1 then
     return c, 'hold'
   end
+  local cause = nil
   if answers > 0 and throttles > 0.01 * answers then
-    return math.max(mn, c * 0.8), 'throttles'
+    cause = 'throttles'
+  elseif answers > 0 and slow > 0.1 * answers then
+    cause = 'latency'
   end
-  if answers > 0 and slow > 0.1 * answers then
-    return math.max(mn, c * 0.8), 'latency'
+  if cause then
+    local served = math.max(demand, 0) * (answers - math.min(math.max(throttles, 0), answers)) / answers
+    return math.max(mn, c * 0.25, math.min(c * 0.95, 0.9 * served / 0.85)), cause
   end
-  if answers > 0 and demand >= 0.75 * c and c < mx then
-    return math.min(mx, c + 0.05 * c), 'demand'
+  if answers > 0 and demand >= 0.6 * c and c < mx then
+    local k = 0
+    if prev > 1 then
+      k = math.min(math.max(math.floor((prev - 1) / 0.025 + 0.5), 1), 7)
+    end
+    return math.min(mx, c * (1 + (k + 1) * 0.025)), 'demand'
   end
   return c, 'hold'
 end
@@ -210,8 +222,11 @@ if capacity > 0 then
       for x in string.gmatch(last_change, '%S+') do
         ch[#ch + 1] = x
       end
-      local after_decrease = #ch == 4 and tonumber(ch[1]) == start and tonumber(ch[3]) < tonumber(ch[2])
-      local next_c, cause = law(c, a_min, a_max, p[1], p[2], p[3], window, after_decrease)
+      local prev = 1
+      if #ch == 4 and tonumber(ch[1]) == start and tonumber(ch[2]) > 0 then
+        prev = tonumber(ch[3]) / tonumber(ch[2])
+      end
+      local next_c, cause = law(c, a_min, a_max, p[1], p[2], p[3], window, prev)
       local lp = { p[1], p[2], p[3], window }
       for i = 4, 19 do
         lp[#lp + 1] = p[i]
