@@ -56,8 +56,10 @@ func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, windo
 	return k.capacity, store.CapacityAdaptive
 }
 
-// overloaded reports whether the last control period showed the backend overloaded.
-func (k *memController) overloaded() bool {
+// refusing reports whether the last control period showed the backend refusing work
+// (throttles above adaptive.ThrottleShare of its answers): what lets usage at the threshold
+// enter the automatic emergency under a learned capacity.
+func (k *memController) refusing() bool {
 	p := k.last.Period
-	return adaptive.Overloaded(adaptive.Signals{Answers: p.Answers, Throttles: p.Throttles, Slow: p.Slow}) != adaptive.Hold
+	return adaptive.Overloaded(adaptive.Signals{Answers: p.Answers, Throttles: p.Throttles, Slow: p.Slow}) == adaptive.Throttled
 }

@@ -263,14 +263,16 @@ func ring(slot int64) int64 { return slot % usageSlots }
 // and stayed there (any report with u >= thr - 0.1 restarts the count). On leaving, the reason
 // is cleared.
 //
-// Under a learned capacity (overloaded is then whether the last control period showed the
-// backend overloaded) a usage at the threshold enters it only with an overloaded backend: a
-// fleet using the whole capacity it learned is where it should be, and a burst of borrowing
-// alone is not an emergency.
-func (l *memLedger) updateEmergency(u, thr float64, now int64, overloaded bool) {
+// Under a learned capacity (refusing is then whether the last control period showed the
+// backend refusing work with throttles) a usage at the threshold enters it only with a
+// refusing backend: a fleet using the whole capacity it learned is where it should be, a
+// burst of borrowing alone is not an emergency, and a backend that is only slow is answered by
+// the decrease of the capacity (which itself leaves usage near 0.94: adaptive.Drain over
+// adaptive.HandOut).
+func (l *memLedger) updateEmergency(u, thr float64, now int64, refusing bool) {
 	const calm = 10 * 1e6 // µs
 	switch {
-	case u >= thr && overloaded:
+	case u >= thr && refusing:
 		l.emergency, l.reason, l.calmSince = true, "auto", 0
 	case l.emergency && l.reason == "auto":
 		switch {

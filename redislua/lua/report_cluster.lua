@@ -257,14 +257,14 @@ if capacity > 0 then
   redis.call('HSET', KEYS[1], unpack(fields))
 
   -- 5. emergency: entered at the threshold, left after 10 s below threshold − 0.1. Under a
-  -- learned capacity, entered only when the last control period showed the backend
-  -- overloaded (memLedger.updateEmergency).
-  local overloaded = true
+  -- learned capacity, entered only when the last control period showed the backend refusing
+  -- work, throttles above 1 % of its answers (memLedger.updateEmergency).
+  local refusing = true
   if a_max > 0 then
     local lp = numbers(last_period, 3)
-    overloaded = lp[1] > 0 and (lp[2] > 0.01 * lp[1] or lp[3] > 0.1 * lp[1])
+    refusing = lp[1] > 0 and lp[2] > 0.01 * lp[1]
   end
-  if u >= thr and overloaded then
+  if u >= thr and refusing then
     emergency = 1
     reason = 'auto'
     calm_since = 0

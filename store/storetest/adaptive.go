@@ -193,17 +193,26 @@ func adaptiveResumesFromFigureInForce(e *env) {
 }
 
 // Under a learned capacity, usage at the threshold enters the automatic emergency only when
-// the last control period showed the backend overloaded.
+// the last control period showed the backend refusing work (throttles); a slow backend lowers
+// the capacity only.
 func adaptiveEmergencyNeedsOverload(e *env) {
 	e.withAdaptive()
 	if st := e.signal(0, 980, answers(100, 0, 0)); st.Emergency {
 		e.t.Fatalf("usage %v with a healthy backend: emergency", st.Usage)
 	}
-	e.signal(0, 0, answers(100, 5, 0))
+	e.signal(0, 0, answers(100, 0, 50))
+	e.advance(time.Second)
+	if st := e.signal(0, 980, store.Signals{}); st.Emergency || st.Capacity != 1000*adaptive.Beta || st.Usage < 0.95 {
+		e.t.Fatalf("usage %v after a slow period: emergency %v, capacity %v; want no emergency at 950",
+			st.Usage, st.Emergency, st.Capacity)
+	}
+	e.advance(time.Second) // the period after the decrease holds
+	e.signal(0, 0, store.Signals{})
+	e.signal(0, 1500, answers(100, 5, 0))
 	e.advance(time.Second)
 	st := e.signal(0, 980, store.Signals{})
-	if !st.Emergency || st.EmergencySource != store.EmergencySourceAuto || st.Capacity != 1000*adaptive.Beta {
-		e.t.Fatalf("usage %v after a throttling period: emergency %v (%s), capacity %v; want the automatic emergency at 950",
+	if !st.Emergency || st.EmergencySource != store.EmergencySourceAuto || st.Capacity != 1000*adaptive.Beta*adaptive.Beta {
+		e.t.Fatalf("usage %v after a throttling period: emergency %v (%s), capacity %v; want the automatic emergency at 902.5",
 			st.Usage, st.Emergency, st.EmergencySource, st.Capacity)
 	}
 }
