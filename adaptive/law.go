@@ -39,6 +39,9 @@ const (
 	// SlowShare: more answers slower than the latency target than this share means the
 	// period's p90 is above the target (the p90 is the latency 90 % of answers stay under).
 	SlowShare = 0.1
+	// WarmShare: more slow answers than this share, though not overload, hold the capacity:
+	// the backend's queue is forming, and an increase would overshoot.
+	WarmShare = 0.05
 	// DemandShare: the period's admitted cost per second must reach this share of the current
 	// capacity for an increase: a capacity nobody uses is not evidence that the backend
 	// sustains more. The fleet admits about 0.8 of the capacity with every app at its share
@@ -111,31 +114,48 @@ func Served(s Signals) float64 {
 	return max(s.Demand, 0) * float64(s.Answers-min(max(s.Throttles, 0), s.Answers)) / float64(s.Answers)
 }
 
-// Next is the capacity after one control period that ended at capacity c with signals s; prev
-// is the previous period's step (its next ÷ its c; 1 when it held or is unknown):
+// Next is the capacity after one control period that ended at capacity c with signals s;
+// prev is the previous period's step (its next ÷ its c; 1 when it held or is unknown) and
+// ceiling the capacity that handed out what the backend served at the last decrease (0: none).
+// It returns the next capacity, the next ceiling and why:
 //
 //	prev < 1 (the period follows a decrease)  → c
-//	overloaded (Overloaded)                   → max(Min, c × Floor, min(c × Beta, Drain × Served / HandOut))
-//	else demand >= DemandShare × c            → min(Max, c × (1 + k × Alpha)), k the increases in a row
+//	overloaded (Overloaded)                   → max(Min, c × Floor, min(c × Beta, Drain × Served / HandOut));
+//	                                            the ceiling becomes Served / HandOut
+//	slow answers above WarmShare              → c
+//	else demand >= DemandShare × c            → c × (1 + k × Alpha), k the increases in a row,
+//	                                            but not past the ceiling from below (k starts
+//	                                            again at it)
 //	else                                      → c
 //
 // always within [Min, Max] (a c outside is brought inside first). On overload the capacity
-// goes where the fleet admits Drain of what the backend served, in one step, rather than
-// halving its way down while the queue drains. It never lowers the capacity without an
-// overload signal: no probing dips. The period after a decrease holds: its answers are still
-// those of requests admitted at the higher figure (and of the backend's queue they built).
-func Next(b Bounds, c float64, s Signals, prev float64) (float64, Cause) {
+// goes where the fleet admits Drain of what the backend served, in one step, so that the queue
+// drains, and comes back to the ceiling, where the fleet admits what the backend served, with
+// the next increases; above it the probing starts again from one step of Alpha. It never
+// lowers the capacity without an overload signal: no probing dips. The period after a
+// decrease holds: its answers are still those of requests admitted at the higher figure (and
+// of the backend's queue they built).
+func Next(b Bounds, c float64, s Signals, prev, ceiling float64) (float64, float64, Cause) {
 	c = min(max(c, b.Min), b.Max)
 	if prev < 1 {
-		return c, Hold
+		return c, ceiling, Hold
 	}
 	if cause := Overloaded(s); cause != Hold {
-		return max(b.Min, c*Floor, min(c*Beta, Drain*Served(s)/HandOut)), cause
+		served := Served(s) / HandOut
+		return max(b.Min, c*Floor, min(c*Beta, Drain*served)), served, cause
 	}
-	if s.Answers > 0 && s.Demand >= DemandShare*c && c < b.Max {
-		return min(b.Max, c*(1+float64(Streak(prev)+1)*Alpha)), Increase
+	if float64(s.Slow) > WarmShare*float64(s.Answers) || s.Answers <= 0 || s.Demand < DemandShare*c || c >= b.Max {
+		return c, ceiling, Hold
 	}
-	return c, Hold
+	k := Streak(prev)
+	if c == ceiling {
+		k = 0 // at the ceiling the probing starts again from one step
+	}
+	next := c * (1 + float64(k+1)*Alpha)
+	if c < ceiling {
+		next = min(next, ceiling)
+	}
+	return min(b.Max, next), ceiling, Increase
 }
 
 // Streak is how many increases in a row the previous period's step prev ends (0 for a hold or

@@ -24,6 +24,14 @@ func genSignals(t *rapid.T, label string) Signals {
 	}
 }
 
+// genCeiling draws the ceiling of the last decrease: none, or one within or around the bounds.
+func genCeiling(t *rapid.T, b Bounds) float64 {
+	if rapid.Bool().Draw(t, "no ceiling") {
+		return 0
+	}
+	return rapid.Float64Range(b.Min/2, b.Max*2).Draw(t, "ceiling")
+}
+
 // genPrev draws the previous period's step: a decrease, a hold or an increase of a streak.
 func genPrev(t *rapid.T, label string) float64 {
 	return rapid.SampledFrom([]float64{1, Beta, Floor, 0.5, 1 + Alpha, 1 + 2*Alpha, 1 + MaxStreak*Alpha, 1.01}).Draw(t, label)
@@ -35,7 +43,7 @@ func TestPropBounds(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(0, 1e9).Draw(t, "start")
 		for i := range rapid.IntRange(1, 50).Draw(t, "periods") {
-			c, _ = Next(b, c, genSignals(t, "s"+string(rune('a'+i%26))), genPrev(t, "prev"))
+			c, _, _ = Next(b, c, genSignals(t, "s"+string(rune('a'+i%26))), genPrev(t, "prev"), genCeiling(t, b))
 			if c < b.Min || c > b.Max || math.IsNaN(c) {
 				t.Fatalf("capacity %v outside [%v, %v]", c, b.Min, b.Max)
 			}
@@ -50,17 +58,17 @@ func TestPropMonotone(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		prev := genPrev(t, "prev")
+		prev, ceiling := genPrev(t, "prev"), genCeiling(t, b)
 		worse := s
 		worse.Throttles = rapid.Int64Range(s.Throttles, s.Answers).Draw(t, "more throttles")
 		worse.Slow = rapid.Int64Range(s.Slow, s.Answers).Draw(t, "more slow")
 		more := s
 		more.Demand = s.Demand + rapid.Float64Range(0, 1e9).Draw(t, "more demand")
-		base, _ := Next(b, c, s, prev)
-		if w, _ := Next(b, c, worse, prev); w > base {
+		base, _, _ := Next(b, c, s, prev, ceiling)
+		if w, _, _ := Next(b, c, worse, prev, ceiling); w > base {
 			t.Fatalf("worse signals %+v gave %v, above %v for %+v", worse, w, base, s)
 		}
-		if m, _ := Next(b, c, more, prev); m < base {
+		if m, _, _ := Next(b, c, more, prev, ceiling); m < base {
 			t.Fatalf("more demand %+v gave %v, below %v for %+v", more, m, base, s)
 		}
 	})
@@ -73,7 +81,7 @@ func TestPropNoDipWithoutOverload(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		next, cause := Next(b, c, s, genPrev(t, "prev"))
+		next, _, cause := Next(b, c, s, genPrev(t, "prev"), genCeiling(t, b))
 		if Overloaded(s) == Hold && next < c {
 			t.Fatalf("healthy signals %+v lowered %v to %v (%v)", s, c, next, cause)
 		}
@@ -96,10 +104,10 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 		s := genSignals(t, "s")
 		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1/Beta))) + 2
 		dir := 0.0
-		prev := 1.0
+		prev, ceiling := 1.0, genCeiling(t, b)
 		for i := range sweep + 10 {
-			next, _ := Next(b, c, s, prev)
-			prev = next / c
+			next, nextCeiling, _ := Next(b, c, s, prev, ceiling)
+			prev, ceiling = next/c, nextCeiling
 			if d := next - c; d != 0 {
 				if dir != 0 && math.Signbit(d) != math.Signbit(dir) {
 					t.Fatalf("period %d: direction changed under steady signals %+v", i, s)
@@ -138,10 +146,10 @@ func TestPropStepFollowed(t *testing.T) {
 		n := FollowPeriods(c, real)
 		bandLo, bandHi := Band(real)
 		bandLo, bandHi = min(max(bandLo, b.Min), b.Max), min(max(bandHi, b.Min), b.Max)
-		prev := 1.0
+		prev, ceiling := 1.0, 0.0
 		for i := range n + 50 {
-			next, _ := Next(b, c, backendPeriod(c, real), prev)
-			prev, c = next/c, next
+			next, nextCeiling, _ := Next(b, c, backendPeriod(c, real), prev, ceiling)
+			prev, c, ceiling = next/c, next, nextCeiling
 			// one request of rounding in the model's counts
 			if i+1 >= n && (c < bandLo*(1-1e-9)-2/HandOut || c > bandHi*(1+1e-9)+2/HandOut) {
 				t.Fatalf("period %d (follow bound %d): capacity %v, real %v, band [%v, %v]", i+1, n, c, real, bandLo, bandHi)
@@ -162,22 +170,24 @@ func TestFollowPeriodsStated(t *testing.T) {
 }
 
 // On overload the capacity goes, in one step, to where the fleet admits Drain of what the
-// backend served; increases in a row grow by Alpha each, and a hold or a decrease starts the
-// streak again.
+// backend served, and that figure over HandOut becomes the ceiling; increases in a row grow
+// by Alpha each, stop at the ceiling from below and start again from one step at it; a hold
+// or a decrease starts the streak again; slow answers above WarmShare hold.
 func TestNextSteps(t *testing.T) {
 	b := Bounds{Min: 10, Max: 10000}
 	// 850 admitted, 400 of them throttled: 450 served
 	s := Signals{Answers: 850, Throttles: 400, Demand: 850}
-	if got, cause := Next(b, 1000, s, 1); cause != Throttled || math.Abs(got*HandOut-Drain*450) > 1e-9 {
-		t.Errorf("throttled: %v (%v), want the fleet to admit %v", got, cause, Drain*450)
+	got, ceiling, cause := Next(b, 1000, s, 1, 0)
+	if cause != Throttled || math.Abs(got*HandOut-Drain*450) > 1e-9 || math.Abs(ceiling*HandOut-450) > 1e-9 {
+		t.Errorf("throttled: %v, ceiling %v (%v); want the fleet to admit %v, the ceiling to hand out 450", got, ceiling, cause, Drain*450)
 	}
-	if got, _ := Next(b, 1000, s, Beta); got != 1000 {
+	if got, _, _ := Next(b, 1000, s, Beta, 0); got != 1000 {
 		t.Errorf("after a decrease: %v, want a held period", got)
 	}
 	healthy := Signals{Answers: 800, Demand: 800}
 	c, prev := 1000.0, 1.0
 	for k := 1; k <= MaxStreak+2; k++ {
-		next, cause := Next(b, c, healthy, prev)
+		next, _, cause := Next(b, c, healthy, prev, 0)
 		want := c * (1 + float64(min(k, MaxStreak))*Alpha)
 		if cause != Increase || math.Abs(next-want) > 1e-9*want {
 			t.Fatalf("increase %d: %v → %v (%v), want %v", k, c, next, cause, want)
@@ -185,11 +195,24 @@ func TestNextSteps(t *testing.T) {
 		healthy.Demand = HandOut * next
 		prev, c = next/c, next
 	}
-	if next, _ := Next(b, c, Signals{Answers: 10, Demand: 0}, prev); next != c {
+	if next, _, _ := Next(b, c, Signals{Answers: 10, Demand: 0}, prev, 0); next != c {
 		t.Fatalf("no demand: %v → %v, want a hold", c, next)
 	}
-	if next, _ := Next(b, c, healthy, 1); next != c*(1+Alpha) {
+	if next, _, _ := Next(b, c, healthy, 1, 0); next != c*(1+Alpha) {
 		t.Fatalf("after a hold: %v → %v, want the first step of a streak", c, next)
+	}
+	warm := healthy
+	warm.Slow = healthy.Answers/10 - 1 // under 10 %: not overload, but above WarmShare
+	if next, _, cause := Next(b, c, warm, prev, 0); next != c || cause != Hold {
+		t.Fatalf("slow answers at %d of %d: %v → %v (%v), want a hold", warm.Slow, warm.Answers, c, next, cause)
+	}
+	// below the ceiling, the streak stops at it; at it, it starts again from one step
+	healthy.Demand = 1000
+	if next, _, _ := Next(b, 1000, healthy, 1+3*Alpha, 1010); next != 1010 {
+		t.Fatalf("below the ceiling: 1000 → %v, want the ceiling 1010", next)
+	}
+	if next, _, _ := Next(b, 1010, healthy, 1.01, 1010); next != 1010*(1+Alpha) {
+		t.Fatalf("at the ceiling: 1010 → %v, want one step", next)
 	}
 }
 

@@ -8,11 +8,12 @@ import (
 )
 
 // memController is one cluster's capacity controller (docs/adaptive.md; Redis: the fields
-// cap, ctl_ts, p_* (the period so far), lp_* (the last period) and chg_* (the last change) of
-// the :l1 hash).
+// cap, ceil, ctl_ts, p_* (the period so far), lp_* (the last period) and chg_* (the last
+// change) of the :l1 hash).
 type memController struct {
 	set      bool
 	capacity float64 // the learned capacity, or the static one in force (adaptive resumes from it)
+	ceiling  float64 // what handed out the backend's served rate at the last decrease (0: none)
 	start    int64   // µs: when the current control period began
 	period   store.Signals
 	last     store.AdaptiveState
@@ -27,7 +28,7 @@ type memController struct {
 func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, window float64, now int64) (float64, string) {
 	a := c.Adaptive
 	if !a.On() {
-		k.set, k.capacity, k.start = true, c.Capacity, now
+		k.set, k.capacity, k.start, k.ceiling = true, c.Capacity, now, 0
 		k.period = store.Signals{}
 		return c.Capacity, store.CapacityConfig
 	}
@@ -44,9 +45,10 @@ func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, windo
 		if ch := k.last.LastChange; ch.At.UnixMicro() == k.start && ch.From > 0 {
 			prev = ch.To / ch.From
 		}
-		next, cause := adaptive.Next(b, k.capacity, adaptive.Signals{
+		next, ceiling, cause := adaptive.Next(b, k.capacity, adaptive.Signals{
 			Answers: k.period.Answers, Throttles: k.period.Throttles, Slow: k.period.Slow, Demand: window,
-		}, prev)
+		}, prev, k.ceiling)
+		k.ceiling = ceiling
 		k.last.Period, k.last.PeriodCost = k.period, window
 		if next != k.capacity {
 			k.last.LastChange = store.CapacityChange{At: time.UnixMicro(now), From: k.capacity, To: next, Cause: cause.String()}

@@ -30,17 +30,18 @@ for i = 18, 36 do
 end
 
 -- The control law of the adaptive capacity, as package adaptive states it (law.go). prev is
--- the previous period's step (its next / its c; 1 when it held): after a decrease, hold; on
--- throttles above 1 % of the period's answers or slow answers above 10 % (p90 over the
+-- the previous period's step (its next / its c; 1 when it held), ceil the capacity that
+-- handed out what the backend served at the last decrease (0: none). After a decrease, hold;
+-- on throttles above 1 % of the period's answers or slow answers above 10 % (p90 over the
 -- target), a decrease to where the fleet admits 0.9 of what the backend served (the demand
--- less the throttled share, over the hand-out 0.85), by at least 0.95 and at most 0.25 of c;
--- else, with the demand at
--- 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <= 8); else hold; within
--- [mn, mx].
-local function law(c, mn, mx, answers, throttles, slow, demand, prev)
+-- less the throttled share, over the hand-out 0.85), by at least 0.95 and at most to 0.25 of
+-- c, and that served figure over 0.85 becomes the ceiling; slow answers above 5 %: hold; else,
+-- with the demand at 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <= 8, 1
+-- again at the ceiling), not past the ceiling from below; else hold; within [mn, mx].
+local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
   c = math.min(math.max(c, mn), mx)
   if prev < 1 then
-    return c, 'hold'
+    return c, ceil, 'hold'
   end
   local cause = nil
   if answers > 0 and throttles > 0.01 * answers then
@@ -49,17 +50,24 @@ local function law(c, mn, mx, answers, throttles, slow, demand, prev)
     cause = 'latency'
   end
   if cause then
-    local served = math.max(demand, 0) * (answers - math.min(math.max(throttles, 0), answers)) / answers
-    return math.max(mn, c * 0.25, math.min(c * 0.95, 0.9 * served / 0.85)), cause
+    local served = math.max(demand, 0) * (answers - math.min(math.max(throttles, 0), answers)) / answers / 0.85
+    return math.max(mn, c * 0.25, math.min(c * 0.95, 0.9 * served)), served, cause
   end
-  if answers > 0 and demand >= 0.6 * c and c < mx then
-    local k = 0
-    if prev > 1 then
-      k = math.min(math.max(math.floor((prev - 1) / 0.025 + 0.5), 1), 7)
-    end
-    return math.min(mx, c * (1 + (k + 1) * 0.025)), 'demand'
+  if slow > 0.05 * answers or answers <= 0 or demand < 0.6 * c or c >= mx then
+    return c, ceil, 'hold'
   end
-  return c, 'hold'
+  local k = 0
+  if prev > 1 then
+    k = math.min(math.max(math.floor((prev - 1) / 0.025 + 0.5), 1), 7)
+  end
+  if c == ceil then
+    k = 0
+  end
+  local next_c = c * (1 + (k + 1) * 0.025)
+  if c < ceil then
+    next_c = math.min(next_c, ceil)
+  end
+  return math.min(mx, next_c), ceil, 'demand'
 end
 
 -- numbers splits a field of space-separated numbers (n of them; absent: zeros).
@@ -194,19 +202,21 @@ if capacity > 0 then
   -- demand), a move is recorded (chg) — or the configured one, tracked in cap so that a
   -- learned capacity resumes from the figure in force.
   local fields = { 'w_slot', fmt(slot) }
-  local cv = redis.call('HMGET', KEYS[1], 'cap', 'ctl_ts', 'p', 'lp', 'chg')
+  local cv = redis.call('HMGET', KEYS[1], 'cap', 'ctl_ts', 'p', 'lp', 'chg', 'ceil')
   if a_max <= 0 then
     cap_now = capacity
     cap_source = 'config'
-    for _, f in ipairs({ 'cap', fmt(capacity), 'ctl_ts', fmt(now), 'p', '' }) do
+    for _, f in ipairs({ 'cap', fmt(capacity), 'ctl_ts', fmt(now), 'p', '', 'ceil', '0' }) do
       fields[#fields + 1] = f
     end
   else
     local c = tonumber(cv[1])
     local start = tonumber(cv[2])
+    local ceil = tonumber(cv[6]) or 0
     if c == nil or start == nil then
       c = capacity
       start = now
+      ceil = 0
     end
     c = math.min(math.max(c, a_min), a_max)
     local p = numbers(cv[3], 19)
@@ -226,7 +236,8 @@ if capacity > 0 then
       if #ch == 4 and tonumber(ch[1]) == start and tonumber(ch[2]) > 0 then
         prev = tonumber(ch[3]) / tonumber(ch[2])
       end
-      local next_c, cause = law(c, a_min, a_max, p[1], p[2], p[3], window, prev)
+      local next_c, next_ceil, cause = law(c, a_min, a_max, p[1], p[2], p[3], window, prev, ceil)
+      ceil = next_ceil
       local lp = { p[1], p[2], p[3], window }
       for i = 4, 19 do
         lp[#lp + 1] = p[i]
@@ -243,7 +254,7 @@ if capacity > 0 then
     end
     cap_now = c
     cap_source = 'adaptive'
-    for _, f in ipairs({ 'cap', fmt(c), 'ctl_ts', fmt(start), 'p', join(p), 'lp', last_period, 'chg', last_change }) do
+    for _, f in ipairs({ 'cap', fmt(c), 'ceil', fmt(ceil), 'ctl_ts', fmt(start), 'p', join(p), 'lp', last_period, 'chg', last_change }) do
       fields[#fields + 1] = f
     end
   end
