@@ -10,21 +10,11 @@ const (
 	// Period is the control period: the law runs once per period on its signals.
 	Period = time.Second
 
-	// HandOut is the share of the learned capacity the fleet hands out to its apps (every
-	// priority, P0 included): below the usage of 0.9 where L1's overload factors begin, with
-	// room for the bursts of leases. The law's estimate of the backend's capacity from what it
-	// served is therefore divided by HandOut to become a learned capacity.
-	HandOut = 0.85
-
-	// Drain is the share of what the backend served in an overloaded period that the fleet
-	// admits after the decrease: below 1, so that the queue the overload built drains.
+	// Drain is the share of the ceiling (below) the capacity goes to on overload: below 1, so
+	// that the queue the overload built drains.
 	Drain = 0.9
-	// Beta is the least decrease on overload (c × Beta): a decrease also when the served
-	// estimate is above it (a backend slow but not refusing).
-	Beta = 0.95
-	// Floor is the most one decrease cuts (c × Floor): an overloaded period in which the fleet
-	// admitted little (its answers are of requests admitted earlier) says little of what the
-	// backend serves.
+	// Floor is the most one decrease cuts (c × Floor): a period in which nearly every answer
+	// was a throttle says little of how much less the backend serves.
 	Floor = 0.25
 
 	// Alpha is the increase step: the k-th increase in a row raises the capacity by k × Alpha
@@ -44,9 +34,9 @@ const (
 	WarmShare = 0.05
 	// DemandShare: the period's admitted cost per second must reach this share of the current
 	// capacity for an increase: a capacity nobody uses is not evidence that the backend
-	// sustains more. The fleet admits about 0.8 of the capacity with every app at its share
-	// (HandOut, less the leases' and the window's edges), and less while the capacity grows
-	// (the demand is the last second's); below both.
+	// sustains more. The fleet hands out 0.85 of the capacity to the lower priorities and
+	// admits less than it hands out (leases, the window's edges), and less again while the
+	// capacity grows (the demand is the last second's): measured at 0.7–0.85.
 	DemandShare = 0.6
 )
 
@@ -104,24 +94,26 @@ func Overloaded(s Signals) Cause {
 	return Hold
 }
 
-// Served estimates the cost per second the backend served in the period: the admitted cost
-// per second less the share of the answers that were throttles. Under throttles the backend
-// is saturated and this is its capacity; under latency alone it is what was admitted.
-func Served(s Signals) float64 {
-	if s.Answers <= 0 {
-		return 0
+// Ceiling is the capacity the period's signals show the backend sustains, as the law
+// remembers it on a decrease: the capacity that was healthy before the period (c ÷ prev after
+// an increase, else c) times the share of the answers that were not throttles (the fleet
+// admits in proportion to the capacity, and the backend served that share of it).
+func Ceiling(c float64, s Signals, prev float64) float64 {
+	served := 1.0
+	if s.Answers > 0 {
+		served = float64(s.Answers-min(max(s.Throttles, 0), s.Answers)) / float64(s.Answers)
 	}
-	return max(s.Demand, 0) * float64(s.Answers-min(max(s.Throttles, 0), s.Answers)) / float64(s.Answers)
+	return c * served / max(prev, 1)
 }
 
 // Next is the capacity after one control period that ended at capacity c with signals s;
 // prev is the previous period's step (its next ÷ its c; 1 when it held or is unknown) and
-// ceiling the capacity that handed out what the backend served at the last decrease (0: none).
-// It returns the next capacity, the next ceiling and why:
+// ceiling the Ceiling of the last decrease (0: none). It returns the next capacity, the next
+// ceiling and why:
 //
 //	prev < 1 (the period follows a decrease)  → c
-//	overloaded (Overloaded)                   → max(Min, c × Floor, min(c × Beta, Drain × Served / HandOut));
-//	                                            the ceiling becomes Served / HandOut
+//	overloaded (Overloaded)                   → max(Min, c × Floor, Drain × Ceiling);
+//	                                            the ceiling becomes Ceiling
 //	slow answers above WarmShare              → c
 //	else demand >= DemandShare × c            → c × (1 + k × Alpha), k the increases in a row,
 //	                                            but not past the ceiling from below (k starts
@@ -129,20 +121,19 @@ func Served(s Signals) float64 {
 //	else                                      → c
 //
 // always within [Min, Max] (a c outside is brought inside first). On overload the capacity
-// goes where the fleet admits Drain of what the backend served, in one step, so that the queue
-// drains, and comes back to the ceiling, where the fleet admits what the backend served, with
-// the next increases; above it the probing starts again from one step of Alpha. It never
-// lowers the capacity without an overload signal: no probing dips. The period after a
-// decrease holds: its answers are still those of requests admitted at the higher figure (and
-// of the backend's queue they built).
+// goes below what the backend sustained, in one step, so that the queue the overload built
+// drains, and comes back to the ceiling with the next increases; above it the probing starts
+// again from one step of Alpha. It never lowers the capacity without an overload signal: no
+// probing dips. The period after a decrease holds: its answers are still those of requests
+// admitted at the higher figure (and of the backend's queue they built).
 func Next(b Bounds, c float64, s Signals, prev, ceiling float64) (float64, float64, Cause) {
 	c = min(max(c, b.Min), b.Max)
 	if prev < 1 {
 		return c, ceiling, Hold
 	}
 	if cause := Overloaded(s); cause != Hold {
-		served := Served(s) / HandOut
-		return max(b.Min, c*Floor, min(c*Beta, Drain*served)), served, cause
+		ceiling = Ceiling(c, s, prev)
+		return max(b.Min, c*Floor, Drain*ceiling), ceiling, cause
 	}
 	if float64(s.Slow) > WarmShare*float64(s.Answers) || s.Answers <= 0 || s.Demand < DemandShare*c || c >= b.Max {
 		return c, ceiling, Hold
@@ -169,24 +160,27 @@ func Streak(prev float64) int {
 	return min(max(k, 1), MaxStreak-1)
 }
 
-// Band is where the law keeps the capacity around a backend that sustains real, once it has
-// followed it: from the decrease's landing point (the fleet admitting Drain × real) to one
-// increase of the longest streak above the highest figure that still looks healthy (throttles
-// up to ThrottleShare of the answers are not overload).
+// Band is where the law keeps the capacity around a backend that sustains real under a fleet
+// admitting a constant share of the capacity (real is the capacity at which it admits what
+// the backend sustains), once it has followed it: from Drain below the last healthy figure,
+// which is at worst one increase of the longest streak below real, to one such increase above
+// the highest figure that still looks healthy (throttles up to ThrottleShare of the answers
+// are not overload).
 func Band(real float64) (lo, hi float64) {
-	return Drain * real / HandOut, real / (1 - ThrottleShare) / HandOut * (1 + MaxStreak*Alpha)
+	step := 1 + MaxStreak*Alpha
+	return Drain * real / step, real / (1 - ThrottleShare) * step
 }
 
 // FollowPeriods is how many control periods the law takes, from capacity c, to come within
-// Band(real) of a backend that sustains real (the fleet admitting HandOut of the capacity; the
-// backend throttling what it cannot serve, healthy below): down, one decrease (more, each
-// after a held period, while one decrease by Beta or Floor is not enough); up, the increases
-// in a row (k × Alpha each) until c reaches the band.
+// Band(real) of a backend that sustains real (in capacity terms, as for Band; throttling what
+// it cannot serve, healthy below): down, one decrease (more, each after a held period, while
+// one decrease by Floor is not enough); up, the increases in a row (k × Alpha each)
+// until c reaches the band.
 func FollowPeriods(c, real float64) int {
 	lo, hi := Band(real)
 	n := 0
 	for c > hi {
-		c = max(c*Floor, min(c*Beta, lo))
+		c = max(c*Floor, Drain*real)
 		n += 2
 	}
 	if n > 0 {

@@ -34,7 +34,7 @@ func genCeiling(t *rapid.T, b Bounds) float64 {
 
 // genPrev draws the previous period's step: a decrease, a hold or an increase of a streak.
 func genPrev(t *rapid.T, label string) float64 {
-	return rapid.SampledFrom([]float64{1, Beta, Floor, 0.5, 1 + Alpha, 1 + 2*Alpha, 1 + MaxStreak*Alpha, 1.01}).Draw(t, label)
+	return rapid.SampledFrom([]float64{1, Drain, Floor, 0.5, 1 + Alpha, 1 + 2*Alpha, 1 + MaxStreak*Alpha, 1.01}).Draw(t, label)
 }
 
 // The learned capacity never leaves [Min, Max], whatever it starts from and whatever the signals.
@@ -102,7 +102,7 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1/Beta))) + 2
+		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1/Drain))) + 2
 		dir := 0.0
 		prev, ceiling := 1.0, genCeiling(t, b)
 		for i := range sweep + 10 {
@@ -123,10 +123,10 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 }
 
 // backendPeriod is the period's signals from a model backend that serves real cost/s under a
-// fleet admitting HandOut of capacity c (requests of cost 1, demand above it): what it cannot
-// serve it throttles.
+// fleet admitting capacity c (requests of cost 1, demand above it): what it cannot serve it
+// throttles.
 func backendPeriod(c, real float64) Signals {
-	admitted := math.Round(HandOut * c)
+	admitted := math.Round(c)
 	s := Signals{Answers: int64(admitted), Demand: admitted}
 	if admitted > real {
 		s.Throttles = int64(admitted - math.Round(real))
@@ -151,37 +151,42 @@ func TestPropStepFollowed(t *testing.T) {
 			next, nextCeiling, _ := Next(b, c, backendPeriod(c, real), prev, ceiling)
 			prev, c, ceiling = next/c, next, nextCeiling
 			// one request of rounding in the model's counts
-			if i+1 >= n && (c < bandLo*(1-1e-9)-2/HandOut || c > bandHi*(1+1e-9)+2/HandOut) {
+			if i+1 >= n && (c < bandLo*(1-1e-9)-2 || c > bandHi*(1+1e-9)+2) {
 				t.Fatalf("period %d (follow bound %d): capacity %v, real %v, band [%v, %v]", i+1, n, c, real, bandLo, bandHi)
 			}
 		}
 	})
 }
 
-// FollowPeriods states the step response from a capacity that hands out what the backend
-// sustained: one period for a halving, 7 for a doubling.
+// FollowPeriods states the step response: one period for a halving, 6 for a doubling.
 func TestFollowPeriodsStated(t *testing.T) {
-	if n := FollowPeriods(1000, HandOut*1000/2); n != 1 {
+	if n := FollowPeriods(1000, 500); n != 1 {
 		t.Errorf("halving followed in %d periods, want 1", n)
 	}
-	if n := FollowPeriods(1000, HandOut*1000*2); n != 7 {
-		t.Errorf("doubling followed in %d periods, want 7", n)
+	if n := FollowPeriods(1000, 2000); n != 6 {
+		t.Errorf("doubling followed in %d periods, want 6", n)
 	}
 }
 
-// On overload the capacity goes, in one step, to where the fleet admits Drain of what the
-// backend served, and that figure over HandOut becomes the ceiling; increases in a row grow
-// by Alpha each, stop at the ceiling from below and start again from one step at it; a hold
-// or a decrease starts the streak again; slow answers above WarmShare hold.
+// On overload the capacity goes, in one step, below what the backend served (Drain of the
+// Ceiling: the healthy figure before the period times the share of answers served), and that
+// figure becomes the ceiling; increases in a row grow by Alpha each, stop at the ceiling from
+// below and start again from one step at it; a hold or a decrease starts the streak again;
+// slow answers above WarmShare hold.
 func TestNextSteps(t *testing.T) {
 	b := Bounds{Min: 10, Max: 10000}
-	// 850 admitted, 400 of them throttled: 450 served
+	// 850 answers, 400 of them throttles
 	s := Signals{Answers: 850, Throttles: 400, Demand: 850}
 	got, ceiling, cause := Next(b, 1000, s, 1, 0)
-	if cause != Throttled || math.Abs(got*HandOut-Drain*450) > 1e-9 || math.Abs(ceiling*HandOut-450) > 1e-9 {
-		t.Errorf("throttled: %v, ceiling %v (%v); want the fleet to admit %v, the ceiling to hand out 450", got, ceiling, cause, Drain*450)
+	if cause != Throttled || math.Abs(ceiling-1000*450.0/850) > 1e-9 || math.Abs(got-Drain*ceiling) > 1e-9 {
+		t.Errorf("throttled: %v, ceiling %v (%v); want %v and Drain of it", got, ceiling, cause, 1000*450.0/850)
 	}
-	if got, _, _ := Next(b, 1000, s, Beta, 0); got != 1000 {
+	// slow right after an increase by 10 %: the ceiling is the figure before it
+	slow := Signals{Answers: 100, Slow: 50, Demand: 100}
+	if got, ceiling, cause := Next(b, 1100, slow, 1.1, 0); cause != Slow || math.Abs(ceiling-1000) > 1e-9 || math.Abs(got-Drain*1000) > 1e-9 {
+		t.Errorf("slow after an increase: %v, ceiling %v (%v); want 900, 1000", got, ceiling, cause)
+	}
+	if got, _, _ := Next(b, 1000, s, Drain, 0); got != 1000 {
 		t.Errorf("after a decrease: %v, want a held period", got)
 	}
 	healthy := Signals{Answers: 800, Demand: 800}
@@ -192,7 +197,7 @@ func TestNextSteps(t *testing.T) {
 		if cause != Increase || math.Abs(next-want) > 1e-9*want {
 			t.Fatalf("increase %d: %v → %v (%v), want %v", k, c, next, cause, want)
 		}
-		healthy.Demand = HandOut * next
+		healthy.Demand = 0.85 * next
 		prev, c = next/c, next
 	}
 	if next, _, _ := Next(b, c, Signals{Answers: 10, Demand: 0}, prev, 0); next != c {

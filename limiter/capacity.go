@@ -1,9 +1,14 @@
 package limiter
 
 import (
-	"github.com/tierbucket/caddy-tierbucket/adaptive"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
+
+// handOut is the share of a learned capacity that is handed out: below the usage of 0.9 where
+// L1's overload factors begin, with room for the bursts of leases, so that a fleet at its
+// learned capacity is not in the overload (where the factors would throttle the lower
+// priorities again), and above the demand (0.8) that lets the capacity grow.
+const handOut = 0.85
 
 // prioritySums are the configured apps' guaranteed rates per priority and, of those whose max
 // is above their guaranteed (elastic apps), their guaranteed rates and their room
@@ -24,16 +29,12 @@ func sumsOf(cfg Config) prioritySums {
 	return s
 }
 
-// shares is how a learned capacity is divided (docs/adaptive.md): adaptive.HandOut of it is
-// handed out, cap[p] is the most of their guaranteed rate the apps of priority p get, P0
-// first, then P1, … out of what the priorities above leave; and extra[p] the elastic share per
-// token/s of guaranteed of an elastic app of priority p, out of what the guarantees leave,
-// again by priority and in proportion to the guaranteed rates. Every guarantee is reserved
-// before any elastic share, so an app whose demand returns finds its guaranteed rate free:
-// there is nothing to take back from the others. Every priority, P0 included, is handed out
-// the same share of the capacity, so that what the fleet admits is the same part of it
-// whatever the mix of priorities: the law's estimate from what the backend served depends on
-// it, and a P0 taking the whole capacity would hold usage at 1.
+// shares is how a learned capacity is divided (docs/adaptive.md): cap[p] is the most of their
+// guaranteed rate the apps of priority p get, P0 first, up to the whole capacity, then P1, …
+// out of what P0 leaves of handOut of it; and extra[p] the elastic share per token/s of guaranteed of an elastic app of priority
+// p, out of what the guarantees leave, again by priority and in proportion to the guaranteed
+// rates. Every guarantee is reserved before any elastic share, so an app whose demand returns
+// finds its guaranteed rate free: there is nothing to take back from the others.
 type shares struct {
 	cap, extra [store.MaxPriority + 1]float64
 }
@@ -42,8 +43,17 @@ type shares struct {
 // below limit (above it, the share is taken back at the next report).
 func capacityShares(capacity, usage, limit float64, s *prioritySums) shares {
 	var sh shares
-	left := adaptive.HandOut * max(capacity, 0)
-	for p, g := range s.g {
+	capacity = max(capacity, 0)
+	// P0 may have the whole capacity (min(its guaranteed, the capacity)); the others share what
+	// is left of handOut of it.
+	p0 := min(s.g[0], capacity)
+	sh.cap[0] = 1
+	if s.g[0] > 0 {
+		sh.cap[0] = p0 / s.g[0]
+	}
+	left := max(handOut*capacity-p0, 0)
+	for p := 1; p < len(s.g); p++ {
+		g := s.g[p]
 		sh.cap[p] = 1
 		if g > 0 {
 			if left >= g {

@@ -256,8 +256,8 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	}
 	// 5. automatic emergency.
 	if l1 {
-		refusing := !rep.Cluster.Adaptive.On() || l.ctl.refusing()
-		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now, refusing)
+		learned := rep.Cluster.Adaptive.On()
+		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now, learned, !learned || l.ctl.refusing())
 		st.Emergency = l.emergency
 		if l.emergency {
 			st.EmergencySource, st.EmergencyReason = store.EmergencySourceAuto, l.reason

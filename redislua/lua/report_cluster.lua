@@ -30,12 +30,11 @@ for i = 18, 36 do
 end
 
 -- The control law of the adaptive capacity, as package adaptive states it (law.go). prev is
--- the previous period's step (its next / its c; 1 when it held), ceil the capacity that
--- handed out what the backend served at the last decrease (0: none). After a decrease, hold;
--- on throttles above 1 % of the period's answers or slow answers above 10 % (p90 over the
--- target), a decrease to where the fleet admits 0.9 of what the backend served (the demand
--- less the throttled share, over the hand-out 0.85), by at least 0.95 and at most to 0.25 of
--- c, and that served figure over 0.85 becomes the ceiling; slow answers above 5 %: hold; else,
+-- the previous period's step (its next / its c; 1 when it held), ceil the ceiling of the last
+-- decrease (0: none). After a decrease, hold; on throttles above 1 % of the period's answers or
+-- slow answers above 10 % (p90 over the target), the ceiling becomes the healthy figure before
+-- the period (c / prev after an increase) times the share of answers served, and the capacity
+-- 0.9 of it, at most down to 0.25 of c; slow answers above 5 %: hold; else,
 -- with the demand at 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <= 8, 1
 -- again at the ceiling), not past the ceiling from below; else hold; within [mn, mx].
 local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
@@ -50,8 +49,9 @@ local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
     cause = 'latency'
   end
   if cause then
-    local served = math.max(demand, 0) * (answers - math.min(math.max(throttles, 0), answers)) / answers / 0.85
-    return math.max(mn, c * 0.25, math.min(c * 0.95, 0.9 * served)), served, cause
+    local served = (answers - math.min(math.max(throttles, 0), answers)) / answers
+    local top = c * served / math.max(prev, 1)
+    return math.max(mn, c * 0.25, 0.9 * top), top, cause
   end
   if slow > 0.05 * answers or answers <= 0 or demand < 0.6 * c or c >= mx then
     return c, ceil, 'hold'
@@ -269,18 +269,23 @@ if capacity > 0 then
 
   -- 5. emergency: entered at the threshold, left after 10 s below threshold − 0.1. Under a
   -- learned capacity, entered only when the last control period showed the backend refusing
-  -- work, throttles above 1 % of its answers (memLedger.updateEmergency).
+  -- work, throttles above 1 % of its answers, and left 10 s after it stopped refusing
+  -- (memLedger.updateEmergency).
   local refusing = true
   if a_max > 0 then
     local lp = numbers(last_period, 3)
     refusing = lp[1] > 0 and lp[2] > 0.01 * lp[1]
+  end
+  local calm = u < thr - 0.1
+  if a_max > 0 then
+    calm = not refusing
   end
   if u >= thr and refusing then
     emergency = 1
     reason = 'auto'
     calm_since = 0
   elseif emergency == 1 and reason == 'auto' then
-    if u < thr - 0.1 then
+    if calm then
       if calm_since == 0 then
         calm_since = now
       elseif now - calm_since >= 10000000 then

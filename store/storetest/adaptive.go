@@ -57,20 +57,22 @@ func adaptiveStartsAtCapacity(e *env) {
 	}
 }
 
-// landing is where a decrease takes the capacity when the backend served served cost/s: the
-// fleet then admits adaptive.Drain of it (computed as the law does, in float64).
-func landing(served float64) float64 { return adaptive.Drain * served / adaptive.HandOut }
+// landing is where a decrease takes capacity c after a period with answers of which throttles
+// (following a held period): adaptive.Drain of the share served, computed as the law does.
+func landing(c float64, answers, throttles int64) float64 {
+	return adaptive.Drain * adaptive.Ceiling(c, adaptive.Signals{Answers: answers, Throttles: throttles}, 1)
+}
 
-// More than 1 % throttles in a period: one decrease when the period ends, to where the fleet
-// admits Drain of what the backend served (the period's demand less its throttled share),
+// More than 1 % throttles in a period: one decrease when the period ends, below what the
+// backend served (Drain of the capacity times the share of answers that were not throttles),
 // recorded with its cause; the next period holds, whatever it shows; the one after decreases
 // again.
 func adaptiveDecreasesOnThrottles(e *env) {
 	e.withAdaptive()
-	e.signal(0, 800, answers(200, 50, 0)) // 800/s admitted, a quarter throttled: 600 served
+	e.signal(0, 800, answers(200, 50, 0)) // a quarter throttled
 	e.advance(time.Second)
 	st := e.signal(0, 0, store.Signals{})
-	first := landing(600)
+	first := landing(1000, 200, 50)
 	e.wantCapacity(st, first, store.CapacityAdaptive)
 	if c := st.Adaptive.LastChange; c.From != 1000 || c.To != first || c.Cause != "throttles" || !c.At.Equal(e.clk.Now()) {
 		e.t.Fatalf("last change %+v; want 1000 → %v on throttles now", c, first)
@@ -83,9 +85,9 @@ func adaptiveDecreasesOnThrottles(e *env) {
 	e.advance(500 * time.Millisecond)
 	// the period after a decrease holds: its answers are of requests admitted at the old figure
 	e.wantCapacity(e.signal(0, 0, answers(100, 50, 0)), first, store.CapacityAdaptive)
-	e.signal(0, 600, answers(100, 10, 0)) // 540 served
+	e.signal(0, 600, answers(100, 10, 0))
 	e.advance(time.Second)
-	second := landing(540)
+	second := landing(first, 100, 10)
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), second, store.CapacityAdaptive)
 	e.advance(time.Second)
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), second, store.CapacityAdaptive) // held
@@ -95,21 +97,21 @@ func adaptiveDecreasesOnThrottles(e *env) {
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), second, store.CapacityAdaptive)
 }
 
-// More than 10 % of the answers slower than the target (the p90 above it): a decrease, by at
-// least Beta when the backend served all that was admitted.
+// More than 10 % of the answers slower than the target (the p90 above it): a decrease, to
+// Drain of the capacity.
 func adaptiveDecreasesOnLatency(e *env) {
 	e.withAdaptive()
 	e.signal(0, 1200, answers(100, 0, 11))
 	e.advance(time.Second)
 	st := e.signal(0, 0, store.Signals{})
-	e.wantCapacity(st, 1000*adaptive.Beta, store.CapacityAdaptive)
+	e.wantCapacity(st, landing(1000, 100, 0), store.CapacityAdaptive)
 	if st.Adaptive.LastChange.Cause != "latency" {
 		e.t.Fatalf("cause %q; want latency", st.Adaptive.LastChange.Cause)
 	}
 	e.advance(time.Second) // held
 	e.signal(0, 0, answers(100, 0, 10)) // exactly 10 %: the p90 is within the target
 	e.advance(time.Second)
-	e.wantCapacity(e.signal(0, 0, store.Signals{}), 1000*adaptive.Beta, store.CapacityAdaptive)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), landing(1000, 100, 0), store.CapacityAdaptive)
 }
 
 // Healthy answers raise the capacity only when the demand reaches DemandShare of it; increases
@@ -202,17 +204,30 @@ func adaptiveEmergencyNeedsOverload(e *env) {
 	}
 	e.signal(0, 0, answers(100, 0, 50))
 	e.advance(time.Second)
-	if st := e.signal(0, 980, store.Signals{}); st.Emergency || st.Capacity != 1000*adaptive.Beta || st.Usage < 0.95 {
-		e.t.Fatalf("usage %v after a slow period: emergency %v, capacity %v; want no emergency at 950",
-			st.Usage, st.Emergency, st.Capacity)
+	slow := landing(1000, 100, 0)
+	if st := e.signal(0, 980, store.Signals{}); st.Emergency || st.Capacity != slow || st.Usage < 0.95 {
+		e.t.Fatalf("usage %v after a slow period: emergency %v, capacity %v; want no emergency at %v",
+			st.Usage, st.Emergency, st.Capacity, slow)
 	}
 	e.advance(time.Second) // the period after the decrease holds
 	e.signal(0, 0, store.Signals{})
 	e.signal(0, 1500, answers(100, 5, 0))
 	e.advance(time.Second)
 	st := e.signal(0, 980, store.Signals{})
-	if !st.Emergency || st.EmergencySource != store.EmergencySourceAuto || st.Capacity != 1000*adaptive.Beta*adaptive.Beta {
-		e.t.Fatalf("usage %v after a throttling period: emergency %v (%s), capacity %v; want the automatic emergency at 902.5",
-			st.Usage, st.Emergency, st.EmergencySource, st.Capacity)
+	if want := landing(slow, 100, 5); !st.Emergency || st.EmergencySource != store.EmergencySourceAuto || st.Capacity != want {
+		e.t.Fatalf("usage %v after a throttling period: emergency %v (%s), capacity %v; want the automatic emergency at %v",
+			st.Usage, st.Emergency, st.EmergencySource, st.Capacity, want)
+	}
+	// left 10 s after the backend stopped refusing, though the fleet keeps admitting above the
+	// threshold: healthy periods, usage above 1
+	for i := range 12 {
+		e.advance(time.Second)
+		st = e.signal(0, int64(1.2*st.Capacity), answers(100, 0, 0))
+		if i < 9 && !st.Emergency {
+			e.t.Fatalf("emergency left %d s after the last refusing period; want 10 s", i+1)
+		}
+	}
+	if st.Emergency || st.Usage < 0.95 {
+		e.t.Fatalf("usage %v, 12 s after the backend stopped refusing: emergency %v; want it left", st.Usage, st.Emergency)
 	}
 }
