@@ -12,7 +12,7 @@ const (
 
 	// Drain is the share of the ceiling (below) the capacity goes to on overload: below 1, so
 	// that the queue the overload built drains.
-	Drain = 0.9
+	Drain = 0.8
 	// Floor is the most one decrease cuts (c × Floor): a period in which nearly every answer
 	// was a throttle says little of how much less the backend serves.
 	Floor = 0.25
@@ -22,7 +22,7 @@ const (
 	// steps after a decrease or a hold stay small.
 	Alpha = 0.025
 	// MaxStreak caps the increase at MaxStreak × Alpha of the capacity per period.
-	MaxStreak = 8
+	MaxStreak = 6
 
 	// ThrottleShare: more throttles than this share of a period's answers is overload.
 	ThrottleShare = 0.01
@@ -38,6 +38,11 @@ const (
 	// admits less than it hands out (leases, the window's edges), and less again while the
 	// capacity grows (the demand is the last second's): measured at 0.7–0.85.
 	DemandShare = 0.6
+	// KeepUpShare: a streak of increases grows only while the demand keeps up with the
+	// capacity, at this share of it or more; otherwise the step stays at Alpha, so that the
+	// capacity does not run ahead of what the fleet admits, faster than the backend's answers
+	// can show an overshoot.
+	KeepUpShare = 0.75
 )
 
 // Bounds are the operator's limits of the learned capacity (cost tokens/s): Min <= Max.
@@ -115,7 +120,8 @@ func Ceiling(c float64, s Signals, prev float64) float64 {
 //	overloaded (Overloaded)                   → max(Min, c × Floor, Drain × Ceiling);
 //	                                            the ceiling becomes Ceiling
 //	slow answers above WarmShare              → c
-//	else demand >= DemandShare × c            → c × (1 + k × Alpha), k the increases in a row,
+//	else demand >= DemandShare × c            → c × (1 + k × Alpha), k the increases in a row
+//	                                            (1 while the demand is under KeepUpShare × c),
 //	                                            but not past the ceiling from below (k starts
 //	                                            again at it)
 //	else                                      → c
@@ -139,7 +145,7 @@ func Next(b Bounds, c float64, s Signals, prev, ceiling float64) (float64, float
 		return c, ceiling, Hold
 	}
 	k := Streak(prev)
-	if c == ceiling {
+	if c == ceiling || s.Demand < KeepUpShare*c {
 		k = 0 // at the ceiling the probing starts again from one step
 	}
 	next := c * (1 + float64(k+1)*Alpha)

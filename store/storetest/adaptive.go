@@ -69,16 +69,16 @@ func landing(c float64, answers, throttles int64) float64 {
 // again.
 func adaptiveDecreasesOnThrottles(e *env) {
 	e.withAdaptive()
-	e.signal(0, 800, answers(200, 50, 0)) // a quarter throttled
+	e.signal(0, 800, answers(200, 10, 0)) // 5 % throttled
 	e.advance(time.Second)
 	st := e.signal(0, 0, store.Signals{})
-	first := landing(1000, 200, 50)
+	first := landing(1000, 200, 10)
 	e.wantCapacity(st, first, store.CapacityAdaptive)
 	if c := st.Adaptive.LastChange; c.From != 1000 || c.To != first || c.Cause != "throttles" || !c.At.Equal(e.clk.Now()) {
 		e.t.Fatalf("last change %+v; want 1000 → %v on throttles now", c, first)
 	}
-	if p := st.Adaptive.Period; p != answers(200, 50, 0) || st.Adaptive.PeriodCost != 800 {
-		e.t.Fatalf("last period %+v (demand %v); want the 200 answers, 50 throttles, 800/s", p, st.Adaptive.PeriodCost)
+	if p := st.Adaptive.Period; p != answers(200, 10, 0) || st.Adaptive.PeriodCost != 800 {
+		e.t.Fatalf("last period %+v (demand %v); want the 200 answers, 10 throttles, 800/s", p, st.Adaptive.PeriodCost)
 	}
 	e.advance(500 * time.Millisecond)
 	e.wantCapacity(e.signal(0, 0, answers(100, 50, 0)), first, store.CapacityAdaptive) // one decrease per period
