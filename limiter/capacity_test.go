@@ -50,23 +50,25 @@ func TestPropCapacityShares(t *testing.T) {
 				t.Fatalf("elastic share of P%d beyond its apps' max", p)
 			}
 		}
-		p0 := min(sums.g[0], capacity)
+		out := handOut * capacity
+		p0 := min(sums.g[0], out)
 		if sh.cap[0]*sums.g[0] < p0*(1-1e-9) {
-			t.Fatalf("P0 gets %v of min(its guaranteed, the capacity) = %v", sh.cap[0]*sums.g[0], p0)
+			t.Fatalf("P0 gets %v of min(its guaranteed, what the capacity hands out) = %v", sh.cap[0]*sums.g[0], p0)
 		}
-		if guaranteed > max(handOut*capacity, p0)*(1+1e-9) {
+		if guaranteed > out*(1+1e-9) {
 			t.Fatalf("guarantees %v over what %v hands out", guaranteed, capacity)
 		}
-		if handOut*capacity >= total && guaranteed < total*(1-1e-9) {
+		if out >= total && guaranteed < total*(1-1e-9) {
 			t.Fatalf("capacity %v covers every guarantee (%v) but %v were given", capacity, total, guaranteed)
 		}
-		if guaranteed+extra > max(handOut*capacity, p0)*(1+1e-9) {
+		if guaranteed+extra > out*(1+1e-9) {
 			t.Fatalf("guarantees %v + elastic %v over what %v hands out", guaranteed, extra, capacity)
 		}
 	})
 }
 
-// A learned capacity below the guarantees: P0 keeps min(its guaranteed, the capacity), the lower priority gets what is left; above them, an elastic app is refilled
+// A learned capacity below the guarantees: P0 keeps min(its guaranteed, what the capacity hands
+// out), the lower priority gets what is left; above them, an elastic app is refilled
 // beyond its guaranteed rate up to its max; a static capacity changes nothing.
 func TestAdaptiveFactor(t *testing.T) {
 	cfg := Config{Cluster: store.ClusterPolicy{EmergencyThreshold: 0.95}, Apps: map[string]store.AppPolicy{
@@ -75,8 +77,8 @@ func TestAdaptiveFactor(t *testing.T) {
 	}}
 	s := &snapshot{cfg: cfg, sums: sumsOf(cfg)}
 	st := &store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, CapacitySource: store.CapacityAdaptive, Capacity: 500, Usage: 0.5}
-	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 500.0/600 {
-		t.Errorf("gold at capacity 500: factor %v, want 500/600", f)
+	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 0.85*500/600 {
+		t.Errorf("gold at capacity 500: factor %v, want 0.85 × 500/600", f)
 	}
 	if f := s.adaptiveFactor(st, cfg.Apps["bronze"]); f != 0 {
 		t.Errorf("bronze at capacity 500: factor %v, want 0", f)
@@ -124,9 +126,9 @@ func TestRescueUsesLastLearnedCapacity(t *testing.T) {
 	if l.Level() != LevelFailOpen {
 		t.Fatalf("level %v with a failing Store", l.Level())
 	}
-	// what gold held locally, plus a rescue burst of 600 × 300/600
-	if minted := gold.minted.Load(); minted != 300 {
-		t.Errorf("gold's rescue bucket admitted %d, want its share of the learned capacity, 300", minted)
+	// a rescue burst of 600 × (0.85 × 300)/600
+	if minted := gold.minted.Load(); minted != 255 {
+		t.Errorf("gold's rescue bucket admitted %d, want its share of the learned capacity, 255", minted)
 	}
 	if bronze.Take(context.Background(), 1, 0).Allowed && bronze.minted.Load() > 0 {
 		t.Errorf("bronze admitted by its rescue bucket: the learned capacity leaves it nothing")
