@@ -22,7 +22,7 @@ const (
 	// steps after a decrease or a hold stay small.
 	Alpha = 0.025
 	// MaxStreak caps the increase at MaxStreak × Alpha of the capacity per period.
-	MaxStreak = 6
+	MaxStreak = 4
 
 	// ThrottleShare: more throttles than this share of a period's answers is overload.
 	ThrottleShare = 0.01
@@ -31,7 +31,7 @@ const (
 	SlowShare = 0.1
 	// WarmShare: more slow answers than this share, though not overload, hold the capacity:
 	// the backend's queue is forming, and an increase would overshoot.
-	WarmShare = 0.05
+	WarmShare = 0.02
 	// DemandShare: the period's admitted cost per second must reach this share of the current
 	// capacity for an increase: a capacity nobody uses is not evidence that the backend
 	// sustains more. The fleet hands out 0.85 of the capacity to the lower priorities and

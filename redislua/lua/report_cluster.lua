@@ -34,8 +34,8 @@ end
 -- decrease (0: none). After a decrease, hold; on throttles above 1 % of the period's answers or
 -- slow answers above 10 % (p90 over the target), the ceiling becomes the healthy figure before
 -- the period (c / prev after an increase) times the share of answers served, and the capacity
--- 0.8 of it, at most down to 0.25 of c; slow answers above 5 %: hold; else,
--- with the demand at 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <= 6; 1
+-- 0.8 of it, at most down to 0.25 of c; slow answers above 2 %: hold; else,
+-- with the demand at 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <= 4; 1
 -- again at the ceiling, and while the demand is under 0.75 of the capacity), not past the ceiling from below; else hold; within [mn, mx].
 local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
   c = math.min(math.max(c, mn), mx)
@@ -53,12 +53,12 @@ local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
     local top = c * served / math.max(prev, 1)
     return math.max(mn, c * 0.25, 0.8 * top), top, cause
   end
-  if slow > 0.05 * answers or answers <= 0 or demand < 0.6 * c or c >= mx then
+  if slow > 0.02 * answers or answers <= 0 or demand < 0.6 * c or c >= mx then
     return c, ceil, 'hold'
   end
   local k = 0
   if prev > 1 then
-    k = math.min(math.max(math.floor((prev - 1) / 0.025 + 0.5), 1), 5)
+    k = math.min(math.max(math.floor((prev - 1) / 0.025 + 0.5), 1), 3)
   end
   if c == ceil or demand < 0.75 * c then
     k = 0
