@@ -102,7 +102,7 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1/Drain))) + 2
+		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1+Alpha))) + 2 // the slowest way: up by Alpha
 		dir := 0.0
 		prev, ceiling := 1.0, genCeiling(t, b)
 		for i := range sweep + 10 {
