@@ -13,6 +13,10 @@ const (
 	// Drain is the share of the ceiling (below) the capacity goes to on overload: below 1, so
 	// that the queue the overload built drains.
 	Drain = 0.8
+	// Margin is the share of what a period showed the backend sustains that the ceiling keeps:
+	// at the very figure it sustained, its queue only holds while the admissions come evenly,
+	// and a burst of leases starts it growing.
+	Margin = 0.95
 	// Floor is the most one decrease cuts (c × Floor): a period in which nearly every answer
 	// was a throttle says little of how much less the backend serves.
 	Floor = 0.25
@@ -102,13 +106,14 @@ func Overloaded(s Signals) Cause {
 // Ceiling is the capacity the period's signals show the backend sustains, as the law
 // remembers it on a decrease: the capacity that was healthy before the period (c ÷ prev after
 // an increase, else c) times the share of the answers that were not throttles (the fleet
-// admits in proportion to the capacity, and the backend served that share of it).
+// admits in proportion to the capacity, and the backend served that share of it), times
+// Margin.
 func Ceiling(c float64, s Signals, prev float64) float64 {
 	served := 1.0
 	if s.Answers > 0 {
 		served = float64(s.Answers-min(max(s.Throttles, 0), s.Answers)) / float64(s.Answers)
 	}
-	return c * served / max(prev, 1)
+	return c * served / max(prev, 1) * Margin
 }
 
 // Next is the capacity after one control period that ended at capacity c with signals s;
@@ -168,13 +173,13 @@ func Streak(prev float64) int {
 
 // Band is where the law keeps the capacity around a backend that sustains real under a fleet
 // admitting a constant share of the capacity (real is the capacity at which it admits what
-// the backend sustains), once it has followed it: from Drain below the last healthy figure,
+// the backend sustains), once it has followed it: from Drain × Margin below the last healthy figure,
 // which is at worst one increase of the longest streak below real, to one such increase above
 // the highest figure that still looks healthy (throttles up to ThrottleShare of the answers
 // are not overload).
 func Band(real float64) (lo, hi float64) {
 	step := 1 + MaxStreak*Alpha
-	return Drain * real / step, real / (1 - ThrottleShare) * step
+	return Drain * Margin * real / step, real / (1 - ThrottleShare) * step
 }
 
 // FollowPeriods is how many control periods the law takes, from capacity c, to come within
@@ -186,7 +191,7 @@ func FollowPeriods(c, real float64) int {
 	lo, hi := Band(real)
 	n := 0
 	for c > hi {
-		c = max(c*Floor, Drain*real)
+		c = max(c*Floor, Drain*Margin*real)
 		n += 2
 	}
 	if n > 0 {

@@ -158,18 +158,18 @@ func TestPropStepFollowed(t *testing.T) {
 	})
 }
 
-// FollowPeriods states the step response: one period for a halving, 6 for a doubling.
+// FollowPeriods states the step response: one period for a halving, 5 for a doubling.
 func TestFollowPeriodsStated(t *testing.T) {
 	if n := FollowPeriods(1000, 500); n != 1 {
 		t.Errorf("halving followed in %d periods, want 1", n)
 	}
-	if n := FollowPeriods(1000, 2000); n != 6 {
-		t.Errorf("doubling followed in %d periods, want 6", n)
+	if n := FollowPeriods(1000, 2000); n != 5 {
+		t.Errorf("doubling followed in %d periods, want 5", n)
 	}
 }
 
 // On overload the capacity goes, in one step, below what the backend served (Drain of the
-// Ceiling: the healthy figure before the period times the share of answers served), and that
+// Ceiling: Margin of the healthy figure before the period times the share of answers served), and that
 // figure becomes the ceiling; increases in a row grow by Alpha each, stop at the ceiling from
 // below and start again from one step at it; a hold or a decrease starts the streak again;
 // slow answers above WarmShare hold.
@@ -178,13 +178,13 @@ func TestNextSteps(t *testing.T) {
 	// 850 answers, 400 of them throttles
 	s := Signals{Answers: 850, Throttles: 400, Demand: 850}
 	got, ceiling, cause := Next(b, 1000, s, 1, 0)
-	if cause != Throttled || math.Abs(ceiling-1000*450.0/850) > 1e-9 || math.Abs(got-Drain*ceiling) > 1e-9 {
-		t.Errorf("throttled: %v, ceiling %v (%v); want %v and Drain of it", got, ceiling, cause, 1000*450.0/850)
+	if cause != Throttled || math.Abs(ceiling-1000*450.0/850*Margin) > 1e-9 || math.Abs(got-Drain*ceiling) > 1e-9 {
+		t.Errorf("throttled: %v, ceiling %v (%v); want %v and Drain of it", got, ceiling, cause, 1000*450.0/850*Margin)
 	}
 	// slow right after an increase by 10 %: the ceiling is the figure before it
 	slow := Signals{Answers: 100, Slow: 50, Demand: 100}
-	if got, ceiling, cause := Next(b, 1100, slow, 1.1, 0); cause != Slow || math.Abs(ceiling-1000) > 1e-9 || math.Abs(got-Drain*1000) > 1e-9 {
-		t.Errorf("slow after an increase: %v, ceiling %v (%v); want 900, 1000", got, ceiling, cause)
+	if got, ceiling, cause := Next(b, 1100, slow, 1.1, 0); cause != Slow || math.Abs(ceiling-1000*Margin) > 1e-9 || math.Abs(got-Drain*1000*Margin) > 1e-9 {
+		t.Errorf("slow after an increase: %v, ceiling %v (%v); want Drain of it and Margin of 1000", got, ceiling, cause)
 	}
 	if got, _, _ := Next(b, 1000, s, Drain, 0); got != 1000 {
 		t.Errorf("after a decrease: %v, want a held period", got)

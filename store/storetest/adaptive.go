@@ -85,9 +85,9 @@ func adaptiveDecreasesOnThrottles(e *env) {
 	e.advance(500 * time.Millisecond)
 	// the period after a decrease holds: its answers are of requests admitted at the old figure
 	e.wantCapacity(e.signal(0, 0, answers(100, 50, 0)), first, store.CapacityAdaptive)
-	e.signal(0, 600, answers(100, 10, 0))
+	e.signal(0, 600, answers(100, 5, 0))
 	e.advance(time.Second)
-	second := landing(first, 100, 10)
+	second := landing(first, 100, 5)
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), second, store.CapacityAdaptive)
 	e.advance(time.Second)
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), second, store.CapacityAdaptive) // held
