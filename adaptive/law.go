@@ -12,7 +12,7 @@ const (
 
 	// Drain is the share of the ceiling (below) the capacity goes to on overload: below 1, so
 	// that the queue the overload built drains.
-	Drain = 0.8
+	Drain = 0.7
 	// Margin is the share of what a period showed the backend sustains that the ceiling keeps:
 	// at the very figure it sustained, its queue only holds while the admissions come evenly,
 	// and a burst of leases starts it growing.

@@ -34,7 +34,7 @@ end
 -- decrease (0: none). After a decrease, hold. On throttles above 1 % of the period's answers
 -- or slow answers above 10 % (p90 over the target): the ceiling becomes the healthy figure
 -- before the period (c / prev after an increase) times the share of answers served times
--- 0.95, and the capacity 0.8 of it, at most down to 0.25 of c. Slow answers above 2 %: hold.
+-- 0.95, and the capacity 0.7 of it, at most down to 0.25 of c. Slow answers above 2 %: hold.
 -- Else, with the demand at 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <=
 -- 4; 1 again at the ceiling, and while the demand is under 0.75 of the capacity), not past
 -- the ceiling from below. Else hold. Always within [mn, mx].
@@ -52,7 +52,7 @@ local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
   if cause then
     local served = (answers - math.min(math.max(throttles, 0), answers)) / answers
     local top = c * served / math.max(prev, 1) * 0.95
-    return math.max(mn, c * 0.25, 0.8 * top), top, cause
+    return math.max(mn, c * 0.25, 0.7 * top), top, cause
   end
   if slow > 0.02 * answers or answers <= 0 or demand < 0.6 * c or c >= mx then
     return c, ceil, 'hold'

@@ -69,6 +69,7 @@ func landing(c float64, answers, throttles int64) float64 {
 // again.
 func adaptiveDecreasesOnThrottles(e *env) {
 	e.withAdaptive()
+	e.cluster.Adaptive.Min = 100 // two decreases stay above it
 	e.signal(0, 800, answers(200, 10, 0)) // 5 % throttled
 	e.advance(time.Second)
 	st := e.signal(0, 0, store.Signals{})
@@ -199,6 +200,7 @@ func adaptiveResumesFromFigureInForce(e *env) {
 // the capacity only.
 func adaptiveEmergencyNeedsOverload(e *env) {
 	e.withAdaptive()
+	e.cluster.Adaptive.Min = 100 // two decreases stay above it
 	if st := e.signal(0, 980, answers(100, 0, 0)); st.Emergency {
 		e.t.Fatalf("usage %v with a healthy backend: emergency", st.Usage)
 	}
