@@ -10,8 +10,8 @@ const (
 	// Period is the control period: the law runs once per period on its signals.
 	Period = time.Second
 
-	// Drain is the share of the ceiling (below) the capacity goes to on overload: below 1, so
-	// that the queue the overload built drains.
+	// Drain is the share of the ceiling (Ceiling) the capacity goes to on overload: low enough
+	// that the queue the overload built drains within the held period that follows.
 	Drain = 0.7
 	// Margin is the share of what a period showed the backend sustains that the ceiling keeps:
 	// at the very figure it sustained, its queue only holds while the admissions come evenly,
@@ -38,9 +38,9 @@ const (
 	WarmShare = 0.02
 	// DemandShare: the period's admitted cost per second must reach this share of the current
 	// capacity for an increase: a capacity nobody uses is not evidence that the backend
-	// sustains more. The fleet hands out 0.85 of the capacity to the lower priorities and
-	// admits less than it hands out (leases, the window's edges), and less again while the
-	// capacity grows (the demand is the last second's): measured at 0.7–0.85.
+	// sustains more. The fleet hands out 0.85 of the capacity and admits less than it hands
+	// out (leases, the window's edges), and less again while the capacity grows (the demand is
+	// the last second's): measured at 0.7–0.85.
 	DemandShare = 0.6
 	// KeepUpShare: a streak of increases grows only while the demand keeps up with the
 	// capacity, at this share of it or more; otherwise the step stays at Alpha, so that the
@@ -151,7 +151,7 @@ func Next(b Bounds, c float64, s Signals, prev, ceiling float64) (float64, float
 	}
 	k := Streak(prev)
 	if c == ceiling || s.Demand < KeepUpShare*c {
-		k = 0 // at the ceiling the probing starts again from one step
+		k = 0 // at the ceiling, or with the demand behind the capacity: one step
 	}
 	next := c * (1 + float64(k+1)*Alpha)
 	if c < ceiling {
@@ -173,10 +173,10 @@ func Streak(prev float64) int {
 
 // Band is where the law keeps the capacity around a backend that sustains real under a fleet
 // admitting a constant share of the capacity (real is the capacity at which it admits what
-// the backend sustains), once it has followed it: from Drain × Margin below the last healthy figure,
-// which is at worst one increase of the longest streak below real, to one such increase above
-// the highest figure that still looks healthy (throttles up to ThrottleShare of the answers
-// are not overload).
+// the backend sustains), once it has followed it: from Drain × Margin below the last healthy
+// figure, which is at worst one increase of the longest streak below real, to one such
+// increase above the highest figure that still looks healthy (throttles up to ThrottleShare
+// of the answers are not overload).
 func Band(real float64) (lo, hi float64) {
 	step := 1 + MaxStreak*Alpha
 	return Drain * Margin * real / step, real / (1 - ThrottleShare) * step
