@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -132,5 +133,31 @@ func TestRescueUsesLastLearnedCapacity(t *testing.T) {
 	}
 	if bronze.Take(context.Background(), 1, 0).Allowed && bronze.minted.Load() > 0 {
 		t.Errorf("bronze admitted by its rescue bucket: the learned capacity leaves it nothing")
+	}
+}
+
+// An app at its quota in a fleet leases its share of the refill factor it asks L2 for: under
+// a learned capacity that leaves P0 part of its guarantee, the leases (and the bursts of
+// admissions they let through) shrink with the capacity.
+func TestQuotaLeaseFollowsLearnedShare(t *testing.T) {
+	c := clock.NewManual()
+	cfg := adaptiveConfig()
+	cfg.Apps = map[string]store.AppPolicy{"gold": pol(600, 60000, 0)} // a burst that caps nothing
+	l := testLimiter(t, cfg, newStore(c), c, false)
+	a := mustApp(t, l, "gold")
+	a.short.Store(true) // at its quota
+	s, p := l.snap(), a.pol.Load()
+	st := &store.ClusterState{
+		Factors: [4]float64{1, 1, 1, 1}, LiveInstances: 2, Capacity: 400, CapacitySource: store.CapacityAdaptive,
+	}
+	horizon := AtQuotaHorizon(s.cfg, 2).Seconds()
+	m := leaseMultiplier(l.Level())
+	want := int64(math.Ceil(600*(handOut*400/600)/2*horizon)) * m
+	if got := a.want(0, 0, p, st, s); got != want {
+		t.Fatalf("lease at the quota under a learned capacity of 400: %d tokens, want %d (its share of 340/s)", got, want)
+	}
+	st.CapacitySource = store.CapacityConfig // static: L1's factor, 1
+	if got, static := a.want(0, 0, p, st, s), int64(math.Ceil(600.0/2*horizon))*m; got != static {
+		t.Fatalf("lease at the quota under a static capacity: %d tokens, want %d", got, static)
 	}
 }

@@ -69,7 +69,7 @@ func landing(c float64, answers, throttles int64) float64 {
 // again.
 func adaptiveDecreasesOnThrottles(e *env) {
 	e.withAdaptive()
-	e.cluster.Adaptive.Min = 100 // two decreases stay above it
+	e.cluster.Adaptive.Min = 100          // two decreases stay above it
 	e.signal(0, 800, answers(200, 10, 0)) // 5 % throttled
 	e.advance(time.Second)
 	st := e.signal(0, 0, store.Signals{})
@@ -109,7 +109,7 @@ func adaptiveDecreasesOnLatency(e *env) {
 	if st.Adaptive.LastChange.Cause != "latency" {
 		e.t.Fatalf("cause %q; want latency", st.Adaptive.LastChange.Cause)
 	}
-	e.advance(time.Second) // held
+	e.advance(time.Second)              // held
 	e.signal(0, 0, answers(100, 0, 10)) // exactly 10 %: the p90 is within the target
 	e.advance(time.Second)
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), landing(1000, 100, 0), store.CapacityAdaptive)
