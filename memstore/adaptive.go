@@ -13,7 +13,7 @@ import (
 type memController struct {
 	set      bool
 	capacity float64 // the learned capacity, or the static one in force (adaptive resumes from it)
-	ceiling  float64 // what handed out the backend's served rate at the last decrease (0: none)
+	ceiling  float64 // adaptive.Ceiling at the last decrease (0: none)
 	start    int64   // µs: when the current control period began
 	period   store.Signals
 	last     store.AdaptiveState

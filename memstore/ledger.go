@@ -267,10 +267,10 @@ func ring(slot int64) int64 { return slot % usageSlots }
 // the backend refusing work with throttles) a usage at the threshold enters it only with a
 // refusing backend: a fleet using the whole capacity it learned is where it should be, a
 // burst of borrowing alone is not an emergency, and a backend that is only slow is answered by
-// the decrease of the capacity. It is left 10 s after the backend stopped refusing: a usage
-// near 1 is where a learned capacity keeps the fleet (P0 alone may use all of it), so the
-// usage would hold the emergency, and its lower priorities blocked, for as long as the
-// capacity stays learned.
+// the decrease of the capacity. It is left 10 s after the backend stopped refusing: a
+// learned capacity keeps the fleet near the overload line on purpose, and a decrease lands
+// its usage near the threshold, so the usage would hold the emergency, and its lower
+// priorities blocked, long after the backend recovered.
 func (l *memLedger) updateEmergency(u, thr float64, now int64, learned, refusing bool) {
 	const calm = 10 * 1e6 // µs
 	switch {
