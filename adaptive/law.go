@@ -5,24 +5,48 @@ import (
 	"time"
 )
 
-// Law constants. Beta is the multiplicative decrease, Alpha the additive increase as a share
-// of the current figure, Period the control period.
+// Law constants (docs/adaptive.md).
 const (
-	Beta   = 0.8
-	Alpha  = 0.05
+	// Period is the control period: the law runs once per period on its signals.
 	Period = time.Second
+
+	// Drain is the share of the ceiling (Ceiling) the capacity goes to on overload: low enough
+	// that the queue the overload built drains within the held period that follows.
+	Drain = 0.7
+	// Margin is the share of what a period showed the backend sustains that the ceiling keeps:
+	// at the very figure it sustained, its queue only holds while the admissions come evenly,
+	// and a burst of leases starts it growing.
+	Margin = 0.95
+	// Floor is the most one decrease cuts (c × Floor): a period in which nearly every answer
+	// was a throttle says little of how much less the backend serves.
+	Floor = 0.25
+
+	// Alpha is the increase step: the k-th increase in a row raises the capacity by k × Alpha
+	// of it (up to MaxStreak × Alpha), so that a long way up takes few periods while the first
+	// steps after a decrease or a hold stay small.
+	Alpha = 0.025
+	// MaxStreak caps the increase at MaxStreak × Alpha of the capacity per period.
+	MaxStreak = 4
 
 	// ThrottleShare: more throttles than this share of a period's answers is overload.
 	ThrottleShare = 0.01
 	// SlowShare: more answers slower than the latency target than this share means the
 	// period's p90 is above the target (the p90 is the latency 90 % of answers stay under).
 	SlowShare = 0.1
+	// WarmShare: more slow answers than this share, though not overload, hold the capacity:
+	// the backend's queue is forming, and an increase would overshoot.
+	WarmShare = 0.02
 	// DemandShare: the period's admitted cost per second must reach this share of the current
 	// capacity for an increase: a capacity nobody uses is not evidence that the backend
-	// sustains more. The fleet hands a learned capacity out up to 0.85 of it, and what it
-	// admits runs under what it hands out (leases, the lower priorities' overload factors, the
-	// window's edges): measured at 0.77–0.8 of the capacity with every tenant at its share.
-	DemandShare = 0.75
+	// sustains more. The fleet hands out 0.85 of the capacity and admits less than it hands
+	// out (leases, the window's edges), and less again while the capacity grows (the demand is
+	// the last second's): measured at 0.7–0.85.
+	DemandShare = 0.6
+	// KeepUpShare: a streak of increases grows only while the demand keeps up with the
+	// capacity, at this share of it or more; otherwise the step stays at Alpha, so that the
+	// capacity does not run ahead of what the fleet admits, faster than the backend's answers
+	// can show an overshoot.
+	KeepUpShare = 0.75
 )
 
 // Bounds are the operator's limits of the learned capacity (cost tokens/s): Min <= Max.
@@ -79,41 +103,103 @@ func Overloaded(s Signals) Cause {
 	return Hold
 }
 
-// Next is the capacity after one control period that ended at capacity c with signals s:
+// Ceiling is the capacity the period's signals show the backend sustains, as the law
+// remembers it on a decrease: the capacity that was healthy before the period (c ÷ prev after
+// an increase, else c) times the share of the answers that were not throttles (the fleet
+// admits in proportion to the capacity, and the backend served that share of it), times
+// Margin.
+func Ceiling(c float64, s Signals, prev float64) float64 {
+	served := 1.0
+	if s.Answers > 0 {
+		served = float64(s.Answers-min(max(s.Throttles, 0), s.Answers)) / float64(s.Answers)
+	}
+	return c * served / max(prev, 1) * Margin
+}
+
+// Next is the capacity after one control period that ended at capacity c with signals s;
+// prev is the previous period's step (its next ÷ its c; 1 when it held or is unknown) and
+// ceiling the Ceiling of the last decrease (0: none). It returns the next capacity, the next
+// ceiling and why:
 //
-//	the period follows a decrease        → c
-//	overloaded (Overloaded)              → max(Min, c × Beta)
-//	else demand >= DemandShare × c       → min(Max, c + Alpha × c)
-//	else                                 → c
+//	prev < 1 (the period follows a decrease)  → c
+//	overloaded (Overloaded)                   → max(Min, c × Floor, Drain × Ceiling);
+//	                                            the ceiling becomes Ceiling
+//	slow answers above WarmShare              → c
+//	else demand >= DemandShare × c            → c × (1 + k × Alpha), k the increases in a row
+//	                                            (1 while the demand is under KeepUpShare × c),
+//	                                            but not past the ceiling from below (k starts
+//	                                            again at it)
+//	else                                      → c
 //
-// always within [Min, Max] (a c outside is brought inside first). It never lowers the capacity
-// without an overload signal: no probing dips. The period after a decrease holds: its answers
-// are still those of requests admitted at the higher figure (and of the backend's queue they
-// built), and a second decrease on them would undershoot.
-func Next(b Bounds, c float64, s Signals, afterDecrease bool) (float64, Cause) {
+// always within [Min, Max] (a c outside is brought inside first). On overload the capacity
+// goes below what the backend sustained, in one step, so that the queue the overload built
+// drains, and comes back to the ceiling with the next increases; above it the probing starts
+// again from one step of Alpha. It never lowers the capacity without an overload signal: no
+// probing dips. The period after a decrease holds: its answers are still those of requests
+// admitted at the higher figure (and of the backend's queue they built).
+func Next(b Bounds, c float64, s Signals, prev, ceiling float64) (float64, float64, Cause) {
 	c = min(max(c, b.Min), b.Max)
-	if afterDecrease {
-		return c, Hold
+	if prev < 1 {
+		return c, ceiling, Hold
 	}
 	if cause := Overloaded(s); cause != Hold {
-		return max(b.Min, c*Beta), cause
+		ceiling = Ceiling(c, s, prev)
+		return max(b.Min, c*Floor, Drain*ceiling), ceiling, cause
 	}
-	if s.Answers > 0 && s.Demand >= DemandShare*c && c < b.Max {
-		return min(b.Max, c+Alpha*c), Increase
+	if float64(s.Slow) > WarmShare*float64(s.Answers) || s.Answers <= 0 || s.Demand < DemandShare*c || c >= b.Max {
+		return c, ceiling, Hold
 	}
-	return c, Hold
+	k := Streak(prev)
+	if c == ceiling || s.Demand < KeepUpShare*c {
+		k = 0 // at the ceiling, or with the demand behind the capacity: one step
+	}
+	next := c * (1 + float64(k+1)*Alpha)
+	if c < ceiling {
+		next = min(next, ceiling)
+	}
+	return min(b.Max, next), ceiling, Increase
+}
+
+// Streak is how many increases in a row the previous period's step prev ends (0 for a hold or
+// a decrease; an increase clipped at Max counts as at least one), at most MaxStreak − 1 so
+// that the next step is at most MaxStreak × Alpha.
+func Streak(prev float64) int {
+	if !(prev > 1) {
+		return 0
+	}
+	k := int(math.Floor((prev-1)/Alpha + 0.5))
+	return min(max(k, 1), MaxStreak-1)
+}
+
+// Band is where the law keeps the capacity around a backend that sustains real under a fleet
+// admitting a constant share of the capacity (real is the capacity at which it admits what
+// the backend sustains), once it has followed it: from Drain × Margin below the last healthy
+// figure, which is at worst one increase of the longest streak below real, to one such
+// increase above the highest figure that still looks healthy (throttles up to ThrottleShare
+// of the answers are not overload).
+func Band(real float64) (lo, hi float64) {
+	step := 1 + MaxStreak*Alpha
+	return Drain * Margin * real / step, real / (1 - ThrottleShare) * step
 }
 
 // FollowPeriods is how many control periods the law takes, from capacity c, to come within
-// one step of a backend that sustains real (throttling above it, healthy with demand below):
-// n = ceil(log_{1/Beta}(c / real)) decreases, each but the last followed by a held period,
-// down; ceil(log_{1+Alpha}(real × Beta / c)) up; 0 when c is there.
+// Band(real) of a backend that sustains real (in capacity terms, as for Band; throttling what
+// it cannot serve, healthy below): down, one decrease (more, each after a held period, while
+// one decrease by Floor is not enough); up, the increases in a row (k × Alpha each)
+// until c reaches the band.
 func FollowPeriods(c, real float64) int {
-	switch {
-	case c > real:
-		return 2*int(math.Ceil(math.Log(c/real)/math.Log(1/Beta))) - 1
-	case c < real*Beta:
-		return int(math.Ceil(math.Log(real*Beta/c) / math.Log(1+Alpha)))
+	lo, hi := Band(real)
+	n := 0
+	for c > hi {
+		c = max(c*Floor, Drain*Margin*real)
+		n += 2
 	}
-	return 0
+	if n > 0 {
+		return n - 1 // no held period after the last decrease
+	}
+	for c < lo {
+		n++
+		c *= 1 + float64(min(n, MaxStreak))*Alpha
+	}
+	return n
 }

@@ -24,13 +24,26 @@ func genSignals(t *rapid.T, label string) Signals {
 	}
 }
 
+// genCeiling draws the ceiling of the last decrease: none, or one within or around the bounds.
+func genCeiling(t *rapid.T, b Bounds) float64 {
+	if rapid.Bool().Draw(t, "no ceiling") {
+		return 0
+	}
+	return rapid.Float64Range(b.Min/2, b.Max*2).Draw(t, "ceiling")
+}
+
+// genPrev draws the previous period's step: a decrease, a hold or an increase of a streak.
+func genPrev(t *rapid.T, label string) float64 {
+	return rapid.SampledFrom([]float64{1, Drain, Floor, 0.5, 1 + Alpha, 1 + 2*Alpha, 1 + MaxStreak*Alpha, 1.01}).Draw(t, label)
+}
+
 // The learned capacity never leaves [Min, Max], whatever it starts from and whatever the signals.
 func TestPropBounds(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(0, 1e9).Draw(t, "start")
 		for i := range rapid.IntRange(1, 50).Draw(t, "periods") {
-			c, _ = Next(b, c, genSignals(t, "s"+string(rune('a'+i%26))), rapid.Bool().Draw(t, "after decrease"))
+			c, _, _ = Next(b, c, genSignals(t, "s"+string(rune('a'+i%26))), genPrev(t, "prev"), genCeiling(t, b))
 			if c < b.Min || c > b.Max || math.IsNaN(c) {
 				t.Fatalf("capacity %v outside [%v, %v]", c, b.Min, b.Max)
 			}
@@ -45,33 +58,38 @@ func TestPropMonotone(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
+		prev, ceiling := genPrev(t, "prev"), genCeiling(t, b)
 		worse := s
 		worse.Throttles = rapid.Int64Range(s.Throttles, s.Answers).Draw(t, "more throttles")
 		worse.Slow = rapid.Int64Range(s.Slow, s.Answers).Draw(t, "more slow")
 		more := s
 		more.Demand = s.Demand + rapid.Float64Range(0, 1e9).Draw(t, "more demand")
-		base, _ := Next(b, c, s, false)
-		if w, _ := Next(b, c, worse, false); w > base {
+		base, _, _ := Next(b, c, s, prev, ceiling)
+		if w, _, _ := Next(b, c, worse, prev, ceiling); w > base {
 			t.Fatalf("worse signals %+v gave %v, above %v for %+v", worse, w, base, s)
 		}
-		if m, _ := Next(b, c, more, false); m < base {
+		if m, _, _ := Next(b, c, more, prev, ceiling); m < base {
 			t.Fatalf("more demand %+v gave %v, below %v for %+v", more, m, base, s)
 		}
 	})
 }
 
-// No probing dips: without an overload signal the capacity never goes down.
+// No probing dips: without an overload signal the capacity never goes down; with one it never
+// goes up, and one decrease cuts at most to Floor of the capacity.
 func TestPropNoDipWithoutOverload(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		next, cause := Next(b, c, s, rapid.Bool().Draw(t, "after decrease"))
+		next, _, cause := Next(b, c, s, genPrev(t, "prev"), genCeiling(t, b))
 		if Overloaded(s) == Hold && next < c {
 			t.Fatalf("healthy signals %+v lowered %v to %v (%v)", s, c, next, cause)
 		}
 		if Overloaded(s) != Hold && next > c {
 			t.Fatalf("overload %+v raised %v to %v", s, c, next)
+		}
+		if next < c*Floor*(1-1e-12) {
+			t.Fatalf("one period cut %v to %v, below Floor", c, next)
 		}
 	})
 }
@@ -84,12 +102,12 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1+Alpha))) + 2
+		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1+Alpha))) + 2 // the slowest way: up by Alpha
 		dir := 0.0
-		after := false
+		prev, ceiling := 1.0, genCeiling(t, b)
 		for i := range sweep + 10 {
-			next, _ := Next(b, c, s, after)
-			after = next < c
+			next, nextCeiling, _ := Next(b, c, s, prev, ceiling)
+			prev, ceiling = next/c, nextCeiling
 			if d := next - c; d != 0 {
 				if dir != 0 && math.Signbit(d) != math.Signbit(dir) {
 					t.Fatalf("period %d: direction changed under steady signals %+v", i, s)
@@ -104,39 +122,102 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 	})
 }
 
-// A backend whose capacity steps (halved, doubled) is followed: throttling above its
-// capacity, healthy with demand below it, the learned figure comes within
-// [Beta × real, real × (1 + Alpha)] in at most FollowPeriods(from, real) periods and stays
-// there (the oscillation of a sawtooth around a fixed capacity is bounded by one step each
-// way).
+// backendPeriod is the period's signals from a model backend that serves real cost/s under a
+// fleet admitting capacity c (requests of cost 1, demand above it): what it cannot serve it
+// throttles.
+func backendPeriod(c, real float64) Signals {
+	admitted := math.Round(c)
+	s := Signals{Answers: int64(admitted), Demand: admitted}
+	if admitted > real {
+		s.Throttles = int64(admitted - math.Round(real))
+	}
+	return s
+}
+
+// A backend whose capacity steps (halved, doubled) is followed: the learned figure comes
+// within Band(real) in at most FollowPeriods(from, real) periods and stays there (the sawtooth
+// of probing around a fixed capacity is bounded by the band).
 func TestPropStepFollowed(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		b := genBounds(t)
+		lo := rapid.Float64Range(100, 1e6).Draw(t, "min")
+		b := Bounds{Min: lo, Max: lo * rapid.Float64Range(1, 100).Draw(t, "span")}
 		real := rapid.Float64Range(b.Min, b.Max).Draw(t, "real")
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "start")
 		n := FollowPeriods(c, real)
-		after := false
+		bandLo, bandHi := Band(real)
+		bandLo, bandHi = min(max(bandLo, b.Min), b.Max), min(max(bandHi, b.Min), b.Max)
+		prev, ceiling := 1.0, 0.0
 		for i := range n + 50 {
-			s := Signals{Answers: 1000, Demand: 2 * b.Max}
-			if c > real {
-				s.Throttles = 100
-			}
-			next, _ := Next(b, c, s, after)
-			after, c = next < c, next
-			if i+1 >= n && (c < math.Max(b.Min, Beta*real)*(1-1e-9) || c > real*(1+Alpha)*(1+1e-9)) {
-				t.Fatalf("period %d (follow bound %d): capacity %v, real %v", i+1, n, c, real)
+			next, nextCeiling, _ := Next(b, c, backendPeriod(c, real), prev, ceiling)
+			prev, c, ceiling = next/c, next, nextCeiling
+			// one request of rounding in the model's counts
+			if i+1 >= n && (c < bandLo*(1-1e-9)-2 || c > bandHi*(1+1e-9)+2) {
+				t.Fatalf("period %d (follow bound %d): capacity %v, real %v, band [%v, %v]", i+1, n, c, real, bandLo, bandHi)
 			}
 		}
 	})
 }
 
-// FollowPeriods states the step response: 7 periods for a halving, 10 for a doubling (to 80 %).
+// FollowPeriods states the step response: one period for a halving, 4 for a doubling.
 func TestFollowPeriodsStated(t *testing.T) {
-	if n := FollowPeriods(1000, 500); n != 7 {
-		t.Errorf("halving followed in %d periods, want 7", n)
+	if n := FollowPeriods(1000, 500); n != 1 {
+		t.Errorf("halving followed in %d periods, want 1", n)
 	}
-	if n := FollowPeriods(1000, 2000); n != 10 {
-		t.Errorf("doubling followed in %d periods, want 10", n)
+	if n := FollowPeriods(1000, 2000); n != 4 {
+		t.Errorf("doubling followed in %d periods, want 4", n)
+	}
+}
+
+// On overload the capacity goes, in one step, below what the backend served (Drain of the
+// Ceiling: Margin of the healthy figure before the period times the share of answers served), and that
+// figure becomes the ceiling; increases in a row grow by Alpha each, stop at the ceiling from
+// below and start again from one step at it; a hold or a decrease starts the streak again;
+// slow answers above WarmShare hold.
+func TestNextSteps(t *testing.T) {
+	b := Bounds{Min: 10, Max: 10000}
+	// 850 answers, 400 of them throttles
+	s := Signals{Answers: 850, Throttles: 400, Demand: 850}
+	got, ceiling, cause := Next(b, 1000, s, 1, 0)
+	if cause != Throttled || math.Abs(ceiling-1000*450.0/850*Margin) > 1e-9 || math.Abs(got-Drain*ceiling) > 1e-9 {
+		t.Errorf("throttled: %v, ceiling %v (%v); want %v and Drain of it", got, ceiling, cause, 1000*450.0/850*Margin)
+	}
+	// slow right after an increase by 10 %: the ceiling is the figure before it
+	slow := Signals{Answers: 100, Slow: 50, Demand: 100}
+	if got, ceiling, cause := Next(b, 1100, slow, 1.1, 0); cause != Slow || math.Abs(ceiling-1000*Margin) > 1e-9 || math.Abs(got-Drain*1000*Margin) > 1e-9 {
+		t.Errorf("slow after an increase: %v, ceiling %v (%v); want Drain of it and Margin of 1000", got, ceiling, cause)
+	}
+	if got, _, _ := Next(b, 1000, s, Drain, 0); got != 1000 {
+		t.Errorf("after a decrease: %v, want a held period", got)
+	}
+	healthy := Signals{Answers: 800, Demand: 800}
+	c, prev := 1000.0, 1.0
+	for k := 1; k <= MaxStreak+2; k++ {
+		next, _, cause := Next(b, c, healthy, prev, 0)
+		want := c * (1 + float64(min(k, MaxStreak))*Alpha)
+		if cause != Increase || math.Abs(next-want) > 1e-9*want {
+			t.Fatalf("increase %d: %v → %v (%v), want %v", k, c, next, cause, want)
+		}
+		healthy.Demand = 0.85 * next
+		prev, c = next/c, next
+	}
+	if next, _, _ := Next(b, c, Signals{Answers: 10, Demand: 0}, prev, 0); next != c {
+		t.Fatalf("no demand: %v → %v, want a hold", c, next)
+	}
+	if next, _, _ := Next(b, c, healthy, 1, 0); next != c*(1+Alpha) {
+		t.Fatalf("after a hold: %v → %v, want the first step of a streak", c, next)
+	}
+	warm := healthy
+	warm.Slow = healthy.Answers/10 - 1 // under 10 %: not overload, but above WarmShare
+	if next, _, cause := Next(b, c, warm, prev, 0); next != c || cause != Hold {
+		t.Fatalf("slow answers at %d of %d: %v → %v (%v), want a hold", warm.Slow, warm.Answers, c, next, cause)
+	}
+	// below the ceiling, the streak stops at it; at it, it starts again from one step
+	healthy.Demand = 1000
+	if next, _, _ := Next(b, 1000, healthy, 1+3*Alpha, 1010); next != 1010 {
+		t.Fatalf("below the ceiling: 1000 → %v, want the ceiling 1010", next)
+	}
+	if next, _, _ := Next(b, 1010, healthy, 1.01, 1010); next != 1010*(1+Alpha) {
+		t.Fatalf("at the ceiling: 1010 → %v, want one step", next)
 	}
 }
 

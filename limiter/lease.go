@@ -114,7 +114,9 @@ func (a *App) want(need, debt int64, p *appPolicy, st *store.ClusterState, s *sn
 		// At the quota in a fleet, this instance's share of what L2 refills over the horizon.
 		// Sized by the instance's own admitted rate instead, the instance that got most would
 		// keep getting most, and one that was refused would ask for ever smaller leases.
-		share := p.Guaranteed * st.Factors[p.Priority] / float64(live)
+		// The refill factor is the one the lease asks L2 to refill at (with a learned
+		// capacity, the priority's share of it and the elastic share).
+		share := p.Guaranteed * s.adaptiveFactor(st, p.AppPolicy) / float64(live)
 		t = int64(math.Ceil(share*AtQuotaHorizon(s.cfg, int(live)).Seconds())) * m
 	}
 	// The cap bounds what the instance holds, the lease included: a refill that started with

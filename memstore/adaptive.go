@@ -8,11 +8,12 @@ import (
 )
 
 // memController is one cluster's capacity controller (docs/adaptive.md; Redis: the fields
-// cap, ctl_ts, p_* (the period so far), lp_* (the last period) and chg_* (the last change) of
-// the :l1 hash).
+// cap, ceil, ctl_ts, p_* (the period so far), lp_* (the last period) and chg_* (the last
+// change) of the :l1 hash).
 type memController struct {
 	set      bool
 	capacity float64 // the learned capacity, or the static one in force (adaptive resumes from it)
+	ceiling  float64 // adaptive.Ceiling at the last decrease (0: none)
 	start    int64   // µs: when the current control period began
 	period   store.Signals
 	last     store.AdaptiveState
@@ -27,7 +28,7 @@ type memController struct {
 func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, window float64, now int64) (float64, string) {
 	a := c.Adaptive
 	if !a.On() {
-		k.set, k.capacity, k.start = true, c.Capacity, now
+		k.set, k.capacity, k.start, k.ceiling = true, c.Capacity, now, 0
 		k.period = store.Signals{}
 		return c.Capacity, store.CapacityConfig
 	}
@@ -40,11 +41,14 @@ func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, windo
 		k.period.Add(sig)
 	}
 	if now-k.start >= adaptive.Period.Microseconds() {
-		ch := k.last.LastChange
-		afterDecrease := ch.To < ch.From && ch.At.UnixMicro() == k.start
-		next, cause := adaptive.Next(b, k.capacity, adaptive.Signals{
+		prev := 1.0 // the previous period's step: the last change when it ended that period
+		if ch := k.last.LastChange; ch.At.UnixMicro() == k.start && ch.From > 0 {
+			prev = ch.To / ch.From
+		}
+		next, ceiling, cause := adaptive.Next(b, k.capacity, adaptive.Signals{
 			Answers: k.period.Answers, Throttles: k.period.Throttles, Slow: k.period.Slow, Demand: window,
-		}, afterDecrease)
+		}, prev, k.ceiling)
+		k.ceiling = ceiling
 		k.last.Period, k.last.PeriodCost = k.period, window
 		if next != k.capacity {
 			k.last.LastChange = store.CapacityChange{At: time.UnixMicro(now), From: k.capacity, To: next, Cause: cause.String()}
@@ -54,8 +58,10 @@ func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, windo
 	return k.capacity, store.CapacityAdaptive
 }
 
-// overloaded reports whether the last control period showed the backend overloaded.
-func (k *memController) overloaded() bool {
+// refusing reports whether the last control period showed the backend refusing work
+// (throttles above adaptive.ThrottleShare of its answers): what lets usage at the threshold
+// enter the automatic emergency under a learned capacity.
+func (k *memController) refusing() bool {
 	p := k.last.Period
-	return adaptive.Overloaded(adaptive.Signals{Answers: p.Answers, Throttles: p.Throttles, Slow: p.Slow}) != adaptive.Hold
+	return adaptive.Overloaded(adaptive.Signals{Answers: p.Answers, Throttles: p.Throttles, Slow: p.Slow}) == adaptive.Throttled
 }

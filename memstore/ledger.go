@@ -263,18 +263,22 @@ func ring(slot int64) int64 { return slot % usageSlots }
 // and stayed there (any report with u >= thr - 0.1 restarts the count). On leaving, the reason
 // is cleared.
 //
-// Under a learned capacity (overloaded is then whether the last control period showed the
-// backend overloaded) a usage at the threshold enters it only with an overloaded backend: a
-// fleet using the whole capacity it learned is where it should be, and a burst of borrowing
-// alone is not an emergency.
-func (l *memLedger) updateEmergency(u, thr float64, now int64, overloaded bool) {
+// Under a learned capacity (learned; refusing is then whether the last control period showed
+// the backend refusing work with throttles) a usage at the threshold enters it only with a
+// refusing backend: a fleet using the whole capacity it learned is where it should be, a
+// burst of borrowing alone is not an emergency, and a backend that is only slow is answered by
+// the decrease of the capacity. It is left 10 s after the backend stopped refusing: a
+// learned capacity keeps the fleet near the overload line on purpose, and a decrease lands
+// its usage near the threshold, so the usage would hold the emergency, and its lower
+// priorities blocked, long after the backend recovered.
+func (l *memLedger) updateEmergency(u, thr float64, now int64, learned, refusing bool) {
 	const calm = 10 * 1e6 // µs
 	switch {
-	case u >= thr && overloaded:
+	case u >= thr && refusing:
 		l.emergency, l.reason, l.calmSince = true, "auto", 0
 	case l.emergency && l.reason == "auto":
 		switch {
-		case u >= thr-0.1:
+		case (learned && refusing) || (!learned && u >= thr-0.1):
 			l.calmSince = 0
 		case l.calmSince == 0:
 			l.calmSince = now

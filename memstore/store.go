@@ -256,8 +256,8 @@ func (m *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	}
 	// 5. automatic emergency.
 	if l1 {
-		overloaded := !rep.Cluster.Adaptive.On() || l.ctl.overloaded()
-		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now, overloaded)
+		learned := rep.Cluster.Adaptive.On()
+		l.updateEmergency(st.Usage, rep.Cluster.EmergencyThreshold, now, learned, !learned || l.ctl.refusing())
 		st.Emergency = l.emergency
 		if l.emergency {
 			st.EmergencySource, st.EmergencyReason = store.EmergencySourceAuto, l.reason

@@ -29,25 +29,46 @@ for i = 18, 36 do
   sig[#sig + 1] = tonumber(ARGV[i]) or 0
 end
 
--- The control law of the adaptive capacity, as package adaptive states it (law.go): a
--- decrease by 0.8 on throttles above 1 % of the period's answers or slow answers above 10 %
--- (p90 over the target), else an increase by 5 % when the demand reaches 0.75 of the capacity,
--- else hold; within [mn, mx]. The period right after a decrease holds.
-local function law(c, mn, mx, answers, throttles, slow, demand, after_decrease)
+-- The control law of the adaptive capacity, as package adaptive states it (law.go). prev is
+-- the previous period's step (its next / its c; 1 when it held), ceil the ceiling of the last
+-- decrease (0: none). After a decrease, hold. On throttles above 1 % of the period's answers
+-- or slow answers above 10 % (p90 over the target): the ceiling becomes the healthy figure
+-- before the period (c / prev after an increase) times the share of answers served times
+-- 0.95, and the capacity 0.7 of it, at most down to 0.25 of c. Slow answers above 2 %: hold.
+-- Else, with the demand at 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <=
+-- 4; 1 again at the ceiling, and while the demand is under 0.75 of the capacity), not past
+-- the ceiling from below. Else hold. Always within [mn, mx].
+local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
   c = math.min(math.max(c, mn), mx)
-  if after_decrease then
-    return c, 'hold'
+  if prev < 1 then
+    return c, ceil, 'hold'
   end
+  local cause = nil
   if answers > 0 and throttles > 0.01 * answers then
-    return math.max(mn, c * 0.8), 'throttles'
+    cause = 'throttles'
+  elseif answers > 0 and slow > 0.1 * answers then
+    cause = 'latency'
   end
-  if answers > 0 and slow > 0.1 * answers then
-    return math.max(mn, c * 0.8), 'latency'
+  if cause then
+    local served = (answers - math.min(math.max(throttles, 0), answers)) / answers
+    local top = c * served / math.max(prev, 1) * 0.95
+    return math.max(mn, c * 0.25, 0.7 * top), top, cause
   end
-  if answers > 0 and demand >= 0.75 * c and c < mx then
-    return math.min(mx, c + 0.05 * c), 'demand'
+  if slow > 0.02 * answers or answers <= 0 or demand < 0.6 * c or c >= mx then
+    return c, ceil, 'hold'
   end
-  return c, 'hold'
+  local k = 0
+  if prev > 1 then
+    k = math.min(math.max(math.floor((prev - 1) / 0.025 + 0.5), 1), 3)
+  end
+  if c == ceil or demand < 0.75 * c then
+    k = 0
+  end
+  local next_c = c * (1 + (k + 1) * 0.025)
+  if c < ceil then
+    next_c = math.min(next_c, ceil)
+  end
+  return math.min(mx, next_c), ceil, 'demand'
 end
 
 -- numbers splits a field of space-separated numbers (n of them; absent: zeros).
@@ -182,19 +203,21 @@ if capacity > 0 then
   -- demand), a move is recorded (chg) — or the configured one, tracked in cap so that a
   -- learned capacity resumes from the figure in force.
   local fields = { 'w_slot', fmt(slot) }
-  local cv = redis.call('HMGET', KEYS[1], 'cap', 'ctl_ts', 'p', 'lp', 'chg')
+  local cv = redis.call('HMGET', KEYS[1], 'cap', 'ctl_ts', 'p', 'lp', 'chg', 'ceil')
   if a_max <= 0 then
     cap_now = capacity
     cap_source = 'config'
-    for _, f in ipairs({ 'cap', fmt(capacity), 'ctl_ts', fmt(now), 'p', '' }) do
+    for _, f in ipairs({ 'cap', fmt(capacity), 'ctl_ts', fmt(now), 'p', '', 'ceil', '0' }) do
       fields[#fields + 1] = f
     end
   else
     local c = tonumber(cv[1])
     local start = tonumber(cv[2])
+    local ceil = tonumber(cv[6]) or 0
     if c == nil or start == nil then
       c = capacity
       start = now
+      ceil = 0
     end
     c = math.min(math.max(c, a_min), a_max)
     local p = numbers(cv[3], 19)
@@ -210,8 +233,12 @@ if capacity > 0 then
       for x in string.gmatch(last_change, '%S+') do
         ch[#ch + 1] = x
       end
-      local after_decrease = #ch == 4 and tonumber(ch[1]) == start and tonumber(ch[3]) < tonumber(ch[2])
-      local next_c, cause = law(c, a_min, a_max, p[1], p[2], p[3], window, after_decrease)
+      local prev = 1
+      if #ch == 4 and tonumber(ch[1]) == start and tonumber(ch[2]) > 0 then
+        prev = tonumber(ch[3]) / tonumber(ch[2])
+      end
+      local next_c, next_ceil, cause = law(c, a_min, a_max, p[1], p[2], p[3], window, prev, ceil)
+      ceil = next_ceil
       local lp = { p[1], p[2], p[3], window }
       for i = 4, 19 do
         lp[#lp + 1] = p[i]
@@ -228,7 +255,7 @@ if capacity > 0 then
     end
     cap_now = c
     cap_source = 'adaptive'
-    for _, f in ipairs({ 'cap', fmt(c), 'ctl_ts', fmt(start), 'p', join(p), 'lp', last_period, 'chg', last_change }) do
+    for _, f in ipairs({ 'cap', fmt(c), 'ceil', fmt(ceil), 'ctl_ts', fmt(start), 'p', join(p), 'lp', last_period, 'chg', last_change }) do
       fields[#fields + 1] = f
     end
   end
@@ -242,19 +269,24 @@ if capacity > 0 then
   redis.call('HSET', KEYS[1], unpack(fields))
 
   -- 5. emergency: entered at the threshold, left after 10 s below threshold − 0.1. Under a
-  -- learned capacity, entered only when the last control period showed the backend
-  -- overloaded (memLedger.updateEmergency).
-  local overloaded = true
+  -- learned capacity, entered only when the last control period showed the backend refusing
+  -- work, throttles above 1 % of its answers, and left 10 s after it stopped refusing
+  -- (memLedger.updateEmergency).
+  local refusing = true
   if a_max > 0 then
     local lp = numbers(last_period, 3)
-    overloaded = lp[1] > 0 and (lp[2] > 0.01 * lp[1] or lp[3] > 0.1 * lp[1])
+    refusing = lp[1] > 0 and lp[2] > 0.01 * lp[1]
   end
-  if u >= thr and overloaded then
+  local calm = u < thr - 0.1
+  if a_max > 0 then
+    calm = not refusing
+  end
+  if u >= thr and refusing then
     emergency = 1
     reason = 'auto'
     calm_since = 0
   elseif emergency == 1 and reason == 'auto' then
-    if u < thr - 0.1 then
+    if calm then
       if calm_since == 0 then
         calm_since = now
       elseif now - calm_since >= 10000000 then

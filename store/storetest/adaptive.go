@@ -3,6 +3,7 @@ package storetest
 import (
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/adaptive"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -56,55 +57,69 @@ func adaptiveStartsAtCapacity(e *env) {
 	}
 }
 
-// More than 1 % throttles in a period: one decrease by 0.8 when the period ends, recorded
-// with its cause; the next period holds, whatever it shows; the one after decreases again.
+// landing is where a decrease takes capacity c after a period with answers of which throttles
+// (following a held period): adaptive.Drain of the share served, computed as the law does.
+func landing(c float64, answers, throttles int64) float64 {
+	return adaptive.Drain * adaptive.Ceiling(c, adaptive.Signals{Answers: answers, Throttles: throttles}, 1)
+}
+
+// More than 1 % throttles in a period: one decrease when the period ends, below what the
+// backend served (Drain of the capacity times the share of answers that were not throttles),
+// recorded with its cause; the next period holds, whatever it shows; the one after decreases
+// again.
 func adaptiveDecreasesOnThrottles(e *env) {
 	e.withAdaptive()
-	e.signal(0, 0, answers(200, 3, 0))
+	e.cluster.Adaptive.Min = 100          // two decreases stay above it
+	e.signal(0, 800, answers(200, 10, 0)) // 5 % throttled
 	e.advance(time.Second)
 	st := e.signal(0, 0, store.Signals{})
-	e.wantCapacity(st, 800, store.CapacityAdaptive)
-	if c := st.Adaptive.LastChange; c.From != 1000 || c.To != 800 || c.Cause != "throttles" || !c.At.Equal(e.clk.Now()) {
-		e.t.Fatalf("last change %+v; want 1000 → 800 on throttles now", c)
+	first := landing(1000, 200, 10)
+	e.wantCapacity(st, first, store.CapacityAdaptive)
+	if c := st.Adaptive.LastChange; c.From != 1000 || c.To != first || c.Cause != "throttles" || !c.At.Equal(e.clk.Now()) {
+		e.t.Fatalf("last change %+v; want 1000 → %v on throttles now", c, first)
 	}
-	if p := st.Adaptive.Period; p != answers(200, 3, 0) {
-		e.t.Fatalf("last period %+v; want the 200 answers, 3 throttles", p)
+	if p := st.Adaptive.Period; p != answers(200, 10, 0) || st.Adaptive.PeriodCost != 800 {
+		e.t.Fatalf("last period %+v (demand %v); want the 200 answers, 10 throttles, 800/s", p, st.Adaptive.PeriodCost)
 	}
 	e.advance(500 * time.Millisecond)
-	e.wantCapacity(e.signal(0, 0, answers(100, 50, 0)), 800, store.CapacityAdaptive) // one decrease per period
+	e.wantCapacity(e.signal(0, 0, answers(100, 50, 0)), first, store.CapacityAdaptive) // one decrease per period
 	e.advance(500 * time.Millisecond)
 	// the period after a decrease holds: its answers are of requests admitted at the old figure
-	e.wantCapacity(e.signal(0, 0, answers(100, 50, 0)), 800, store.CapacityAdaptive)
-	e.signal(0, 0, answers(100, 50, 0))
+	e.wantCapacity(e.signal(0, 0, answers(100, 50, 0)), first, store.CapacityAdaptive)
+	e.signal(0, 600, answers(100, 5, 0))
 	e.advance(time.Second)
-	e.wantCapacity(e.signal(0, 0, store.Signals{}), 640, store.CapacityAdaptive)
+	second := landing(first, 100, 5)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), second, store.CapacityAdaptive)
 	e.advance(time.Second)
-	e.wantCapacity(e.signal(0, 0, store.Signals{}), 640, store.CapacityAdaptive) // held
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), second, store.CapacityAdaptive) // held
 	// exactly 1 % is not overload, and without demand there is no increase
 	e.signal(0, 0, answers(300, 3, 0))
 	e.advance(time.Second)
-	e.wantCapacity(e.signal(0, 0, store.Signals{}), 640, store.CapacityAdaptive)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), second, store.CapacityAdaptive)
 }
 
-// More than 10 % of the answers slower than the target (the p90 above it): a decrease.
+// More than 10 % of the answers slower than the target (the p90 above it): a decrease, to
+// Drain of the capacity.
 func adaptiveDecreasesOnLatency(e *env) {
 	e.withAdaptive()
-	e.signal(0, 0, answers(100, 0, 11))
+	e.signal(0, 1200, answers(100, 0, 11))
 	e.advance(time.Second)
 	st := e.signal(0, 0, store.Signals{})
-	e.wantCapacity(st, 800, store.CapacityAdaptive)
+	e.wantCapacity(st, landing(1000, 100, 0), store.CapacityAdaptive)
 	if st.Adaptive.LastChange.Cause != "latency" {
 		e.t.Fatalf("cause %q; want latency", st.Adaptive.LastChange.Cause)
 	}
+	e.advance(time.Second)              // held
 	e.signal(0, 0, answers(100, 0, 10)) // exactly 10 %: the p90 is within the target
 	e.advance(time.Second)
-	e.wantCapacity(e.signal(0, 0, store.Signals{}), 800, store.CapacityAdaptive)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), landing(1000, 100, 0), store.CapacityAdaptive)
 }
 
-// Healthy answers raise the capacity by 5 % only when the demand reaches 0.75 of it.
+// Healthy answers raise the capacity only when the demand reaches DemandShare of it; increases
+// in a row grow by Alpha each.
 func adaptiveIncreasesOnlyWithDemand(e *env) {
 	e.withAdaptive()
-	e.signal(0, 740, answers(100, 0, 0)) // 0.74 of the capacity
+	e.signal(0, 590, answers(100, 0, 0)) // below 0.6 of the capacity
 	e.advance(500 * time.Millisecond)
 	e.signal(0, 0, store.Signals{})
 	e.advance(500 * time.Millisecond)
@@ -112,26 +127,39 @@ func adaptiveIncreasesOnlyWithDemand(e *env) {
 	e.signal(0, 900, answers(100, 0, 0)) // 0.9 of it
 	e.advance(time.Second)
 	st := e.signal(0, 50, store.Signals{})
-	e.wantCapacity(st, 1050, store.CapacityAdaptive)
-	if c := st.Adaptive.LastChange; c.Cause != "demand" || c.From != 1000 || c.To != 1050 {
-		e.t.Fatalf("last change %+v; want 1000 → 1050 on demand", c)
+	first := 1000 * (1 + adaptive.Alpha)
+	e.wantCapacity(st, first, store.CapacityAdaptive)
+	if c := st.Adaptive.LastChange; c.Cause != "demand" || c.From != 1000 || c.To != first {
+		e.t.Fatalf("last change %+v; want 1000 → %v on demand", c, first)
 	}
-	if st.Usage != 900.0/1050 || st.Adaptive.PeriodCost != 900 { // the last ten complete slots: the 900
+	if st.Usage != 900/first || st.Adaptive.PeriodCost != 900 { // the last ten complete slots: the 900
 		e.t.Fatalf("usage %v, period cost %v; want 900 of the new capacity", st.Usage, st.Adaptive.PeriodCost)
 	}
+	e.signal(0, 900, answers(100, 0, 0))
+	e.advance(time.Second)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), first*(1+2*adaptive.Alpha), store.CapacityAdaptive)
 }
 
 // The learned capacity stays within [min, max].
 func adaptiveBounded(e *env) {
 	e.withAdaptive()
-	want := []float64{800, 640, 512, 500, 500}
-	for _, w := range want {
+	for range 2 { // nothing admitted, everything throttled: down to min and no further
 		e.signal(0, 0, answers(100, 100, 0))
 		e.advance(time.Second)
-		e.wantCapacity(e.signal(0, 0, store.Signals{}), w, store.CapacityAdaptive)
+		e.wantCapacity(e.signal(0, 0, store.Signals{}), 500, store.CapacityAdaptive)
 		e.advance(time.Second) // the period after a decrease holds
-		e.wantCapacity(e.signal(0, 0, store.Signals{}), w, store.CapacityAdaptive)
+		e.wantCapacity(e.signal(0, 0, store.Signals{}), 500, store.CapacityAdaptive)
 	}
+	var st store.ClusterState
+	for range 30 { // demand far above: up to max and no further
+		e.signal(0, 5000, answers(100, 0, 0))
+		e.advance(time.Second)
+		st = e.signal(0, 0, store.Signals{})
+		if st.Capacity > 2000 {
+			e.t.Fatalf("capacity %v above max", st.Capacity)
+		}
+	}
+	e.wantCapacity(st, 2000, store.CapacityAdaptive)
 	e.cluster.Capacity, e.cluster.Adaptive.Max = 1000, 1000
 	e.cluster.Adaptive.Min = 1000 // a reload that narrows the bounds brings the figure inside
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), 1000, store.CapacityAdaptive)
@@ -156,7 +184,7 @@ func adaptiveResumesFromFigureInForce(e *env) {
 	e.withAdaptive()
 	e.signal(0, 0, answers(100, 100, 0))
 	e.advance(time.Second)
-	e.wantCapacity(e.signal(0, 0, store.Signals{}), 800, store.CapacityAdaptive)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), 500, store.CapacityAdaptive)
 	pinned := e.cluster
 	e.cluster.Capacity, e.cluster.Adaptive = 1500, store.AdaptivePolicy{}
 	e.wantCapacity(e.signal(0, 0, answers(100, 100, 0)), 1500, store.CapacityConfig)
@@ -168,17 +196,40 @@ func adaptiveResumesFromFigureInForce(e *env) {
 }
 
 // Under a learned capacity, usage at the threshold enters the automatic emergency only when
-// the last control period showed the backend overloaded.
+// the last control period showed the backend refusing work (throttles); a slow backend lowers
+// the capacity only.
 func adaptiveEmergencyNeedsOverload(e *env) {
 	e.withAdaptive()
+	e.cluster.Adaptive.Min = 100 // two decreases stay above it
 	if st := e.signal(0, 980, answers(100, 0, 0)); st.Emergency {
 		e.t.Fatalf("usage %v with a healthy backend: emergency", st.Usage)
 	}
-	e.signal(0, 0, answers(100, 5, 0))
+	e.signal(0, 0, answers(100, 0, 50))
+	e.advance(time.Second)
+	slow := landing(1000, 100, 0)
+	if st := e.signal(0, 980, store.Signals{}); st.Emergency || st.Capacity != slow || st.Usage < 0.95 {
+		e.t.Fatalf("usage %v after a slow period: emergency %v, capacity %v; want no emergency at %v",
+			st.Usage, st.Emergency, st.Capacity, slow)
+	}
+	e.advance(time.Second) // the period after the decrease holds
+	e.signal(0, 0, store.Signals{})
+	e.signal(0, 1500, answers(100, 5, 0))
 	e.advance(time.Second)
 	st := e.signal(0, 980, store.Signals{})
-	if !st.Emergency || st.EmergencySource != store.EmergencySourceAuto || st.Capacity != 800 {
-		e.t.Fatalf("usage %v after a throttling period: emergency %v (%s), capacity %v; want the automatic emergency at 800",
-			st.Usage, st.Emergency, st.EmergencySource, st.Capacity)
+	if want := landing(slow, 100, 5); !st.Emergency || st.EmergencySource != store.EmergencySourceAuto || st.Capacity != want {
+		e.t.Fatalf("usage %v after a throttling period: emergency %v (%s), capacity %v; want the automatic emergency at %v",
+			st.Usage, st.Emergency, st.EmergencySource, st.Capacity, want)
+	}
+	// left 10 s after the backend stopped refusing, though the fleet keeps admitting above the
+	// threshold: healthy periods, usage above 1
+	for i := range 12 {
+		e.advance(time.Second)
+		st = e.signal(0, int64(1.2*st.Capacity), answers(100, 0, 0))
+		if i < 9 && !st.Emergency {
+			e.t.Fatalf("emergency left %d s after the last refusing period; want 10 s", i+1)
+		}
+	}
+	if st.Emergency || st.Usage < 0.95 {
+		e.t.Fatalf("usage %v, 12 s after the backend stopped refusing: emergency %v; want it left", st.Usage, st.Emergency)
 	}
 }
