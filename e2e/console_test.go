@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/internal/testenv"
 )
 
 // consoleSite: two apps with room for the console test's steady traffic (alpha 2 req/s, beta
@@ -104,10 +106,7 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	for _, need := range []string{playwright, chromium} {
 		if _, err := os.Stat(need); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is missing (scripts/test.sh installs chromium and runs npm ci in console/)", need)
-			}
-			t.Skipf("%s is missing: run scripts/test.sh, or apt-get install chromium and npm ci in console/", need)
+			testenv.Missing(t, need+" is missing: run scripts/test.sh, or apt-get install chromium and npm ci in console/")
 		}
 	}
 

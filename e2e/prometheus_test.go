@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/testenv"
 	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
@@ -20,11 +21,7 @@ func startPrometheus(t *testing.T, port int, targets ...string) {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		msg := "prometheus is not installed (scripts/test.sh installs Debian's package)"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testenv.Missing(t, "prometheus is not installed (scripts/test.sh installs Debian's package)")
 	}
 	dir := t.TempDir()
 	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"+

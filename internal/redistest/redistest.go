@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierbucket/caddy-tierbucket/internal/testenv"
 	"github.com/tierbucket/caddy-tierbucket/internal/testnet"
 )
 
@@ -32,12 +33,7 @@ func Require(t testing.TB) {
 	t.Helper()
 	for _, bin := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			msg := fmt.Sprintf("redistest: %s not found on PATH (install redis-server and redis-tools)", bin)
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg)
-			} else {
-				t.Skip(msg)
-			}
+			testenv.Missing(t, fmt.Sprintf("redistest: %s not found on PATH (install redis-server and redis-tools)", bin))
 			return
 		}
 	}
@@ -597,10 +593,7 @@ func Slow(t testing.TB, why string) {
 	if !testing.Short() {
 		return
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("redistest: %s, and CI must not run it with -short", why)
-	}
-	t.Skip(why)
+	testenv.Missing(t, "redistest: "+why+" (CI must not run it with -short)")
 }
 
 // clusterPort is a free port; a cluster node also needs port+10000 (its bus port).
