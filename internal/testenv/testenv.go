@@ -13,6 +13,7 @@ func Missing(t testing.TB, why string) {
 	t.Helper()
 	if os.Getenv("CI") != "" {
 		t.Fatal(why)
+		return // a TB that records instead of ending the test: one ending only
 	}
 	t.Skip(why)
 }
