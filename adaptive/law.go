@@ -11,8 +11,14 @@ const (
 	Period = time.Second
 
 	// Drain is the share of the ceiling (Ceiling) the capacity goes to on overload: low enough
-	// that the queue the overload built drains within the held period that follows.
-	Drain = 0.7
+	// that the queue the overload built drains within the held period that follows. The queue
+	// is small: above the ceiling the capacity grows by one step of Alpha a period once the
+	// backend's queue shows (Queued), so an overload is caught a step or two past the line.
+	Drain = 0.85
+	// DrainThrottled replaces Drain when the backend refused work (throttles): its queue is at
+	// its bound then, and what it answered in the period still includes that queue, so the
+	// ceiling overstates what it sustains.
+	DrainThrottled = 0.7
 	// Margin is the share of what a period showed the backend sustains that the ceiling keeps:
 	// at the very figure it sustained, its queue only holds while the admissions come evenly,
 	// and a burst of leases starts it growing.
@@ -27,6 +33,25 @@ const (
 	Alpha = 0.025
 	// MaxStreak caps the increase at MaxStreak × Alpha of the capacity per period.
 	MaxStreak = 4
+	// DrainPeriods: for this many periods after a change below the ceiling, an overload while
+	// the fleet still admits more than the capacity (its demand lags a decrease by a period or
+	// two: leases already granted, L2's tokens) holds instead of cutting again; otherwise one
+	// overload would cut several times while the fleet follows the first cut.
+	DrainPeriods = 2
+	// Plateau is how many periods the capacity holds at the ceiling, where the backend last
+	// coped, before probing above it, while the backend shows any queue (Queued): every probe
+	// that crosses the line costs a decrease, so probing less often keeps the fleet near the
+	// line for longer. A backend that answers without a queue at the ceiling has grown: no
+	// reason to wait.
+	Plateau = 5
+	// QueueDivisor and QueueSpread: an answer slower than latency_target / QueueDivisor and
+	// than QueueSpread × the period's p10 shows the backend's queue forming (Queued); with
+	// more than QueueShare of them the capacity holds. Admissions that come unevenly queue a
+	// backend now and then well below its capacity; a quarter of the answers is a queue that
+	// persists.
+	QueueDivisor = 4
+	QueueSpread  = 4
+	QueueShare   = 0.25
 
 	// ThrottleShare: more throttles than this share of a period's answers is overload.
 	ThrottleShare = 0.01
@@ -59,7 +84,25 @@ type Signals struct {
 	Answers   int64   // backend answers to admitted requests
 	Throttles int64   // of which a throttle status (throttle_status)
 	Slow      int64   // of which came slower than latency_target (time to response headers)
+	Queued    int64   // of which came slower than a QueueDivisor-th of it (Queued)
 	Demand    float64 // admitted cost per second (L1's usage window)
+}
+
+// Queued is how many of the latencies in s show the backend queueing: those at least
+// target / QueueDivisor and QueueSpread times the period's fastest tenth (its p10), as far as
+// the sketch tells (the buckets whose lower bound reaches both). The second bound keeps a
+// backend whose every answer is slow, though healthy, from looking queued; the first, a fast
+// backend's ordinary spread. A sketch holds no more detail, and both stores add the same
+// buckets, so they count the same.
+func Queued(s *Sketch, target time.Duration) int64 {
+	from := max(target/QueueDivisor, QueueSpread*s.quantile(1))
+	var n int64
+	for i := 1; i < SketchBuckets; i++ {
+		if UpperBound(i-1) >= from {
+			n += s[i]
+		}
+	}
+	return n
 }
 
 // Cause is why the law moved (or held) the capacity.
@@ -84,6 +127,15 @@ func (c Cause) String() string {
 	case Hold:
 	}
 	return "hold"
+}
+
+// DrainOf is the share of the ceiling a decrease of this cause lands at: DrainThrottled for
+// throttles, else Drain.
+func DrainOf(c Cause) float64 {
+	if c == Throttled {
+		return DrainThrottled
+	}
+	return Drain
 }
 
 // Decrease reports whether the cause lowers the capacity.
@@ -117,14 +169,20 @@ func Ceiling(c float64, s Signals, prev float64) float64 {
 }
 
 // Next is the capacity after one control period that ended at capacity c with signals s;
-// prev is the previous period's step (its next ÷ its c; 1 when it held or is unknown) and
-// ceiling the Ceiling of the last decrease (0: none). It returns the next capacity, the next
-// ceiling and why:
+// prev is the previous period's step (its next ÷ its c; 1 when it held or is unknown),
+// ceiling the Ceiling of the last decrease (0: none) and since the whole periods since the
+// capacity last changed. It returns the next capacity, the next ceiling and why:
 //
 //	prev < 1 (the period follows a decrease)  → c
-//	overloaded (Overloaded)                   → max(Min, c × Floor, Drain × Ceiling);
+//	overloaded, below the ceiling, at most DrainPeriods after a change, and the demand
+//	above c (by more than ThrottleShare)      → c
+//	overloaded (Overloaded)                   → max(Min, c × Floor, Drain × Ceiling)
+//	                                            (DrainThrottled on throttles);
 //	                                            the ceiling becomes Ceiling
 //	slow answers above WarmShare              → c
+//	c at the ceiling for under Plateau periods
+//	with any Queued, or Queued above
+//	QueueShare of the answers                 → c
 //	else demand >= DemandShare × c            → c × (1 + k × Alpha), k the increases in a row
 //	                                            (1 while the demand is under KeepUpShare × c),
 //	                                            but not past the ceiling from below (k starts
@@ -133,20 +191,30 @@ func Ceiling(c float64, s Signals, prev float64) float64 {
 //
 // always within [Min, Max] (a c outside is brought inside first). On overload the capacity
 // goes below what the backend sustained, in one step, so that the queue the overload built
-// drains, and comes back to the ceiling with the next increases; above it the probing starts
-// again from one step of Alpha. It never lowers the capacity without an overload signal: no
+// drains, and comes back to the ceiling with the next increases; it holds there for Plateau
+// periods, then probes above it again from one step of Alpha. Wherever the backend's answers
+// show a queue forming, it holds: the fleet then admits about what the backend serves. It
+// never lowers the capacity without an overload signal: no
 // probing dips. The period after a decrease holds: its answers are still those of requests
 // admitted at the higher figure (and of the backend's queue they built).
-func Next(b Bounds, c float64, s Signals, prev, ceiling float64) (float64, float64, Cause) {
+func Next(b Bounds, c float64, s Signals, prev, ceiling float64, since int) (float64, float64, Cause) {
 	c = min(max(c, b.Min), b.Max)
 	if prev < 1 {
 		return c, ceiling, Hold
 	}
 	if cause := Overloaded(s); cause != Hold {
+		if c < ceiling && since <= DrainPeriods && s.Demand > c*(1+ThrottleShare) {
+			// the fleet still admits above the figure of the last decrease: the backend's
+			// queue is that overload's, and it drains once the admissions follow
+			return c, ceiling, Hold
+		}
 		ceiling = Ceiling(c, s, prev)
-		return max(b.Min, c*Floor, Drain*ceiling), ceiling, cause
+		return max(b.Min, c*Floor, DrainOf(cause)*ceiling), ceiling, cause
 	}
 	if float64(s.Slow) > WarmShare*float64(s.Answers) || s.Answers <= 0 || s.Demand < DemandShare*c || c >= b.Max {
+		return c, ceiling, Hold
+	}
+	if c == ceiling && since < Plateau && s.Queued > 0 || float64(s.Queued) > QueueShare*float64(s.Answers) {
 		return c, ceiling, Hold
 	}
 	k := Streak(prev)
@@ -179,7 +247,7 @@ func Streak(prev float64) int {
 // of the answers are not overload).
 func Band(real float64) (lo, hi float64) {
 	step := 1 + MaxStreak*Alpha
-	return Drain * Margin * real / step, real / (1 - ThrottleShare) * step
+	return DrainThrottled * Margin * real / step, real / (1 - ThrottleShare) * step
 }
 
 // FollowPeriods is how many control periods the law takes, from capacity c, to come within
@@ -191,7 +259,7 @@ func FollowPeriods(c, real float64) int {
 	lo, hi := Band(real)
 	n := 0
 	for c > hi {
-		c = max(c*Floor, Drain*Margin*real)
+		c = max(c*Floor, DrainThrottled*Margin*real)
 		n += 2
 	}
 	if n > 0 {

@@ -20,6 +20,7 @@ func genSignals(t *rapid.T, label string) Signals {
 		Answers:   answers,
 		Throttles: rapid.Int64Range(0, answers).Draw(t, label+".throttles"),
 		Slow:      rapid.Int64Range(0, answers).Draw(t, label+".slow"),
+		Queued:    rapid.Int64Range(0, answers).Draw(t, label+".queued"),
 		Demand:    rapid.Float64Range(0, 1e9).Draw(t, label+".demand"),
 	}
 }
@@ -30,6 +31,11 @@ func genCeiling(t *rapid.T, b Bounds) float64 {
 		return 0
 	}
 	return rapid.Float64Range(b.Min/2, b.Max*2).Draw(t, "ceiling")
+}
+
+// genSince draws the whole periods since the capacity last changed.
+func genSince(t *rapid.T) int {
+	return rapid.IntRange(0, 2*Plateau).Draw(t, "since")
 }
 
 // genPrev draws the previous period's step: a decrease, a hold or an increase of a streak.
@@ -43,7 +49,7 @@ func TestPropBounds(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(0, 1e9).Draw(t, "start")
 		for i := range rapid.IntRange(1, 50).Draw(t, "periods") {
-			c, _, _ = Next(b, c, genSignals(t, "s"+string(rune('a'+i%26))), genPrev(t, "prev"), genCeiling(t, b))
+			c, _, _ = Next(b, c, genSignals(t, "s"+string(rune('a'+i%26))), genPrev(t, "prev"), genCeiling(t, b), genSince(t))
 			if c < b.Min || c > b.Max || math.IsNaN(c) {
 				t.Fatalf("capacity %v outside [%v, %v]", c, b.Min, b.Max)
 			}
@@ -51,24 +57,25 @@ func TestPropBounds(t *testing.T) {
 	})
 }
 
-// Monotone in the signals: more throttles or more slow answers (of as many answers) never give
-// a higher capacity; more demand never gives a lower one.
+// Monotone in the signals: more throttles, slow or queued answers (of as many answers) never
+// give a higher capacity; more demand never gives a lower one.
 func TestPropMonotone(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		prev, ceiling := genPrev(t, "prev"), genCeiling(t, b)
+		prev, ceiling, since := genPrev(t, "prev"), genCeiling(t, b), genSince(t)
 		worse := s
 		worse.Throttles = rapid.Int64Range(s.Throttles, s.Answers).Draw(t, "more throttles")
 		worse.Slow = rapid.Int64Range(s.Slow, s.Answers).Draw(t, "more slow")
+		worse.Queued = rapid.Int64Range(s.Queued, s.Answers).Draw(t, "more queued")
 		more := s
 		more.Demand = s.Demand + rapid.Float64Range(0, 1e9).Draw(t, "more demand")
-		base, _, _ := Next(b, c, s, prev, ceiling)
-		if w, _, _ := Next(b, c, worse, prev, ceiling); w > base {
+		base, _, _ := Next(b, c, s, prev, ceiling, since)
+		if w, _, _ := Next(b, c, worse, prev, ceiling, since); w > base {
 			t.Fatalf("worse signals %+v gave %v, above %v for %+v", worse, w, base, s)
 		}
-		if m, _, _ := Next(b, c, more, prev, ceiling); m < base {
+		if m, _, _ := Next(b, c, more, prev, ceiling, since); m < base {
 			t.Fatalf("more demand %+v gave %v, below %v for %+v", more, m, base, s)
 		}
 	})
@@ -81,7 +88,7 @@ func TestPropNoDipWithoutOverload(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		next, _, cause := Next(b, c, s, genPrev(t, "prev"), genCeiling(t, b))
+		next, _, cause := Next(b, c, s, genPrev(t, "prev"), genCeiling(t, b), genSince(t))
 		if Overloaded(s) == Hold && next < c {
 			t.Fatalf("healthy signals %+v lowered %v to %v (%v)", s, c, next, cause)
 		}
@@ -102,12 +109,16 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1+Alpha))) + 2 // the slowest way: up by Alpha
+		// the slowest way: up by Alpha, with a plateau at the ceiling
+		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1+Alpha))) + 2 + Plateau
 		dir := 0.0
-		prev, ceiling := 1.0, genCeiling(t, b)
+		prev, ceiling, since := 1.0, genCeiling(t, b), genSince(t)
 		for i := range sweep + 10 {
-			next, nextCeiling, _ := Next(b, c, s, prev, ceiling)
-			prev, ceiling = next/c, nextCeiling
+			next, nextCeiling, _ := Next(b, c, s, prev, ceiling, since)
+			prev, ceiling, since = next/c, nextCeiling, since+1
+			if next != c {
+				since = 1
+			}
 			if d := next - c; d != 0 {
 				if dir != 0 && math.Signbit(d) != math.Signbit(dir) {
 					t.Fatalf("period %d: direction changed under steady signals %+v", i, s)
@@ -146,9 +157,13 @@ func TestPropStepFollowed(t *testing.T) {
 		n := FollowPeriods(c, real)
 		bandLo, bandHi := Band(real)
 		bandLo, bandHi = min(max(bandLo, b.Min), b.Max), min(max(bandHi, b.Min), b.Max)
-		prev, ceiling := 1.0, 0.0
+		prev, ceiling, since := 1.0, 0.0, 1
 		for i := range n + 50 {
-			next, nextCeiling, _ := Next(b, c, backendPeriod(c, real), prev, ceiling)
+			next, nextCeiling, _ := Next(b, c, backendPeriod(c, real), prev, ceiling, since)
+			since++
+			if next != c {
+				since = 1
+			}
 			prev, c, ceiling = next/c, next, nextCeiling
 			// one request of rounding in the model's counts
 			if i+1 >= n && (c < bandLo*(1-1e-9)-2 || c > bandHi*(1+1e-9)+2) {
@@ -177,22 +192,22 @@ func TestNextSteps(t *testing.T) {
 	b := Bounds{Min: 10, Max: 10000}
 	// 850 answers, 400 of them throttles
 	s := Signals{Answers: 850, Throttles: 400, Demand: 850}
-	got, ceiling, cause := Next(b, 1000, s, 1, 0)
-	if cause != Throttled || math.Abs(ceiling-1000*450.0/850*Margin) > 1e-9 || math.Abs(got-Drain*ceiling) > 1e-9 {
-		t.Errorf("throttled: %v, ceiling %v (%v); want %v and Drain of it", got, ceiling, cause, 1000*450.0/850*Margin)
+	got, ceiling, cause := Next(b, 1000, s, 1, 0, Plateau)
+	if cause != Throttled || math.Abs(ceiling-1000*450.0/850*Margin) > 1e-9 || math.Abs(got-DrainThrottled*ceiling) > 1e-9 {
+		t.Errorf("throttled: %v, ceiling %v (%v); want %v and DrainThrottled of it", got, ceiling, cause, 1000*450.0/850*Margin)
 	}
 	// slow right after an increase by 10 %: the ceiling is the figure before it
 	slow := Signals{Answers: 100, Slow: 50, Demand: 100}
-	if got, ceiling, cause := Next(b, 1100, slow, 1.1, 0); cause != Slow || math.Abs(ceiling-1000*Margin) > 1e-9 || math.Abs(got-Drain*1000*Margin) > 1e-9 {
+	if got, ceiling, cause := Next(b, 1100, slow, 1.1, 0, Plateau); cause != Slow || math.Abs(ceiling-1000*Margin) > 1e-9 || math.Abs(got-Drain*1000*Margin) > 1e-9 {
 		t.Errorf("slow after an increase: %v, ceiling %v (%v); want Drain of it and Margin of 1000", got, ceiling, cause)
 	}
-	if got, _, _ := Next(b, 1000, s, Drain, 0); got != 1000 {
+	if got, _, _ := Next(b, 1000, s, Drain, 0, Plateau); got != 1000 {
 		t.Errorf("after a decrease: %v, want a held period", got)
 	}
 	healthy := Signals{Answers: 800, Demand: 800}
 	c, prev := 1000.0, 1.0
 	for k := 1; k <= MaxStreak+2; k++ {
-		next, _, cause := Next(b, c, healthy, prev, 0)
+		next, _, cause := Next(b, c, healthy, prev, 0, Plateau)
 		want := c * (1 + float64(min(k, MaxStreak))*Alpha)
 		if cause != Increase || math.Abs(next-want) > 1e-9*want {
 			t.Fatalf("increase %d: %v → %v (%v), want %v", k, c, next, cause, want)
@@ -200,24 +215,81 @@ func TestNextSteps(t *testing.T) {
 		healthy.Demand = 0.85 * next
 		prev, c = next/c, next
 	}
-	if next, _, _ := Next(b, c, Signals{Answers: 10, Demand: 0}, prev, 0); next != c {
+	if next, _, _ := Next(b, c, Signals{Answers: 10, Demand: 0}, prev, 0, Plateau); next != c {
 		t.Fatalf("no demand: %v → %v, want a hold", c, next)
 	}
-	if next, _, _ := Next(b, c, healthy, 1, 0); next != c*(1+Alpha) {
+	if next, _, _ := Next(b, c, healthy, 1, 0, Plateau); next != c*(1+Alpha) {
 		t.Fatalf("after a hold: %v → %v, want the first step of a streak", c, next)
 	}
 	warm := healthy
 	warm.Slow = healthy.Answers/10 - 1 // under 10 %: not overload, but above WarmShare
-	if next, _, cause := Next(b, c, warm, prev, 0); next != c || cause != Hold {
+	if next, _, cause := Next(b, c, warm, prev, 0, Plateau); next != c || cause != Hold {
 		t.Fatalf("slow answers at %d of %d: %v → %v (%v), want a hold", warm.Slow, warm.Answers, c, next, cause)
 	}
 	// below the ceiling, the streak stops at it; at it, it starts again from one step
 	healthy.Demand = 1000
-	if next, _, _ := Next(b, 1000, healthy, 1+3*Alpha, 1010); next != 1010 {
+	if next, _, _ := Next(b, 1000, healthy, 1+3*Alpha, 1010, Plateau); next != 1010 {
 		t.Fatalf("below the ceiling: 1000 → %v, want the ceiling 1010", next)
 	}
-	if next, _, _ := Next(b, 1010, healthy, 1.01, 1010); next != 1010*(1+Alpha) {
+	if next, _, _ := Next(b, 1010, healthy, 1.01, 1010, Plateau); next != 1010*(1+Alpha) {
 		t.Fatalf("at the ceiling: 1010 → %v, want one step", next)
+	}
+	// at the ceiling for fewer than Plateau periods, with a queue showing: hold; without one, go on
+	near := healthy
+	near.Queued = 1
+	for since := range Plateau {
+		if next, _, cause := Next(b, 1010, near, 1, 1010, since); next != 1010 || cause != Hold {
+			t.Fatalf("%d periods at the ceiling: 1010 → %v (%v), want a hold", since, next, cause)
+		}
+	}
+	if next, _, _ := Next(b, 1010, healthy, 1, 1010, 1); next != 1010*(1+Alpha) {
+		t.Fatalf("at the ceiling without a queue: 1010 → %v, want one step", next)
+	}
+	// a queue forming (Queued above SlowShare of the answers) holds
+	queued := healthy
+	queued.Demand = 1100
+	if next, _, _ := Next(b, 1100, queued, 1+2*Alpha, 1010, 1); next != 1100*(1+3*Alpha) {
+		t.Fatalf("no queue: 1100 → %v, want the streak's third step", next)
+	}
+	queued.Queued = queued.Answers/4 + 1
+	if next, _, cause := Next(b, 1100, queued, 1+2*Alpha, 1010, 1); next != 1100 || cause != Hold {
+		t.Fatalf("a queue at %d of %d answers: 1100 → %v (%v), want a hold", queued.Queued, queued.Answers, next, cause)
+	}
+	// an overload right after a decrease, while the fleet still admits above the new figure,
+	// holds; once it admits within it, the overload cuts
+	over := Signals{Answers: 100, Slow: 50, Demand: 900}
+	if next, _, cause := Next(b, 850, over, 1, 1000, DrainPeriods); next != 850 || cause != Hold {
+		t.Fatalf("overload with the demand above the cut: 850 → %v (%v), want a hold", next, cause)
+	}
+	over.Demand = 850
+	if next, _, cause := Next(b, 850, over, 1, 1000, DrainPeriods); next >= 850 || cause != Slow {
+		t.Fatalf("overload with the demand within the cut: 850 → %v (%v), want a decrease", next, cause)
+	}
+}
+
+// Queued counts the buckets that lie at or above a quarter of the target and four times the
+// period's p10, as both stores do.
+func TestQueued(t *testing.T) {
+	var s Sketch
+	s[Bucket(200*time.Microsecond)] = 100 // [128, 256) µs: the p10
+	s[Bucket(10*time.Millisecond)] = 5    // [8.2, 16.4) ms
+	s[Bucket(20*time.Millisecond)] = 7    // [16.4, 32.8) ms
+	s[Bucket(40*time.Millisecond)] = 11   // [32.8, 65.5) ms
+	s[Bucket(3*time.Second)] = 13
+	for _, c := range []struct {
+		target time.Duration
+		want   int64
+	}{{100 * time.Millisecond, 24}, {64 * time.Millisecond, 31}, {8 * time.Second, 13}, {10 * time.Second, 0}, {0, 36}} {
+		if got := Queued(&s, c.target); got != c.want {
+			t.Errorf("Queued(target %v) = %d, want %d", c.target, got, c.want)
+		}
+	}
+	// a backend whose every answer takes 70–90 ms is slow, not queueing
+	var slow Sketch
+	slow[Bucket(70*time.Millisecond)] = 90
+	slow[Bucket(90*time.Millisecond)] = 10
+	if got := Queued(&slow, 100*time.Millisecond); got != 0 {
+		t.Errorf("Queued of answers all near 80ms = %d, want 0", got)
 	}
 }
 

@@ -86,7 +86,8 @@ type App struct {
 
 	waiting atomic.Int64 // Σ need of the requests waiting on a lease (sizes that lease)
 
-	sig atomic.Pointer[appSignals] // the backend's answers (signals.go); nil before the first
+	sig    atomic.Pointer[appSignals] // the backend's answers (signals.go); nil before the first
+	pacing atomic.Pointer[pacer]      // spaces takes at the quota under a learned capacity (pace.go); nil: none
 
 	mu     sync.Mutex
 	call   *leaseCall // the lease in flight (single-flight)
@@ -134,6 +135,7 @@ func (a *App) setPolicy(p store.AppPolicy) {
 	a.pol.Store(newAppPolicy(p))
 	a.retryUntil.Store(0)
 	a.short.Store(false)
+	a.pacing.Store(nil)
 	a.list()
 }
 
@@ -229,6 +231,13 @@ func (a *App) take(ctx context.Context, cost int64) Decision {
 		return a.reject(p, st, store.ReasonEmergencyBlocked, retry)
 	}
 	need := min(cost, p.burst)
+	if pc := a.pacing.Load(); pc != nil && cost > 0 {
+		if wait, ok := pc.admit(l.clock.Now().UnixNano(), cost); !ok {
+			d := a.reject(p, st, store.ReasonAppExhausted, wait)
+			d.Remaining = 0 // the leased tokens are spoken for: they go out on the schedule
+			return d
+		}
+	}
 	if a.tryTake(cost, need) {
 		a.admitted(cost, l)
 		a.stats.localHits.Add(1)

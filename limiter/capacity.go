@@ -4,10 +4,12 @@ import (
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
-// handOut is the share of a learned capacity that is handed out, to every priority: below the
-// usage of 0.9 where L1's overload factors begin, with room for the bursts of leases, so that
-// a fleet at its learned capacity is not in the overload (where the factors would throttle
-// the lower priorities, and their return a moment later would come as a burst).
+// handOut is the share of a learned capacity that is handed out to the priorities below P0:
+// below the usage of 0.9 where L1's overload factors begin, with room for the bursts of
+// leases, so that a fleet serving them at its learned capacity is not in the overload (where
+// the factors would throttle them, and their return a moment later would come as a burst).
+// P0 is handed all of it: what L1 protects first may use what the backend sustains, and the
+// overload factors never throttle P0.
 const handOut = 0.85
 
 // prioritySums are the configured apps' guaranteed rates per priority and, of those whose max
@@ -29,14 +31,13 @@ func sumsOf(cfg Config) prioritySums {
 	return s
 }
 
-// shares is how a learned capacity is divided (docs/adaptive.md): handOut of it is handed
-// out, cap[p] is the most of their guaranteed rate the apps of priority p get, P0
-// first, then P1, … out of what the priorities above leave; and extra[p] the elastic share per
-// token/s of guaranteed of an elastic app of priority p, out of what the guarantees leave,
-// again by priority and in proportion to the guaranteed rates. Every guarantee is reserved
-// before any elastic share, so an app whose demand returns finds its guaranteed rate free:
-// there is nothing to take back from the others. P0 too is handed out handOut of the capacity:
-// a P0 taking all of it would hold usage near 1, in the overload.
+// shares is how a learned capacity is divided (docs/adaptive.md): cap[p] is the most of
+// their guaranteed rate the apps of priority p get, P0 first, out of all of the capacity,
+// then P1, P2, P3 out of what P0 leaves of handOut of it; and extra[p] the elastic share per
+// token/s of guaranteed of an elastic app of priority p, out of what the guarantees leave of
+// handOut, again by priority and in proportion to the guaranteed rates. Every guarantee is
+// reserved before any elastic share, so an app whose demand returns finds its guaranteed rate
+// free: there is nothing to take back from the others.
 type shares struct {
 	cap, extra [store.MaxPriority + 1]float64
 }
@@ -45,8 +46,15 @@ type shares struct {
 // below limit (above it, the share is taken back at the next report).
 func capacityShares(capacity, usage, limit float64, s *prioritySums) shares {
 	var sh shares
-	left := handOut * max(capacity, 0)
-	for p, g := range s.g {
+	capacity = max(capacity, 0)
+	p0 := min(s.g[0], capacity) // P0's guarantees, out of the whole capacity
+	sh.cap[0] = 1
+	if s.g[0] > capacity {
+		sh.cap[0] = capacity / s.g[0]
+	}
+	left := max(handOut*capacity-p0, 0)
+	for p := 1; p < len(s.g); p++ {
+		g := s.g[p]
 		sh.cap[p] = 1
 		if g > 0 {
 			if left >= g {

@@ -51,15 +51,16 @@ func TestPropCapacityShares(t *testing.T) {
 				t.Fatalf("elastic share of P%d beyond its apps' max", p)
 			}
 		}
-		out := handOut * capacity
-		p0 := min(sums.g[0], out)
-		if sh.cap[0]*sums.g[0] < p0*(1-1e-9) {
-			t.Fatalf("P0 gets %v of min(its guaranteed, what the capacity hands out) = %v", sh.cap[0]*sums.g[0], p0)
+		// P0 out of the whole capacity; the rest, and every elastic share, out of handOut of it
+		p0 := min(sums.g[0], capacity)
+		out := max(handOut*capacity, p0)
+		if got := sh.cap[0] * sums.g[0]; got < p0*(1-1e-9) || got > p0*(1+1e-9) {
+			t.Fatalf("P0 gets %v, want min(its guaranteed, the capacity) = %v", got, p0)
 		}
 		if guaranteed > out*(1+1e-9) {
 			t.Fatalf("guarantees %v over what %v hands out", guaranteed, capacity)
 		}
-		if out >= total && guaranteed < total*(1-1e-9) {
+		if handOut*capacity >= total && guaranteed < total*(1-1e-9) {
 			t.Fatalf("capacity %v covers every guarantee (%v) but %v were given", capacity, total, guaranteed)
 		}
 		if guaranteed+extra > out*(1+1e-9) {
@@ -68,8 +69,8 @@ func TestPropCapacityShares(t *testing.T) {
 	})
 }
 
-// A learned capacity below the guarantees: P0 keeps min(its guaranteed, what the capacity hands
-// out), the lower priority gets what is left; above them, an elastic app is refilled
+// A learned capacity below the guarantees: P0 keeps min(its guaranteed, the capacity), the
+// lower priority gets what is left; above them, an elastic app is refilled
 // beyond its guaranteed rate up to its max; a static capacity changes nothing.
 func TestAdaptiveFactor(t *testing.T) {
 	cfg := Config{Cluster: store.ClusterPolicy{EmergencyThreshold: 0.95}, Apps: map[string]store.AppPolicy{
@@ -78,8 +79,8 @@ func TestAdaptiveFactor(t *testing.T) {
 	}}
 	s := &snapshot{cfg: cfg, sums: sumsOf(cfg)}
 	st := &store.ClusterState{Factors: [4]float64{1, 1, 1, 1}, CapacitySource: store.CapacityAdaptive, Capacity: 500, Usage: 0.5}
-	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 0.85*500/600 {
-		t.Errorf("gold at capacity 500: factor %v, want 0.85 × 500/600", f)
+	if f := s.adaptiveFactor(st, cfg.Apps["gold"]); f != 500.0/600 {
+		t.Errorf("gold at capacity 500: factor %v, want 500/600", f)
 	}
 	if f := s.adaptiveFactor(st, cfg.Apps["bronze"]); f != 0 {
 		t.Errorf("bronze at capacity 500: factor %v, want 0", f)
@@ -127,9 +128,9 @@ func TestRescueUsesLastLearnedCapacity(t *testing.T) {
 	if l.Level() != LevelFailOpen {
 		t.Fatalf("level %v with a failing Store", l.Level())
 	}
-	// a rescue burst of 600 × (0.85 × 300)/600
-	if minted := gold.minted.Load(); minted != 255 {
-		t.Errorf("gold's rescue bucket admitted %d, want its share of the learned capacity, 255", minted)
+	// a rescue burst of 600 × 300/600
+	if minted := gold.minted.Load(); minted != 300 {
+		t.Errorf("gold's rescue bucket admitted %d, want its share of the learned capacity, 300", minted)
 	}
 	if bronze.Take(context.Background(), 1, 0).Allowed && bronze.minted.Load() > 0 {
 		t.Errorf("bronze admitted by its rescue bucket: the learned capacity leaves it nothing")
@@ -152,9 +153,9 @@ func TestQuotaLeaseFollowsLearnedShare(t *testing.T) {
 	}
 	horizon := AtQuotaHorizon(s.cfg, 2).Seconds()
 	m := leaseMultiplier(l.Level())
-	want := int64(math.Ceil(600*(handOut*400/600)/2*horizon)) * m
+	want := int64(math.Ceil(600*(400.0/600)/2*horizon)) * m
 	if got := a.want(0, 0, p, st, s); got != want {
-		t.Fatalf("lease at the quota under a learned capacity of 400: %d tokens, want %d (its share of 340/s)", got, want)
+		t.Fatalf("lease at the quota under a learned capacity of 400: %d tokens, want %d (its share of 400/s)", got, want)
 	}
 	st.CapacitySource = store.CapacityConfig // static: L1's factor, 1
 	if got, static := a.want(0, 0, p, st, s), int64(math.Ceil(600.0/2*horizon))*m; got != static {

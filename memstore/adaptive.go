@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"math"
 	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/adaptive"
@@ -45,9 +46,14 @@ func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, windo
 		if ch := k.last.LastChange; ch.At.UnixMicro() == k.start && ch.From > 0 {
 			prev = ch.To / ch.From
 		}
+		since := math.MaxInt // whole periods since the capacity last changed
+		if ch := k.last.LastChange; ch.From > 0 {
+			since = int(max(now-ch.At.UnixMicro(), 0) / adaptive.Period.Microseconds())
+		}
 		next, ceiling, cause := adaptive.Next(b, k.capacity, adaptive.Signals{
-			Answers: k.period.Answers, Throttles: k.period.Throttles, Slow: k.period.Slow, Demand: window,
-		}, prev, k.ceiling)
+			Answers: k.period.Answers, Throttles: k.period.Throttles, Slow: k.period.Slow,
+			Queued: adaptive.Queued(&k.period.Latency, a.LatencyTarget), Demand: window,
+		}, prev, k.ceiling, since)
 		k.ceiling = ceiling
 		k.last.Period, k.last.PeriodCost = k.period, window
 		if next != k.capacity {

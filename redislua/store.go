@@ -258,7 +258,7 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 		}
 	}
 	calls := make([]scriptCall, 0, 1+len(rep.Apps))
-	args := make([]any, 0, 36)
+	args := make([]any, 0, 37)
 	args = append(args,
 		now, rep.Instance, rep.InFlight, ttl, fmtFloat(c.Capacity), fmtFloat(c.EmergencyThreshold),
 		fmtFloat(c.EmergencyRatios[0]), fmtFloat(c.EmergencyRatios[1]), fmtFloat(c.EmergencyRatios[2]),
@@ -269,6 +269,7 @@ func (s *Store) Report(ctx context.Context, rep store.Report) (store.ClusterStat
 	for _, n := range rep.Signals.Latency {
 		args = append(args, n)
 	}
+	args = append(args, c.Adaptive.LatencyTarget.Nanoseconds())
 	calls = append(calls, scriptCall{script: reportClusterScript, keys: clusterKeys, args: args})
 	for _, a := range rep.Apps {
 		calls = append(calls, scriptCall{

@@ -4,6 +4,7 @@
 -- report, all in the cluster's slot
 -- ARGV: now_us|'' instance inflight ttl_us capacity threshold ratio0 ratio1 ratio2 ratio3 cost seq seq_ttl_us
 -- span_us leaving(1|0) adaptive_min adaptive_max(0: static) answers throttles slow lat0..lat15
+-- latency_target_ns
 -- Returns {usage, factor0..3, emergency 0/1, reason, live, remote_inflight, source, until_us,
 -- config_version, rejoined 0/1, capacity, capacity_source, last_period, last_change},
 -- last_period 'answers throttles slow cost lat0..lat15' and last_change 'at_us from to cause'
@@ -28,17 +29,22 @@ local sig = {}
 for i = 18, 36 do
   sig[#sig + 1] = tonumber(ARGV[i]) or 0
 end
+local a_target = tonumber(ARGV[37]) or 0
 
 -- The control law of the adaptive capacity, as package adaptive states it (law.go). prev is
 -- the previous period's step (its next / its c; 1 when it held), ceil the ceiling of the last
--- decrease (0: none). After a decrease, hold. On throttles above 1 % of the period's answers
--- or slow answers above 10 % (p90 over the target): the ceiling becomes the healthy figure
--- before the period (c / prev after an increase) times the share of answers served times
--- 0.95, and the capacity 0.7 of it, at most down to 0.25 of c. Slow answers above 2 %: hold.
--- Else, with the demand at 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <=
--- 4; 1 again at the ceiling, and while the demand is under 0.75 of the capacity), not past
--- the ceiling from below. Else hold. Always within [mn, mx].
-local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
+-- decrease (0: none), since the whole periods since the capacity last changed. After a
+-- decrease, hold; so too on overload below the ceiling at most 2 periods after a change while
+-- the demand is above 1.01 x c (the fleet has not followed the last decrease yet). On throttles above 1 % of the period's answers or slow answers above 10 %
+-- (p90 over the target): the ceiling becomes the healthy figure before the period (c / prev
+-- after an increase) times the share of answers served times 0.95, and the capacity 0.85 of
+-- it (0.7 on throttles), at most down to 0.25 of c. Slow answers above 2 %: hold. At the
+-- ceiling for under 5 periods with any answer that shows a queue (queued), or with such
+-- answers above 25 %: hold. Else, with the
+-- demand at 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <= 4; 1 again at
+-- the ceiling and while the demand is under 0.75 of the capacity), not past the ceiling from
+-- below. Else hold. Always within [mn, mx].
+local function law(c, mn, mx, answers, throttles, slow, queued, demand, prev, ceil, since)
   c = math.min(math.max(c, mn), mx)
   if prev < 1 then
     return c, ceil, 'hold'
@@ -49,12 +55,22 @@ local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
   elseif answers > 0 and slow > 0.1 * answers then
     cause = 'latency'
   end
+  if cause and c < ceil and since <= 2 and demand > c * 1.01 then
+    return c, ceil, 'hold'
+  end
   if cause then
     local served = (answers - math.min(math.max(throttles, 0), answers)) / answers
     local top = c * served / math.max(prev, 1) * 0.95
-    return math.max(mn, c * 0.25, 0.7 * top), top, cause
+    local drain = 0.85
+    if cause == 'throttles' then
+      drain = 0.7
+    end
+    return math.max(mn, c * 0.25, drain * top), top, cause
   end
   if slow > 0.02 * answers or answers <= 0 or demand < 0.6 * c or c >= mx then
+    return c, ceil, 'hold'
+  end
+  if (c == ceil and since < 5 and queued > 0) or queued > 0.25 * answers then
     return c, ceil, 'hold'
   end
   local k = 0
@@ -69,6 +85,41 @@ local function law(c, mn, mx, answers, throttles, slow, demand, prev, ceil)
     next_c = math.min(next_c, ceil)
   end
   return math.min(mx, next_c), ceil, 'demand'
+end
+
+-- upper is the upper bound (ns) of sketch bucket i (the last one: its lower bound).
+local function upper(i)
+  return 128000 * 2 ^ math.min(i, 14)
+end
+
+-- queued counts the latencies of a sketch (lat0..lat15 at lat[first..first+15]) that show the
+-- backend queueing (adaptive.Queued): at or above both target / 4 and 4 x the upper bound of
+-- the bucket that holds the sketch's p10, as far as the sketch tells: bucket i >= 1 holds
+-- latencies from upper(i - 1).
+local function queued(lat, first, target_ns)
+  local total = 0
+  for i = 0, 15 do
+    total = total + lat[first + i]
+  end
+  if total <= 0 then
+    return 0
+  end
+  local seen, p10 = 0, upper(15)
+  for i = 0, 15 do
+    seen = seen + lat[first + i]
+    if seen * 10 >= total then
+      p10 = upper(i)
+      break
+    end
+  end
+  local from = math.max(math.floor(target_ns / 4), 4 * p10)
+  local n = 0
+  for i = 1, 15 do
+    if upper(i - 1) >= from then
+      n = n + lat[first + i]
+    end
+  end
+  return n
 end
 
 -- numbers splits a field of space-separated numbers (n of them; absent: zeros).
@@ -237,7 +288,12 @@ if capacity > 0 then
       if #ch == 4 and tonumber(ch[1]) == start and tonumber(ch[2]) > 0 then
         prev = tonumber(ch[3]) / tonumber(ch[2])
       end
-      local next_c, next_ceil, cause = law(c, a_min, a_max, p[1], p[2], p[3], window, prev, ceil)
+      local since = 2 ^ 53 -- whole periods since the capacity last changed
+      if #ch == 4 and tonumber(ch[2]) > 0 then
+        since = math.max(math.floor((now - tonumber(ch[1])) / 1000000), 0)
+      end
+      local next_c, next_ceil, cause = law(c, a_min, a_max, p[1], p[2], p[3], queued(p, 4, a_target),
+        window, prev, ceil, since)
       ceil = next_ceil
       local lp = { p[1], p[2], p[3], window }
       for i = 4, 19 do

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"math"
 	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/adaptive"
@@ -16,6 +17,8 @@ func adaptiveCases() []testCase {
 		{"AdaptiveDecreasesOnThrottles", adaptiveDecreasesOnThrottles},
 		{"AdaptiveDecreasesOnLatency", adaptiveDecreasesOnLatency},
 		{"AdaptiveIncreasesOnlyWithDemand", adaptiveIncreasesOnlyWithDemand},
+		{"AdaptivePlateauThenGentleProbe", adaptivePlateauThenGentleProbe},
+		{"AdaptiveNoPlateauWithoutQueue", adaptiveNoPlateauWithoutQueue},
 		{"AdaptiveBounded", adaptiveBounded},
 		{"AdaptiveSignalsOncePerSeq", adaptiveSignalsOncePerSeq},
 		{"AdaptiveResumesFromFigureInForce", adaptiveResumesFromFigureInForce},
@@ -58,9 +61,11 @@ func adaptiveStartsAtCapacity(e *env) {
 }
 
 // landing is where a decrease takes capacity c after a period with answers of which throttles
-// (following a held period): adaptive.Drain of the share served, computed as the law does.
+// (following a held period): adaptive.DrainOf its cause of the share served, computed as the
+// law does.
 func landing(c float64, answers, throttles int64) float64 {
-	return adaptive.Drain * adaptive.Ceiling(c, adaptive.Signals{Answers: answers, Throttles: throttles}, 1)
+	s := adaptive.Signals{Answers: answers, Throttles: throttles, Slow: answers}
+	return adaptive.DrainOf(adaptive.Overloaded(s)) * adaptive.Ceiling(c, s, 1)
 }
 
 // More than 1 % throttles in a period: one decrease when the period ends, below what the
@@ -140,6 +145,74 @@ func adaptiveIncreasesOnlyWithDemand(e *env) {
 	e.wantCapacity(e.signal(0, 0, store.Signals{}), first*(1+2*adaptive.Alpha), store.CapacityAdaptive)
 }
 
+// After a decrease the capacity climbs back to the ceiling, holds there for adaptive.Plateau
+// periods while the backend shows a queue, then probes above it; it holds while the backend's
+// answers show a queue that persists (more than a quarter of them slower than a quarter of the
+// target and four times the period's p10).
+func adaptivePlateauThenGentleProbe(e *env) {
+	e.withAdaptive()
+	e.cluster.Adaptive.Min = 100
+	e.signal(0, 800, answers(200, 10, 0))
+	e.advance(time.Second)
+	c := e.signal(0, 0, store.Signals{}).Capacity
+	ceiling := c / adaptive.DrainThrottled
+	e.advance(time.Second) // held
+	e.signal(0, 0, store.Signals{})
+	// near the line: a few answers (5 %) show a queue
+	near := store.Signals{Answers: 100}
+	near.Latency[3], near.Latency[10] = 95, 5
+	climbs := 0
+	for ; math.Abs(c-ceiling) > 1e-9*ceiling; climbs++ {
+		if climbs > 10 {
+			e.t.Fatalf("capacity %v after %d increases; want the ceiling %v", c, climbs, ceiling)
+		}
+		e.signal(0, 2000, near)
+		e.advance(time.Second)
+		c = e.signal(0, 0, store.Signals{}).Capacity
+	}
+	ceiling = c // the law's own figure
+	for i := 1; i < adaptive.Plateau; i++ {
+		e.signal(0, 2000, near)
+		e.advance(time.Second)
+		e.wantCapacity(e.signal(0, 0, store.Signals{}), ceiling, store.CapacityAdaptive)
+	}
+	e.signal(0, 2000, near)
+	e.advance(time.Second)
+	probe := ceiling * (1 + adaptive.Alpha)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), probe, store.CapacityAdaptive)
+	queue := store.Signals{Answers: 100}
+	queue.Latency[3], queue.Latency[10] = 70, 30 // 30 answers of 65–131 ms, none over the target
+	e.signal(0, 2000, queue)
+	e.advance(time.Second)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), probe, store.CapacityAdaptive)
+	e.signal(0, 2000, near) // the queue gone: the probe goes on from one step
+	e.advance(time.Second)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), probe*(1+adaptive.Alpha), store.CapacityAdaptive)
+}
+
+// At the ceiling, a backend that answers without any queue has grown: no plateau.
+func adaptiveNoPlateauWithoutQueue(e *env) {
+	e.withAdaptive()
+	e.signal(0, 800, answers(200, 10, 0))
+	e.advance(time.Second)
+	c := e.signal(0, 0, store.Signals{}).Capacity
+	ceiling := c / adaptive.DrainThrottled
+	e.advance(time.Second) // held
+	e.signal(0, 0, store.Signals{})
+	for climbs := 0; math.Abs(c-ceiling) > 1e-9*ceiling; climbs++ {
+		if climbs > 10 {
+			e.t.Fatalf("capacity %v after %d increases; want the ceiling %v", c, climbs, ceiling)
+		}
+		e.signal(0, 2000, answers(100, 0, 0))
+		e.advance(time.Second)
+		c = e.signal(0, 0, store.Signals{}).Capacity
+	}
+	ceiling = c // the law's own figure
+	e.signal(0, 2000, answers(100, 0, 0))
+	e.advance(time.Second)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), ceiling*(1+adaptive.Alpha), store.CapacityAdaptive)
+}
+
 // The learned capacity stays within [min, max].
 func adaptiveBounded(e *env) {
 	e.withAdaptive()
@@ -211,8 +284,10 @@ func adaptiveEmergencyNeedsOverload(e *env) {
 		e.t.Fatalf("usage %v after a slow period: emergency %v, capacity %v; want no emergency at %v",
 			st.Usage, st.Emergency, st.Capacity, slow)
 	}
-	e.advance(time.Second) // the period after the decrease holds
-	e.signal(0, 0, store.Signals{})
+	for range adaptive.DrainPeriods { // the period after the decrease holds; then a quiet one
+		e.advance(time.Second)
+		e.signal(0, 0, store.Signals{})
+	}
 	e.signal(0, 1500, answers(100, 5, 0))
 	e.advance(time.Second)
 	st := e.signal(0, 980, store.Signals{})

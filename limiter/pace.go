@@ -1,0 +1,71 @@
+package limiter
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/store"
+)
+
+// Pacing (docs/adaptive.md, "Even admissions"): under a learned capacity, an instance whose
+// app is at its quota in a fleet spends its leased tokens no faster than its share of what L2
+// refills (a little above it), instead of at the rate requests come. Without it, a lease of a
+// few hundred milliseconds of the share goes out at the offered rate, and the backend sees the
+// fleet's leases as bursts: a queue that grows with every lease, which the learned capacity
+// reads as overload. A static capacity protects no backend's queue, so it does not pace.
+
+const (
+	// paceHeadroom is how far above its share of L2's refill an instance spends: enough that
+	// the tokens of one lease are spent before the next arrives, so that pacing never leaves
+	// leased tokens unused.
+	paceHeadroom = 1.1
+	// paceTolerance is how far ahead of the even schedule a take may be: the burst pacing
+	// lets through (at least two tokens' worth).
+	paceTolerance = 20 * time.Millisecond
+)
+
+// pacer spaces one instance's takes of an app at rate tokens per second (GCRA: a take of cost
+// c is admitted when the schedule tat is at most tolerance ahead of now, and moves it on by
+// c / rate).
+type pacer struct {
+	rate      float64 // tokens per second
+	tolerance int64   // ns
+	tat       atomic.Int64
+}
+
+// admit takes a place of cost in the schedule at now (unix ns), or says how long until there
+// is one.
+func (p *pacer) admit(now, cost int64) (time.Duration, bool) {
+	step := int64(float64(cost) / p.rate * 1e9)
+	for {
+		tat := p.tat.Load()
+		if ahead := tat - now; ahead > p.tolerance {
+			return time.Duration(ahead - p.tolerance), false
+		}
+		if p.tat.CompareAndSwap(tat, max(tat, now)+step) {
+			return 0, true
+		}
+	}
+}
+
+// pace sets or clears the app's pacer after a lease: on under a learned capacity while the
+// app is at its quota in a fleet (contested), at paceHeadroom × its share of L2's refill
+// (the refill factor the lease asked for), carrying the schedule over from the last pacer.
+func (a *App) pace(req store.LeaseRequest, contested bool, live int) {
+	st := a.l.state.Load()
+	rate := a.pol.Load().Guaranteed * req.Factor / float64(max(live, 1)) * paceHeadroom
+	if !contested || !paced(live) || st.CapacitySource != store.CapacityAdaptive || !(rate > 0) || math.IsInf(rate, 0) {
+		a.pacing.Store(nil)
+		return
+	}
+	old := a.pacing.Load()
+	if old != nil && math.Abs(old.rate-rate) <= 0.01*old.rate {
+		return
+	}
+	p := &pacer{rate: rate, tolerance: int64(max(paceTolerance, time.Duration(2/rate*1e9)))}
+	if old != nil {
+		p.tat.Store(old.tat.Load())
+	}
+	a.pacing.Store(p)
+}

@@ -1,0 +1,87 @@
+package limiter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tierbucket/caddy-tierbucket/clock"
+	"github.com/tierbucket/caddy-tierbucket/store"
+)
+
+// The pacer admits at its rate with a burst of its tolerance, whatever the takes ask: over any
+// span, admitted cost ≤ rate × span + what the tolerance lets through; and it says how long
+// until the next place.
+func TestPacerSpacesTakes(t *testing.T) {
+	p := &pacer{rate: 100, tolerance: int64(20 * time.Millisecond)}
+	now := time.Unix(1000, 0).UnixNano()
+	admitted := 0
+	for range 1000 { // a take every millisecond for one second: ten times the rate
+		if _, ok := p.admit(now, 1); ok {
+			admitted++
+		}
+		now += int64(time.Millisecond)
+	}
+	// 100 in the second, plus the tolerance's two or three at the start
+	if admitted < 100 || admitted > 103 {
+		t.Fatalf("admitted %d in a second at 100/s", admitted)
+	}
+	wait, ok := p.admit(now, 1)
+	if ok {
+		now += int64(wait) // at most one more place is free; take it
+		wait, ok = p.admit(now, 1)
+	}
+	if ok || wait <= 0 || wait > 10*time.Millisecond {
+		t.Fatalf("a take right after the last place: admitted %v, wait %v; want a refusal for up to 10ms", ok, wait)
+	}
+	if _, ok := p.admit(now+int64(wait), 1); !ok {
+		t.Fatalf("refused at the time it named")
+	}
+}
+
+// Under a learned capacity, an app at its quota in a fleet spends its leases at its share of
+// L2's refill: a lease's tokens go out on the schedule, the others are refused with
+// app_exhausted and no remaining tokens; a static capacity does not pace.
+func TestLeaseSpentEvenlyAtQuota(t *testing.T) {
+	for _, adaptiveOn := range []bool{true, false} {
+		c := clock.NewManual()
+		cfg := baseConfig()
+		cfg.Apps = map[string]store.AppPolicy{"a": pol(100, 1000, 0)}
+		if adaptiveOn {
+			cfg.Cluster.Capacity = 1000
+			cfg.Cluster.Adaptive = store.AdaptivePolicy{Min: 100, Max: 2000, LatencyTarget: 100 * time.Millisecond}
+		}
+		l := testLimiter(t, cfg, newStore(c), c, false)
+		a := mustApp(t, l, "a")
+		st := *l.state.Load()
+		st.LiveInstances, st.Capacity = 2, 1000
+		if adaptiveOn {
+			st.CapacitySource = store.CapacityAdaptive
+		}
+		l.state.Store(&st)
+		req := store.LeaseRequest{Factor: 1, Want: 100}
+		a.balance.Store(50)
+		a.applyLease(req, store.Lease{Granted: 10}, c.Now()) // short: at the quota
+		if adaptiveOn != (a.pacing.Load() != nil) {
+			t.Fatalf("adaptive %v: pacing %v", adaptiveOn, a.pacing.Load() != nil)
+		}
+		admitted := 0
+		for range 100 { // a take every millisecond for 100 ms
+			d := a.Take(context.Background(), 1, 0)
+			if d.Allowed {
+				admitted++
+			} else if d.Remaining != 0 || mapReason(&st, 0, store.ReasonAppExhausted) != d.Reason {
+				t.Fatalf("paced refusal: %+v", d)
+			}
+			c.Advance(time.Millisecond)
+		}
+		// paced: 100 × 1.1 / 2 instances = 55/s, 5.5 in 100 ms plus the tolerance's burst
+		if want := 60; adaptiveOn && (admitted < 5 || admitted > 8) || !adaptiveOn && admitted != want {
+			t.Fatalf("adaptive %v: admitted %d of 60 local tokens in 100 ms", adaptiveOn, admitted)
+		}
+		a.applyLease(req, store.Lease{Granted: 100}, c.Now()) // a full lease: no longer contested
+		if a.pacing.Load() != nil {
+			t.Fatalf("pacing after a full lease")
+		}
+	}
+}
