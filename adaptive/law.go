@@ -45,10 +45,11 @@ const (
 	// reason to wait.
 	Plateau = 5
 	// QueueDivisor and QueueSpread: an answer slower than latency_target / QueueDivisor and
-	// than QueueSpread × the period's p10 shows the backend's queue forming (Queued); with
-	// more than QueueShare of them the capacity holds. Admissions that come unevenly queue a
-	// backend now and then well below its capacity; a quarter of the answers is a queue that
-	// persists.
+	// than QueueSpread × the period's p2 shows the backend's queue forming (Queued); with
+	// more than QueueShare of them (Queueing) the capacity is trimmed by Alpha. Admissions
+	// that come unevenly queue a backend now and then well below its capacity; a quarter of
+	// the answers is a queue that persists, and trimming then keeps the fleet just under the
+	// rate where the backend's queue grows, before its latency reaches the target.
 	QueueDivisor = 4
 	QueueSpread  = 4
 	QueueShare   = 0.25
@@ -71,7 +72,7 @@ const (
 	// capacity, at this share of it or more; otherwise the step stays at Alpha, so that the
 	// capacity does not run ahead of what the fleet admits, faster than the backend's answers
 	// can show an overshoot.
-	KeepUpShare = 0.75
+	KeepUpShare = 0.65
 )
 
 // Bounds are the operator's limits of the learned capacity (cost tokens/s): Min <= Max.
@@ -89,13 +90,14 @@ type Signals struct {
 }
 
 // Queued is how many of the latencies in s show the backend queueing: those at least
-// target / QueueDivisor and QueueSpread times the period's fastest tenth (its p10), as far as
-// the sketch tells (the buckets whose lower bound reaches both). The second bound keeps a
+// target / QueueDivisor and QueueSpread times the period's fastest answers (its p2: about what
+// the backend takes without a queue), as far as the sketch tells (the buckets whose lower
+// bound reaches both). The second bound keeps a
 // backend whose every answer is slow, though healthy, from looking queued; the first, a fast
 // backend's ordinary spread. A sketch holds no more detail, and both stores add the same
 // buckets, so they count the same.
 func Queued(s *Sketch, target time.Duration) int64 {
-	from := max(target/QueueDivisor, QueueSpread*s.quantile(1))
+	from := max(target/QueueDivisor, QueueSpread*s.quantile(2))
 	var n int64
 	for i := 1; i < SketchBuckets; i++ {
 		if UpperBound(i-1) >= from {
@@ -113,6 +115,7 @@ const (
 	Throttled              // throttles above ThrottleShare of the answers: decrease
 	Slow                   // p90 above the latency target: decrease
 	Increase               // demand at the capacity and healthy signals: increase
+	Queue                  // a queue that persists (Queueing): a trim by Alpha
 )
 
 // String names the cause as logs and the admin API show it.
@@ -124,6 +127,8 @@ func (c Cause) String() string {
 		return "latency"
 	case Increase:
 		return "demand"
+	case Queue:
+		return "queue"
 	case Hold:
 	}
 	return "hold"
@@ -139,7 +144,11 @@ func DrainOf(c Cause) float64 {
 }
 
 // Decrease reports whether the cause lowers the capacity.
-func (c Cause) Decrease() bool { return c == Throttled || c == Slow }
+func (c Cause) Decrease() bool { return c == Throttled || c == Slow || c == Queue }
+
+// Queueing says whether more than QueueShare of the period's answers show the backend's queue
+// (Queued): a queue that persists, before it reaches the latency target.
+func Queueing(s Signals) bool { return float64(s.Queued) > QueueShare*float64(s.Answers) }
 
 // Overloaded says whether the period's signals show an overloaded backend, and why: throttles
 // first (the backend refusing work), then latency (the backend queueing it).
@@ -174,17 +183,19 @@ func Ceiling(c float64, s Signals, prev float64) float64 {
 // capacity last changed. It returns the next capacity, the next ceiling and why:
 //
 //	prev < 1 (the period follows a decrease)  → c
-//	overloaded, below the ceiling, at most DrainPeriods after a change, and the demand
-//	above c (by more than ThrottleShare)      → c
+//	overloaded or Queueing, below the ceiling, at most DrainPeriods after a change, and
+//	the demand above c (by more than ThrottleShare) → c
 //	overloaded (Overloaded)                   → max(Min, c × Floor, Drain × Ceiling)
 //	                                            (DrainThrottled on throttles);
 //	                                            the ceiling becomes Ceiling
+//	Queueing                                  → max(Min, c × (1 − Alpha))
 //	slow answers above WarmShare              → c
 //	c at the ceiling for under Plateau periods
-//	with any Queued, or Queued above
-//	QueueShare of the answers                 → c
+//	with any Queued                           → c
 //	else demand >= DemandShare × c            → c × (1 + k × Alpha), k the increases in a row
-//	                                            (1 while the demand is under KeepUpShare × c),
+//	                                            (1 while the demand is under KeepUpShare × c,
+//	                                            and above the ceiling within MaxStreak × Alpha
+//	                                            of it or with any Queued),
 //	                                            but not past the ceiling from below (k starts
 //	                                            again at it)
 //	else                                      → c
@@ -193,33 +204,40 @@ func Ceiling(c float64, s Signals, prev float64) float64 {
 // goes below what the backend sustained, in one step, so that the queue the overload built
 // drains, and comes back to the ceiling with the next increases; it holds there for Plateau
 // periods, then probes above it again from one step of Alpha. Wherever the backend's answers
-// show a queue forming, it holds: the fleet then admits about what the backend serves. It
-// never lowers the capacity without an overload signal: no
-// probing dips. The period after a decrease holds: its answers are still those of requests
+// show a queue that persists, it trims the capacity by one step: the fleet then admits about
+// what the backend serves, before the queue reaches the latency target. It never lowers the
+// capacity without an overload or queue signal: no probing dips. The period after a decrease holds: its answers are still those of requests
 // admitted at the higher figure (and of the backend's queue they built).
 func Next(b Bounds, c float64, s Signals, prev, ceiling float64, since int) (float64, float64, Cause) {
 	c = min(max(c, b.Min), b.Max)
 	if prev < 1 {
 		return c, ceiling, Hold
 	}
-	if cause := Overloaded(s); cause != Hold {
-		if c < ceiling && since <= DrainPeriods && s.Demand > c*(1+ThrottleShare) {
-			// the fleet still admits above the figure of the last decrease: the backend's
-			// queue is that overload's, and it drains once the admissions follow
-			return c, ceiling, Hold
-		}
+	cause := Overloaded(s)
+	if (cause != Hold || Queueing(s)) && c < ceiling && since <= DrainPeriods && s.Demand > c*(1+ThrottleShare) {
+		// the fleet still admits above the figure of the last decrease: the backend's queue
+		// is that overload's, and it drains once the admissions follow
+		return c, ceiling, Hold
+	}
+	if cause != Hold {
 		ceiling = Ceiling(c, s, prev)
 		return max(b.Min, c*Floor, DrainOf(cause)*ceiling), ceiling, cause
+	}
+	if Queueing(s) {
+		return max(b.Min, c*(1-Alpha)), ceiling, Queue
 	}
 	if float64(s.Slow) > WarmShare*float64(s.Answers) || s.Answers <= 0 || s.Demand < DemandShare*c || c >= b.Max {
 		return c, ceiling, Hold
 	}
-	if c == ceiling && since < Plateau && s.Queued > 0 || float64(s.Queued) > QueueShare*float64(s.Answers) {
+	if c == ceiling && since < Plateau && s.Queued > 0 {
 		return c, ceiling, Hold
 	}
 	k := Streak(prev)
-	if c == ceiling || s.Demand < KeepUpShare*c {
-		k = 0 // at the ceiling, or with the demand behind the capacity: one step
+	if c == ceiling || s.Demand < KeepUpShare*c || c > ceiling && (s.Queued > 0 || c < ceiling*(1+MaxStreak*Alpha)) {
+		// at the ceiling, with the demand behind the capacity, or above the ceiling near it
+		// or with any answer showing a queue: one step, since the overshoot an overload is
+		// caught at is the last step
+		k = 0
 	}
 	next := c * (1 + float64(k+1)*Alpha)
 	if c < ceiling {

@@ -81,18 +81,22 @@ func TestPropMonotone(t *testing.T) {
 	})
 }
 
-// No probing dips: without an overload signal the capacity never goes down; with one it never
-// goes up, and one decrease cuts at most to Floor of the capacity.
+// No probing dips: without an overload or queue signal the capacity never goes down; with one
+// it never goes up; a queue trims one step at most, and one decrease cuts at most to Floor of
+// the capacity.
 func TestPropNoDipWithoutOverload(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
 		next, _, cause := Next(b, c, s, genPrev(t, "prev"), genCeiling(t, b), genSince(t))
-		if Overloaded(s) == Hold && next < c {
+		if Overloaded(s) == Hold && !Queueing(s) && next < c {
 			t.Fatalf("healthy signals %+v lowered %v to %v (%v)", s, c, next, cause)
 		}
-		if Overloaded(s) != Hold && next > c {
+		if Overloaded(s) == Hold && Queueing(s) && next < c*(1-Alpha)*(1-1e-12) {
+			t.Fatalf("a queue %+v cut %v to %v, more than a step", s, c, next)
+		}
+		if (Overloaded(s) != Hold || Queueing(s)) && next > c {
 			t.Fatalf("overload %+v raised %v to %v", s, c, next)
 		}
 		if next < c*Floor*(1-1e-12) {
@@ -245,15 +249,26 @@ func TestNextSteps(t *testing.T) {
 	if next, _, _ := Next(b, 1010, healthy, 1, 1010, 1); next != 1010*(1+Alpha) {
 		t.Fatalf("at the ceiling without a queue: 1010 → %v, want one step", next)
 	}
-	// a queue forming (Queued above SlowShare of the answers) holds
+	// above the ceiling: one step within MaxStreak × Alpha of it, or with any answer showing a
+	// queue; a queue that persists (Queueing) trims
 	queued := healthy
-	queued.Demand = 1100
-	if next, _, _ := Next(b, 1100, queued, 1+2*Alpha, 1010, 1); next != 1100*(1+3*Alpha) {
-		t.Fatalf("no queue: 1100 → %v, want the streak's third step", next)
+	queued.Demand = 1200
+	if next, _, _ := Next(b, 1100, queued, 1+2*Alpha, 1010, 1); next != 1100*(1+Alpha) {
+		t.Fatalf("near the ceiling: 1100 → %v, want one step", next)
+	}
+	if next, _, _ := Next(b, 1200, queued, 1+2*Alpha, 1010, 1); next != 1200*(1+3*Alpha) {
+		t.Fatalf("no queue, well above the ceiling: 1200 → %v, want the streak's third step", next)
+	}
+	queued.Queued = 1
+	if next, _, _ := Next(b, 1200, queued, 1+2*Alpha, 1010, 1); next != 1200*(1+Alpha) {
+		t.Fatalf("a queue at 1 of %d answers above the ceiling: 1200 → %v, want one step", queued.Answers, next)
+	}
+	if next, _, _ := Next(b, 900, queued, 1+2*Alpha, 1010, 1); next != 900*(1+3*Alpha) {
+		t.Fatalf("a queue at 1 of %d answers below the ceiling: 900 → %v, want the streak's third step", queued.Answers, next)
 	}
 	queued.Queued = queued.Answers/4 + 1
-	if next, _, cause := Next(b, 1100, queued, 1+2*Alpha, 1010, 1); next != 1100 || cause != Hold {
-		t.Fatalf("a queue at %d of %d answers: 1100 → %v (%v), want a hold", queued.Queued, queued.Answers, next, cause)
+	if next, _, cause := Next(b, 1100, queued, 1+2*Alpha, 1010, 1); next != 1100*(1-Alpha) || cause != Queue {
+		t.Fatalf("a queue at %d of %d answers: 1100 → %v (%v), want a trim by one step", queued.Queued, queued.Answers, next, cause)
 	}
 	// an overload right after a decrease, while the fleet still admits above the new figure,
 	// holds; once it admits within it, the overload cuts
@@ -268,10 +283,10 @@ func TestNextSteps(t *testing.T) {
 }
 
 // Queued counts the buckets that lie at or above a quarter of the target and four times the
-// period's p10, as both stores do.
+// period's p2, as both stores do.
 func TestQueued(t *testing.T) {
 	var s Sketch
-	s[Bucket(200*time.Microsecond)] = 100 // [128, 256) µs: the p10
+	s[Bucket(200*time.Microsecond)] = 100 // [128, 256) µs: the p2
 	s[Bucket(10*time.Millisecond)] = 5    // [8.2, 16.4) ms
 	s[Bucket(20*time.Millisecond)] = 7    // [16.4, 32.8) ms
 	s[Bucket(40*time.Millisecond)] = 11   // [32.8, 65.5) ms

@@ -50,11 +50,11 @@ func (s *Sketch) Count() int64 {
 
 // P90 is the upper bound of the bucket that holds the 90th percentile (0 for an empty sketch):
 // the true p90 is at most this, and more than half of it.
-func (s *Sketch) P90() time.Duration { return s.quantile(9) }
+func (s *Sketch) P90() time.Duration { return s.quantile(90) }
 
-// quantile is the upper bound of the bucket that holds the tenths-th tenth of the latencies
+// quantile is the upper bound of the bucket that holds the pct-th percentile of the latencies
 // (0 for an empty sketch).
-func (s *Sketch) quantile(tenths int64) time.Duration {
+func (s *Sketch) quantile(pct int64) time.Duration {
 	n := s.Count()
 	if n == 0 {
 		return 0
@@ -62,7 +62,7 @@ func (s *Sketch) quantile(tenths int64) time.Duration {
 	var seen int64
 	for i, c := range s {
 		seen += c
-		if seen*10 >= n*tenths {
+		if seen*100 >= n*pct {
 			return UpperBound(i)
 		}
 	}

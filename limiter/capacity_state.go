@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/tierbucket/caddy-tierbucket/adaptive"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -60,8 +61,9 @@ func (l *Limiter) CapacityChanges() []store.CapacityChange {
 }
 
 // followCapacity records a change of the learned capacity that L1's answer cur brings (one
-// per control period at most) and logs a decrease episode once at its start, with its cause
-// and signals, and once when the capacity grows again. Sync loop only.
+// per control period at most) and logs a decrease episode (throttles or latency) once at its
+// start, with its cause and signals, and once when the capacity grows again; trims on a queue
+// within an episode count as its decreases, and outside one are not logged. Sync loop only.
 func (l *Limiter) followCapacity(prev, cur *store.ClusterState) {
 	c := cur.Adaptive.LastChange
 	if cur.CapacitySource != store.CapacityAdaptive || c.At.IsZero() || c.At.Equal(prev.Adaptive.LastChange.At) {
@@ -85,6 +87,9 @@ func (l *Limiter) followCapacity(prev, cur *store.ClusterState) {
 		zap.Duration("p90", p.Latency.P90()), zap.Float64("demand", cur.Adaptive.PeriodCost),
 	}
 	switch {
+	case c.To < c.From && c.Cause == adaptive.Queue.String() && !k.inEpisode:
+		// a trim on a queue is the law keeping the fleet under the backend's line, as routine
+		// as an increase: not an overload episode of its own
 	case c.To < c.From && !k.inEpisode:
 		k.inEpisode, k.before, k.lowest, k.decreases, k.began = true, c.From, c.To, 1, c.At
 		if log != nil {

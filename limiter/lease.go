@@ -144,7 +144,7 @@ func (a *App) applyLease(req store.LeaseRequest, res store.Lease, now time.Time)
 	// burst (the fairness cap), and L2 refills faster than the app spends.
 	contested := res.Granted < req.Want || (early && float64(res.Remaining) < a.pol.Load().Burst/4)
 	a.short.Store(contested)
-	a.pace(req, contested, live)
+	a.pace(req, res, contested, live)
 	if contested && early {
 		// What is left in L2 is the other instances' share: a cheaper request must not lease
 		// it before this instance's share has refilled (see refused).

@@ -52,10 +52,16 @@ func (p *pacer) admit(now, cost int64) (time.Duration, bool) {
 // pace sets or clears the app's pacer after a lease: on under a learned capacity while the
 // app is at its quota in a fleet (contested), at paceHeadroom × its share of L2's refill
 // (the refill factor the lease asked for), carrying the schedule over from the last pacer.
-func (a *App) pace(req store.LeaseRequest, contested bool, live int) {
+// It stays on through a lease that came back whole while L2 holds less than half the burst:
+// paced, an instance leaves L2 the tokens of the pause between its leases, and one whole
+// grant does not mean the app is under its quota; spent at the offered rate, that grant
+// would be the very burst pacing is for.
+func (a *App) pace(req store.LeaseRequest, res store.Lease, contested bool, live int) {
 	st := a.l.state.Load()
-	rate := a.pol.Load().Guaranteed * req.Factor / float64(max(live, 1)) * paceHeadroom
-	if !contested || !paced(live) || st.CapacitySource != store.CapacityAdaptive || !(rate > 0) || math.IsInf(rate, 0) {
+	p := a.pol.Load()
+	rate := p.Guaranteed * req.Factor / float64(max(live, 1)) * paceHeadroom
+	if !paced(live) || st.CapacitySource != store.CapacityAdaptive || !(rate > 0) || math.IsInf(rate, 0) ||
+		!contested && (a.pacing.Load() == nil || float64(res.Remaining) >= p.Burst/2) {
 		a.pacing.Store(nil)
 		return
 	}
@@ -63,9 +69,9 @@ func (a *App) pace(req store.LeaseRequest, contested bool, live int) {
 	if old != nil && math.Abs(old.rate-rate) <= 0.01*old.rate {
 		return
 	}
-	p := &pacer{rate: rate, tolerance: int64(max(paceTolerance, time.Duration(2/rate*1e9)))}
+	next := &pacer{rate: rate, tolerance: int64(max(paceTolerance, time.Duration(2/rate*1e9)))}
 	if old != nil {
-		p.tat.Store(old.tat.Load())
+		next.tat.Store(old.tat.Load())
 	}
-	a.pacing.Store(p)
+	a.pacing.Store(next)
 }

@@ -79,9 +79,15 @@ func TestLeaseSpentEvenlyAtQuota(t *testing.T) {
 		if want := 60; adaptiveOn && (admitted < 5 || admitted > 8) || !adaptiveOn && admitted != want {
 			t.Fatalf("adaptive %v: admitted %d of 60 local tokens in 100 ms", adaptiveOn, admitted)
 		}
-		a.applyLease(req, store.Lease{Granted: 100}, c.Now()) // a full lease: no longer contested
+		// a whole lease while L2 is low keeps the pacing; with L2 half full, the app is under
+		// its quota
+		a.applyLease(req, store.Lease{Granted: 100, Remaining: 100}, c.Now())
+		if adaptiveOn != (a.pacing.Load() != nil) {
+			t.Fatalf("adaptive %v: pacing %v after a whole lease with L2 low", adaptiveOn, a.pacing.Load() != nil)
+		}
+		a.applyLease(req, store.Lease{Granted: 100, Remaining: 500}, c.Now())
 		if a.pacing.Load() != nil {
-			t.Fatalf("pacing after a full lease")
+			t.Fatalf("pacing after a whole lease with L2 half full")
 		}
 	}
 }

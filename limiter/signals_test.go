@@ -110,4 +110,20 @@ func TestCapacityEpisodeLoggedOnce(t *testing.T) {
 	if len(rec) != 1 || rec[0].ContextMap()["decreases"] != int64(2) || rec[0].ContextMap()["lowest"] != low {
 		t.Fatalf("recovery logged %d times: %+v", len(rec), rec)
 	}
+	// a queue that persists trims the capacity; outside an episode that is not logged
+	for range 2 {
+		for i := range 100 {
+			a.Observe(time.Duration(1+79*(i%3/2))*time.Millisecond, false) // a third at 80ms
+		}
+		c.Advance(600 * time.Millisecond)
+		l.tick(c.Now())
+		c.Advance(600 * time.Millisecond)
+		l.tick(c.Now())
+	}
+	if ch := l.CapacityChanges(); ch[0].Cause != "queue" || ch[0].To >= ch[0].From {
+		t.Fatalf("after a queue: changes %+v, want a trim", ch)
+	}
+	if n := logs.FilterMessageSnippet("lowering the learned capacity").Len(); n != 1 {
+		t.Fatalf("a trim on a queue logged an episode: %d starts", n)
+	}
 }

@@ -33,17 +33,18 @@ local a_target = tonumber(ARGV[37]) or 0
 
 -- The control law of the adaptive capacity, as package adaptive states it (law.go). prev is
 -- the previous period's step (its next / its c; 1 when it held), ceil the ceiling of the last
--- decrease (0: none), since the whole periods since the capacity last changed. After a
--- decrease, hold; so too on overload below the ceiling at most 2 periods after a change while
--- the demand is above 1.01 x c (the fleet has not followed the last decrease yet). On throttles above 1 % of the period's answers or slow answers above 10 %
--- (p90 over the target): the ceiling becomes the healthy figure before the period (c / prev
--- after an increase) times the share of answers served times 0.95, and the capacity 0.85 of
--- it (0.7 on throttles), at most down to 0.25 of c. Slow answers above 2 %: hold. At the
--- ceiling for under 5 periods with any answer that shows a queue (queued), or with such
--- answers above 25 %: hold. Else, with the
--- demand at 0.6 of the capacity, the k-th increase in a row by k x 0.025 (k <= 4; 1 again at
--- the ceiling and while the demand is under 0.75 of the capacity), not past the ceiling from
--- below. Else hold. Always within [mn, mx].
+-- decrease (0: none), since the whole periods since the capacity last changed, queued the
+-- period's answers that show a queue (queued below). After a decrease, hold; so too on
+-- overload or a queue (below) below the ceiling at most 2 periods after a change while the demand is above
+-- 1.01 x c (the fleet has not followed the last decrease yet). On throttles above 1 % of the
+-- period's answers or slow answers above 10 % (p90 over the target): the ceiling becomes the
+-- healthy figure before the period (c / prev after an increase) times the share of answers
+-- served times 0.95, and the capacity 0.85 of it (0.7 on throttles), at most down to 0.25 of
+-- c. Queued above 25 % of the answers: c x 0.975. Slow answers above 2 %: hold. At the
+-- ceiling for under 5 periods with any queued answer: hold. Else, with the demand at 0.6 of
+-- the capacity, the k-th increase in a row by k x 0.025 (k <= 4; 1 again at the ceiling,
+-- while the demand is under 0.65 of the capacity, and above the ceiling within 10 % of it or
+-- with any queued answer), not past the ceiling from below. Else hold. Always within [mn, mx].
 local function law(c, mn, mx, answers, throttles, slow, queued, demand, prev, ceil, since)
   c = math.min(math.max(c, mn), mx)
   if prev < 1 then
@@ -55,7 +56,7 @@ local function law(c, mn, mx, answers, throttles, slow, queued, demand, prev, ce
   elseif answers > 0 and slow > 0.1 * answers then
     cause = 'latency'
   end
-  if cause and c < ceil and since <= 2 and demand > c * 1.01 then
+  if (cause or queued > 0.25 * answers) and c < ceil and since <= 2 and demand > c * 1.01 then
     return c, ceil, 'hold'
   end
   if cause then
@@ -67,17 +68,20 @@ local function law(c, mn, mx, answers, throttles, slow, queued, demand, prev, ce
     end
     return math.max(mn, c * 0.25, drain * top), top, cause
   end
+  if queued > 0.25 * answers then
+    return math.max(mn, c * 0.975), ceil, 'queue'
+  end
   if slow > 0.02 * answers or answers <= 0 or demand < 0.6 * c or c >= mx then
     return c, ceil, 'hold'
   end
-  if (c == ceil and since < 5 and queued > 0) or queued > 0.25 * answers then
+  if c == ceil and since < 5 and queued > 0 then
     return c, ceil, 'hold'
   end
   local k = 0
   if prev > 1 then
     k = math.min(math.max(math.floor((prev - 1) / 0.025 + 0.5), 1), 3)
   end
-  if c == ceil or demand < 0.75 * c then
+  if c == ceil or demand < 0.65 * c or (c > ceil and (queued > 0 or c < ceil * (1 + 4 * 0.025))) then
     k = 0
   end
   local next_c = c * (1 + (k + 1) * 0.025)
@@ -94,7 +98,7 @@ end
 
 -- queued counts the latencies of a sketch (lat0..lat15 at lat[first..first+15]) that show the
 -- backend queueing (adaptive.Queued): at or above both target / 4 and 4 x the upper bound of
--- the bucket that holds the sketch's p10, as far as the sketch tells: bucket i >= 1 holds
+-- the bucket that holds the sketch's p2, as far as the sketch tells: bucket i >= 1 holds
 -- latencies from upper(i - 1).
 local function queued(lat, first, target_ns)
   local total = 0
@@ -104,15 +108,15 @@ local function queued(lat, first, target_ns)
   if total <= 0 then
     return 0
   end
-  local seen, p10 = 0, upper(15)
+  local seen, p2 = 0, upper(15)
   for i = 0, 15 do
     seen = seen + lat[first + i]
-    if seen * 10 >= total then
-      p10 = upper(i)
+    if seen * 100 >= total * 2 then
+      p2 = upper(i)
       break
     end
   end
-  local from = math.max(math.floor(target_ns / 4), 4 * p10)
+  local from = math.max(math.floor(target_ns / 4), 4 * p2)
   local n = 0
   for i = 1, 15 do
     if upper(i - 1) >= from then

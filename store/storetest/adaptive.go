@@ -146,9 +146,9 @@ func adaptiveIncreasesOnlyWithDemand(e *env) {
 }
 
 // After a decrease the capacity climbs back to the ceiling, holds there for adaptive.Plateau
-// periods while the backend shows a queue, then probes above it; it holds while the backend's
-// answers show a queue that persists (more than a quarter of them slower than a quarter of the
-// target and four times the period's p10).
+// periods while the backend shows a queue, then probes above it; a queue that persists (more
+// than a quarter of the answers slower than a quarter of the target and four times the
+// period's p2) trims it by one step.
 func adaptivePlateauThenGentleProbe(e *env) {
 	e.withAdaptive()
 	e.cluster.Adaptive.Min = 100
@@ -184,10 +184,18 @@ func adaptivePlateauThenGentleProbe(e *env) {
 	queue.Latency[3], queue.Latency[10] = 70, 30 // 30 answers of 65–131 ms, none over the target
 	e.signal(0, 2000, queue)
 	e.advance(time.Second)
-	e.wantCapacity(e.signal(0, 0, store.Signals{}), probe, store.CapacityAdaptive)
-	e.signal(0, 2000, near) // the queue gone: the probe goes on from one step
+	trimmed := probe * (1 - adaptive.Alpha)
+	st := e.signal(0, 0, store.Signals{})
+	e.wantCapacity(st, trimmed, store.CapacityAdaptive)
+	if c := st.Adaptive.LastChange; c.Cause != "queue" {
+		e.t.Fatalf("last change %+v; want a trim on the queue", c)
+	}
+	e.signal(0, 2000, near) // the period after a trim holds
 	e.advance(time.Second)
-	e.wantCapacity(e.signal(0, 0, store.Signals{}), probe*(1+adaptive.Alpha), store.CapacityAdaptive)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), trimmed, store.CapacityAdaptive)
+	e.signal(0, 2000, near) // then one step, back to the ceiling the trim went under
+	e.advance(time.Second)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), min(trimmed*(1+adaptive.Alpha), ceiling), store.CapacityAdaptive)
 }
 
 // At the ceiling, a backend that answers without any queue has grown: no plateau.
