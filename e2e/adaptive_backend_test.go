@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"fmt"
-	"os"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -30,7 +28,6 @@ type storageBackend struct {
 
 // backendSecond is what the backend answered in one second of the run.
 type backendSecond struct {
-	arrivals          [50]int // per 20 ms
 	served, throttled map[string]int
 	latencies         []time.Duration // of the requests served
 }
@@ -62,7 +59,6 @@ func (b *storageBackend) serve(w http.ResponseWriter, r *http.Request) {
 		b.free = done
 	}
 	sec := b.second(now)
-	sec.arrivals[int(now.Sub(b.start)%time.Second/(20*time.Millisecond))]++
 	if throttled {
 		sec.throttled[app]++
 	}
@@ -113,9 +109,6 @@ func (b *storageBackend) window(from, to int64) (served map[string]int, total, t
 			throttled += n
 		}
 		lat = append(lat, s.latencies...)
-		if os.Getenv("TIERBUCKET_ADAPTIVE_TRACE") != "" {
-			fmt.Println("arrivals", i, s.arrivals)
-		}
 	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
