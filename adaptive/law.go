@@ -38,6 +38,11 @@ const (
 	// two: leases already granted, L2's tokens) holds instead of cutting again; otherwise one
 	// overload would cut several times while the fleet follows the first cut.
 	DrainPeriods = 2
+	// EmergencyPeriods: under a learned capacity, the automatic emergency (entered only while
+	// the backend refuses work) ends this many periods after the last period with throttles
+	// above ThrottleShare. The decrease that came with the throttles already protects the
+	// backend; blocking the lower priorities longer only wastes what it serves.
+	EmergencyPeriods = 2
 	// Plateau is how many periods the capacity holds at the ceiling, where the backend last
 	// coped, before probing above it, while the backend shows any queue (Queued): every probe
 	// that crosses the line costs a decrease, so probing less often keeps the fleet near the
@@ -91,17 +96,18 @@ type Signals struct {
 
 // Queued is how many of the latencies in s show the backend queueing: those at least
 // target / QueueDivisor and QueueSpread times the period's fastest answers (its p2: about what
-// the backend takes without a queue), as far as the sketch tells (the buckets whose lower
-// bound reaches both). The second bound keeps a
+// the backend takes without a queue), as far as the sketch tells: the buckets that reach above
+// both (a bucket spans a factor of two, and a queue that shows only in the next one up is
+// seen a period late, past the backend's line). The second bound keeps a
 // backend whose every answer is slow, though healthy, from looking queued; the first, a fast
 // backend's ordinary spread. A sketch holds no more detail, and both stores add the same
 // buckets, so they count the same.
 func Queued(s *Sketch, target time.Duration) int64 {
 	from := max(target/QueueDivisor, QueueSpread*s.quantile(2))
 	var n int64
-	for i := 1; i < SketchBuckets; i++ {
-		if UpperBound(i-1) >= from {
-			n += s[i]
+	for i, c := range s {
+		if UpperBound(i) > from {
+			n += c
 		}
 	}
 	return n

@@ -113,8 +113,11 @@ func TestPropSteadySignalsSettle(t *testing.T) {
 		b := genBounds(t)
 		c := rapid.Float64Range(b.Min, b.Max).Draw(t, "c")
 		s := genSignals(t, "s")
-		// the slowest way: up by Alpha, with a plateau at the ceiling
-		sweep := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1+Alpha))) + 2 + Plateau
+		// the slowest ways: up by Alpha, with a plateau at the ceiling; down by trims of Alpha,
+		// each followed by its held periods
+		up := 2*int(math.Ceil(math.Log(b.Max/b.Min)/math.Log(1+Alpha))) + 2 + Plateau
+		down := (DrainPeriods+1)*int(math.Ceil(math.Log(b.Max/b.Min)/-math.Log(1-Alpha))) + 2
+		sweep := max(up, down)
 		dir := 0.0
 		prev, ceiling, since := 1.0, genCeiling(t, b), genSince(t)
 		for i := range sweep + 10 {
@@ -282,7 +285,7 @@ func TestNextSteps(t *testing.T) {
 	}
 }
 
-// Queued counts the buckets that lie at or above a quarter of the target and four times the
+// Queued counts the buckets that reach above a quarter of the target and four times the
 // period's p2, as both stores do.
 func TestQueued(t *testing.T) {
 	var s Sketch
@@ -294,7 +297,7 @@ func TestQueued(t *testing.T) {
 	for _, c := range []struct {
 		target time.Duration
 		want   int64
-	}{{100 * time.Millisecond, 24}, {64 * time.Millisecond, 31}, {8 * time.Second, 13}, {10 * time.Second, 0}, {0, 36}} {
+	}{{100 * time.Millisecond, 31}, {64 * time.Millisecond, 36}, {8 * time.Second, 13}, {10 * time.Second, 0}, {0, 36}} {
 		if got := Queued(&s, c.target); got != c.want {
 			t.Errorf("Queued(target %v) = %d, want %d", c.target, got, c.want)
 		}

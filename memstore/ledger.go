@@ -3,6 +3,7 @@ package memstore
 import (
 	"math"
 
+	"github.com/tierbucket/caddy-tierbucket/adaptive"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -267,12 +268,16 @@ func ring(slot int64) int64 { return slot % usageSlots }
 // the backend refusing work with throttles) a usage at the threshold enters it only with a
 // refusing backend: a fleet using the whole capacity it learned is where it should be, a
 // burst of borrowing alone is not an emergency, and a backend that is only slow is answered by
-// the decrease of the capacity. It is left 10 s after the backend stopped refusing: a
-// learned capacity keeps the fleet near the overload line on purpose, and a decrease lands
-// its usage near the threshold, so the usage would hold the emergency, and its lower
-// priorities blocked, long after the backend recovered.
+// the decrease of the capacity. It is left adaptive.EmergencyPeriods control periods after
+// the backend stopped refusing: a learned capacity keeps the fleet near the overload line on
+// purpose, and a decrease lands its usage near the threshold, so the usage would hold the
+// emergency, and its lower priorities blocked, long after the backend recovered; and the
+// decrease that came with the throttles already protects the backend.
 func (l *memLedger) updateEmergency(u, thr float64, now int64, learned, refusing bool) {
-	const calm = 10 * 1e6 // µs
+	calm := int64(10 * 1e6) // µs
+	if learned {
+		calm = adaptive.EmergencyPeriods * adaptive.Period.Microseconds()
+	}
 	switch {
 	case u >= thr && refusing:
 		l.emergency, l.reason, l.calmSince = true, "auto", 0

@@ -98,8 +98,8 @@ end
 
 -- queued counts the latencies of a sketch (lat0..lat15 at lat[first..first+15]) that show the
 -- backend queueing (adaptive.Queued): at or above both target / 4 and 4 x the upper bound of
--- the bucket that holds the sketch's p2, as far as the sketch tells: bucket i >= 1 holds
--- latencies from upper(i - 1).
+-- the bucket that holds the sketch's p2, as far as the sketch tells: the buckets whose upper
+-- bound is above both.
 local function queued(lat, first, target_ns)
   local total = 0
   for i = 0, 15 do
@@ -118,8 +118,8 @@ local function queued(lat, first, target_ns)
   end
   local from = math.max(math.floor(target_ns / 4), 4 * p2)
   local n = 0
-  for i = 1, 15 do
-    if upper(i - 1) >= from then
+  for i = 0, 15 do
+    if upper(i) > from then
       n = n + lat[first + i]
     end
   end
@@ -330,16 +330,18 @@ if capacity > 0 then
 
   -- 5. emergency: entered at the threshold, left after 10 s below threshold − 0.1. Under a
   -- learned capacity, entered only when the last control period showed the backend refusing
-  -- work, throttles above 1 % of its answers, and left 10 s after it stopped refusing
-  -- (memLedger.updateEmergency).
+  -- work, throttles above 1 % of its answers, and left 2 s (two control periods) after it
+  -- stopped refusing (memLedger.updateEmergency).
   local refusing = true
   if a_max > 0 then
     local lp = numbers(last_period, 3)
     refusing = lp[1] > 0 and lp[2] > 0.01 * lp[1]
   end
   local calm = u < thr - 0.1
+  local hold = 10000000
   if a_max > 0 then
     calm = not refusing
+    hold = 2000000
   end
   if u >= thr and refusing then
     emergency = 1
@@ -349,7 +351,7 @@ if capacity > 0 then
     if calm then
       if calm_since == 0 then
         calm_since = now
-      elseif now - calm_since >= 10000000 then
+      elseif now - calm_since >= hold then
         emergency = 0
         reason = ''
         calm_since = 0

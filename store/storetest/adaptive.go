@@ -303,16 +303,17 @@ func adaptiveEmergencyNeedsOverload(e *env) {
 		e.t.Fatalf("usage %v after a throttling period: emergency %v (%s), capacity %v; want the automatic emergency at %v",
 			st.Usage, st.Emergency, st.EmergencySource, st.Capacity, want)
 	}
-	// left 10 s after the backend stopped refusing, though the fleet keeps admitting above the
-	// threshold: healthy periods, usage above 1
-	for i := range 12 {
+	// left adaptive.EmergencyPeriods after the backend stopped refusing, though the fleet keeps
+	// admitting above the threshold: healthy periods, usage above 1
+	hold := adaptive.EmergencyPeriods
+	for i := range hold + 2 {
 		e.advance(time.Second)
 		st = e.signal(0, int64(1.2*st.Capacity), answers(100, 0, 0))
-		if i < 9 && !st.Emergency {
-			e.t.Fatalf("emergency left %d s after the last refusing period; want 10 s", i+1)
+		if i < hold-1 && !st.Emergency {
+			e.t.Fatalf("emergency left %d s after the last refusing period; want %d s", i+1, hold)
 		}
 	}
 	if st.Emergency || st.Usage < 0.95 {
-		e.t.Fatalf("usage %v, 12 s after the backend stopped refusing: emergency %v; want it left", st.Usage, st.Emergency)
+		e.t.Fatalf("usage %v, %d s after the backend stopped refusing: emergency %v; want it left", st.Usage, hold+2, st.Emergency)
 	}
 }
