@@ -50,7 +50,7 @@ const (
 	// reason to wait.
 	Plateau = 5
 	// QueueDivisor and QueueSpread: an answer slower than latency_target / QueueDivisor and
-	// than QueueSpread × the period's p2 shows the backend's queue forming (Queued); with
+	// than QueueSpread × the backend's latency without a queue (QueueBase) shows the backend's queue forming (Queued); with
 	// more than QueueShare of them (Queueing) the capacity is trimmed by Alpha. Admissions
 	// that come unevenly queue a backend now and then well below its capacity; a quarter of
 	// the answers is a queue that persists, and trimming then keeps the fleet just under the
@@ -58,6 +58,8 @@ const (
 	QueueDivisor = 4
 	QueueSpread  = 4
 	QueueShare   = 0.25
+	// BaseDrift is how much the latency base (QueueBase) may grow a period.
+	BaseDrift = 1.05
 
 	// ThrottleShare: more throttles than this share of a period's answers is overload.
 	ThrottleShare = 0.01
@@ -94,19 +96,33 @@ type Signals struct {
 	Demand    float64 // admitted cost per second (L1's usage window)
 }
 
-// Queued is how many of the latencies in s show the backend queueing: those at least
-// target / QueueDivisor and QueueSpread times the period's fastest answers (its p2: about what
-// the backend takes without a queue), as far as the sketch tells: the buckets that reach above
-// both (a bucket spans a factor of two, and a queue that shows only in the next one up is
-// seen a period late, past the backend's line). The second bound keeps a
+// QueueBase is the backend's latency without a queue as the law tracks it, in ns: the lower of
+// the period's fastest answers (its p2, the upper bound of the sketch bucket that holds it)
+// and the last base grown by BaseDrift, so that it follows a backend that became slower
+// within tens of periods, while a queue that persists for a few periods (every answer slower,
+// the p2 too) does not lift it. 0 (none yet) and an empty sketch: the p2, or the base grown.
+func QueueBase(s *Sketch, base float64) float64 {
+	if s.Count() == 0 {
+		return base * BaseDrift
+	}
+	p2 := float64(s.quantile(2))
+	if base <= 0 {
+		return p2
+	}
+	return min(base*BaseDrift, p2)
+}
+
+// Queued is how many of the latencies in s show the backend queueing: those above both
+// target / QueueDivisor and QueueSpread times base (QueueBase), as far as the sketch tells: the
+// buckets that reach above both (a bucket spans a factor of two, and a queue that shows only
+// in the next one up is seen a period late, past the backend's line). The second bound keeps a
 // backend whose every answer is slow, though healthy, from looking queued; the first, a fast
-// backend's ordinary spread. A sketch holds no more detail, and both stores add the same
-// buckets, so they count the same.
-func Queued(s *Sketch, target time.Duration) int64 {
-	from := max(target/QueueDivisor, QueueSpread*s.quantile(2))
+// backend's ordinary spread. Both stores add the same buckets, so they count the same.
+func Queued(s *Sketch, target time.Duration, base float64) int64 {
+	from := max(float64(target/QueueDivisor), QueueSpread*base)
 	var n int64
 	for i, c := range s {
-		if UpperBound(i) > from {
+		if float64(UpperBound(i)) > from {
 			n += c
 		}
 	}
@@ -200,8 +216,7 @@ func Ceiling(c float64, s Signals, prev float64) float64 {
 //	with any Queued                           → c
 //	else demand >= DemandShare × c            → c × (1 + k × Alpha), k the increases in a row
 //	                                            (1 while the demand is under KeepUpShare × c,
-//	                                            and above the ceiling within MaxStreak × Alpha
-//	                                            of it or with any Queued),
+//	                                            and above the ceiling with any Queued),
 //	                                            but not past the ceiling from below (k starts
 //	                                            again at it)
 //	else                                      → c
@@ -239,10 +254,10 @@ func Next(b Bounds, c float64, s Signals, prev, ceiling float64, since int) (flo
 		return c, ceiling, Hold
 	}
 	k := Streak(prev)
-	if c == ceiling || s.Demand < KeepUpShare*c || c > ceiling && (s.Queued > 0 || c < ceiling*(1+MaxStreak*Alpha)) {
-		// at the ceiling, with the demand behind the capacity, or above the ceiling near it
-		// or with any answer showing a queue: one step, since the overshoot an overload is
-		// caught at is the last step
+	if c == ceiling || s.Demand < KeepUpShare*c || c > ceiling && s.Queued > 0 {
+		// at the ceiling, with the demand behind the capacity, or above the ceiling with any
+		// answer showing a queue: one step, since the overshoot an overload is caught at is
+		// the last step
 		k = 0
 	}
 	next := c * (1 + float64(k+1)*Alpha)

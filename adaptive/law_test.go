@@ -252,13 +252,10 @@ func TestNextSteps(t *testing.T) {
 	if next, _, _ := Next(b, 1010, healthy, 1, 1010, 1); next != 1010*(1+Alpha) {
 		t.Fatalf("at the ceiling without a queue: 1010 → %v, want one step", next)
 	}
-	// above the ceiling: one step within MaxStreak × Alpha of it, or with any answer showing a
-	// queue; a queue that persists (Queueing) trims
+	// above the ceiling: one step with any answer showing a queue; a queue that persists
+	// (Queueing) trims
 	queued := healthy
 	queued.Demand = 1200
-	if next, _, _ := Next(b, 1100, queued, 1+2*Alpha, 1010, 1); next != 1100*(1+Alpha) {
-		t.Fatalf("near the ceiling: 1100 → %v, want one step", next)
-	}
 	if next, _, _ := Next(b, 1200, queued, 1+2*Alpha, 1010, 1); next != 1200*(1+3*Alpha) {
 		t.Fatalf("no queue, well above the ceiling: 1200 → %v, want the streak's third step", next)
 	}
@@ -298,16 +295,31 @@ func TestQueued(t *testing.T) {
 		target time.Duration
 		want   int64
 	}{{100 * time.Millisecond, 31}, {64 * time.Millisecond, 36}, {8 * time.Second, 13}, {10 * time.Second, 0}, {0, 36}} {
-		if got := Queued(&s, c.target); got != c.want {
+		if got := Queued(&s, c.target, QueueBase(&s, 0)); got != c.want {
 			t.Errorf("Queued(target %v) = %d, want %d", c.target, got, c.want)
 		}
 	}
 	// a backend whose every answer takes 70–90 ms is slow, not queueing
 	var slow Sketch
 	slow[Bucket(70*time.Millisecond)] = 90
-	slow[Bucket(90*time.Millisecond)] = 10
-	if got := Queued(&slow, 100*time.Millisecond); got != 0 {
+	slow[Bucket(90*time.Millisecond)] += 10
+	if got := Queued(&slow, 100*time.Millisecond, QueueBase(&slow, 0)); got != 0 {
 		t.Errorf("Queued of answers all near 80ms = %d, want 0", got)
+	}
+	// a fast backend whose queue persists: every answer is slower, its p2 too, but the base
+	// it had before the queue keeps the queue visible; it follows a slower backend in time
+	base := QueueBase(&s, 0) // 256µs
+	if got := Queued(&slow, 100*time.Millisecond, QueueBase(&slow, base)); got != 100 {
+		t.Errorf("Queued of a persistent queue over a 256µs base = %d, want all 100", got)
+	}
+	for range 200 {
+		base = QueueBase(&slow, base)
+	}
+	if base != float64(UpperBound(Bucket(70*time.Millisecond))) {
+		t.Errorf("base after 200 periods of 70–90ms answers: %v, want their p2's bucket", time.Duration(base))
+	}
+	if got := QueueBase(&Sketch{}, 1000); got != 1000*BaseDrift {
+		t.Errorf("an empty period: base %v, want the last one grown", got)
 	}
 }
 

@@ -9,12 +9,13 @@ import (
 )
 
 // memController is one cluster's capacity controller (docs/adaptive.md; Redis: the fields
-// cap, ceil, ctl_ts, p_* (the period so far), lp_* (the last period) and chg_* (the last
+// cap, ceil, qbase, ctl_ts, p_* (the period so far), lp_* (the last period) and chg_* (the last
 // change) of the :l1 hash).
 type memController struct {
 	set      bool
 	capacity float64 // the learned capacity, or the static one in force (adaptive resumes from it)
 	ceiling  float64 // adaptive.Ceiling at the last decrease (0: none)
+	base     float64 // adaptive.QueueBase, ns (0: none yet)
 	start    int64   // µs: when the current control period began
 	period   store.Signals
 	last     store.AdaptiveState
@@ -29,7 +30,7 @@ type memController struct {
 func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, window float64, now int64) (float64, string) {
 	a := c.Adaptive
 	if !a.On() {
-		k.set, k.capacity, k.start, k.ceiling = true, c.Capacity, now, 0
+		k.set, k.capacity, k.start, k.ceiling, k.base = true, c.Capacity, now, 0, 0
 		k.period = store.Signals{}
 		return c.Capacity, store.CapacityConfig
 	}
@@ -50,9 +51,10 @@ func (k *memController) inForce(c store.ClusterPolicy, sig *store.Signals, windo
 		if ch := k.last.LastChange; ch.From > 0 {
 			since = int(max(now-ch.At.UnixMicro(), 0) / adaptive.Period.Microseconds())
 		}
+		k.base = adaptive.QueueBase(&k.period.Latency, k.base)
 		next, ceiling, cause := adaptive.Next(b, k.capacity, adaptive.Signals{
 			Answers: k.period.Answers, Throttles: k.period.Throttles, Slow: k.period.Slow,
-			Queued: adaptive.Queued(&k.period.Latency, a.LatencyTarget), Demand: window,
+			Queued: adaptive.Queued(&k.period.Latency, a.LatencyTarget, k.base), Demand: window,
 		}, prev, k.ceiling, since)
 		k.ceiling = ceiling
 		k.last.Period, k.last.PeriodCost = k.period, window

@@ -43,8 +43,8 @@ local a_target = tonumber(ARGV[37]) or 0
 -- c. Queued above 25 % of the answers: c x 0.975. Slow answers above 2 %: hold. At the
 -- ceiling for under 5 periods with any queued answer: hold. Else, with the demand at 0.6 of
 -- the capacity, the k-th increase in a row by k x 0.025 (k <= 4; 1 again at the ceiling,
--- while the demand is under 0.65 of the capacity, and above the ceiling within 10 % of it or
--- with any queued answer), not past the ceiling from below. Else hold. Always within [mn, mx].
+-- while the demand is under 0.65 of the capacity, and above the ceiling with any queued
+-- answer), not past the ceiling from below. Else hold. Always within [mn, mx].
 local function law(c, mn, mx, answers, throttles, slow, queued, demand, prev, ceil, since)
   c = math.min(math.max(c, mn), mx)
   if prev < 1 then
@@ -81,7 +81,7 @@ local function law(c, mn, mx, answers, throttles, slow, queued, demand, prev, ce
   if prev > 1 then
     k = math.min(math.max(math.floor((prev - 1) / 0.025 + 0.5), 1), 3)
   end
-  if c == ceil or demand < 0.65 * c or (c > ceil and (queued > 0 or c < ceil * (1 + 4 * 0.025))) then
+  if c == ceil or demand < 0.65 * c or (c > ceil and queued > 0) then
     k = 0
   end
   local next_c = c * (1 + (k + 1) * 0.025)
@@ -96,17 +96,16 @@ local function upper(i)
   return 128000 * 2 ^ math.min(i, 14)
 end
 
--- queued counts the latencies of a sketch (lat0..lat15 at lat[first..first+15]) that show the
--- backend queueing (adaptive.Queued): at or above both target / 4 and 4 x the upper bound of
--- the bucket that holds the sketch's p2, as far as the sketch tells: the buckets whose upper
--- bound is above both.
-local function queued(lat, first, target_ns)
+-- qbase is the backend's latency without a queue, ns (adaptive.QueueBase): the lower of the
+-- sketch's p2 (lat0..lat15 at lat[first..first+15]; the upper bound of the bucket that holds
+-- it) and the last base x 1.05; an empty sketch grows the base, and a first one sets it.
+local function qbase(lat, first, base)
   local total = 0
   for i = 0, 15 do
     total = total + lat[first + i]
   end
   if total <= 0 then
-    return 0
+    return base * 1.05
   end
   local seen, p2 = 0, upper(15)
   for i = 0, 15 do
@@ -116,7 +115,16 @@ local function queued(lat, first, target_ns)
       break
     end
   end
-  local from = math.max(math.floor(target_ns / 4), 4 * p2)
+  if base <= 0 then
+    return p2
+  end
+  return math.min(base * 1.05, p2)
+end
+
+-- queued counts the latencies of a sketch that show the backend queueing (adaptive.Queued):
+-- those in the buckets whose upper bound is above both target / 4 and 4 x base.
+local function queued(lat, first, target_ns, base)
+  local from = math.max(math.floor(target_ns / 4), 4 * base)
   local n = 0
   for i = 0, 15 do
     if upper(i) > from then
@@ -258,21 +266,23 @@ if capacity > 0 then
   -- demand), a move is recorded (chg) — or the configured one, tracked in cap so that a
   -- learned capacity resumes from the figure in force.
   local fields = { 'w_slot', fmt(slot) }
-  local cv = redis.call('HMGET', KEYS[1], 'cap', 'ctl_ts', 'p', 'lp', 'chg', 'ceil')
+  local cv = redis.call('HMGET', KEYS[1], 'cap', 'ctl_ts', 'p', 'lp', 'chg', 'ceil', 'qbase')
   if a_max <= 0 then
     cap_now = capacity
     cap_source = 'config'
-    for _, f in ipairs({ 'cap', fmt(capacity), 'ctl_ts', fmt(now), 'p', '', 'ceil', '0' }) do
+    for _, f in ipairs({ 'cap', fmt(capacity), 'ctl_ts', fmt(now), 'p', '', 'ceil', '0', 'qbase', '0' }) do
       fields[#fields + 1] = f
     end
   else
     local c = tonumber(cv[1])
     local start = tonumber(cv[2])
     local ceil = tonumber(cv[6]) or 0
+    local base = tonumber(cv[7]) or 0
     if c == nil or start == nil then
       c = capacity
       start = now
       ceil = 0
+      base = 0
     end
     c = math.min(math.max(c, a_min), a_max)
     local p = numbers(cv[3], 19)
@@ -296,7 +306,8 @@ if capacity > 0 then
       if #ch == 4 and tonumber(ch[2]) > 0 then
         since = math.max(math.floor((now - tonumber(ch[1])) / 1000000), 0)
       end
-      local next_c, next_ceil, cause = law(c, a_min, a_max, p[1], p[2], p[3], queued(p, 4, a_target),
+      base = qbase(p, 4, base)
+      local next_c, next_ceil, cause = law(c, a_min, a_max, p[1], p[2], p[3], queued(p, 4, a_target, base),
         window, prev, ceil, since)
       ceil = next_ceil
       local lp = { p[1], p[2], p[3], window }
@@ -315,7 +326,7 @@ if capacity > 0 then
     end
     cap_now = c
     cap_source = 'adaptive'
-    for _, f in ipairs({ 'cap', fmt(c), 'ceil', fmt(ceil), 'ctl_ts', fmt(start), 'p', join(p), 'lp', last_period, 'chg', last_change }) do
+    for _, f in ipairs({ 'cap', fmt(c), 'ceil', fmt(ceil), 'qbase', fmt(base), 'ctl_ts', fmt(start), 'p', join(p), 'lp', last_period, 'chg', last_change }) do
       fields[#fields + 1] = f
     end
   end
