@@ -32,7 +32,7 @@ const (
 	// steps after a decrease or a hold stay small.
 	Alpha = 0.025
 	// MaxStreak caps the increase at MaxStreak × Alpha of the capacity per period.
-	MaxStreak = 4
+	MaxStreak = 6
 	// DrainPeriods: for this many periods after a change below the ceiling, an overload while
 	// the fleet still admits more than the capacity (its demand lags a decrease by a period or
 	// two: leases already granted, L2's tokens) holds instead of cutting again; otherwise one

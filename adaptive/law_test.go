@@ -180,13 +180,13 @@ func TestPropStepFollowed(t *testing.T) {
 	})
 }
 
-// FollowPeriods states the step response: one period for a halving, 4 for a doubling.
+// FollowPeriods states the step response: one period for a halving, 3 for a doubling.
 func TestFollowPeriodsStated(t *testing.T) {
 	if n := FollowPeriods(1000, 500); n != 1 {
 		t.Errorf("halving followed in %d periods, want 1", n)
 	}
-	if n := FollowPeriods(1000, 2000); n != 4 {
-		t.Errorf("doubling followed in %d periods, want 4", n)
+	if n := FollowPeriods(1000, 2000); n != 3 {
+		t.Errorf("doubling followed in %d periods, want 3", n)
 	}
 }
 
