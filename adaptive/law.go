@@ -212,7 +212,7 @@ func Ceiling(c float64, s Signals, prev float64) float64 {
 //	                                            the ceiling becomes Ceiling
 //	Queueing                                  → max(Min, c × (1 − Alpha))
 //	slow answers above WarmShare              → c
-//	c at the ceiling for under Plateau periods
+//	at the ceiling for under Plateau periods,
 //	with any Queued                           → c
 //	else demand >= DemandShare × c            → c × (1 + k × Alpha), k the increases in a row
 //	                                            (1 while the demand is under KeepUpShare × c,
@@ -227,8 +227,9 @@ func Ceiling(c float64, s Signals, prev float64) float64 {
 // periods, then probes above it again from one step of Alpha. Wherever the backend's answers
 // show a queue that persists, it trims the capacity by one step: the fleet then admits about
 // what the backend serves, before the queue reaches the latency target. It never lowers the
-// capacity without an overload or queue signal: no probing dips. The period after a decrease holds: its answers are still those of requests
-// admitted at the higher figure (and of the backend's queue they built).
+// capacity without an overload or queue signal: no probing dips. The period after a decrease
+// holds: its answers are still those of requests admitted at the higher figure (and of the
+// backend's queue they built).
 func Next(b Bounds, c float64, s Signals, prev, ceiling float64, since int) (float64, float64, Cause) {
 	c = min(max(c, b.Min), b.Max)
 	if prev < 1 {
