@@ -152,25 +152,10 @@ func adaptiveIncreasesOnlyWithDemand(e *env) {
 func adaptivePlateauThenGentleProbe(e *env) {
 	e.withAdaptive()
 	e.cluster.Adaptive.Min = 100
-	e.signal(0, 800, answers(200, 10, 0))
-	e.advance(time.Second)
-	c := e.signal(0, 0, store.Signals{}).Capacity
-	ceiling := c / adaptive.DrainThrottled
-	e.advance(time.Second) // held
-	e.signal(0, 0, store.Signals{})
 	// near the line: a few answers (5 %) show a queue
 	near := store.Signals{Answers: 100}
 	near.Latency[3], near.Latency[10] = 95, 5
-	climbs := 0
-	for ; math.Abs(c-ceiling) > 1e-9*ceiling; climbs++ {
-		if climbs > 10 {
-			e.t.Fatalf("capacity %v after %d increases; want the ceiling %v", c, climbs, ceiling)
-		}
-		e.signal(0, 2000, near)
-		e.advance(time.Second)
-		c = e.signal(0, 0, store.Signals{}).Capacity
-	}
-	ceiling = c // the law's own figure
+	ceiling := e.backToCeiling(near)
 	for i := 1; i < adaptive.Plateau; i++ {
 		e.signal(0, 2000, near)
 		e.advance(time.Second)
@@ -201,6 +186,17 @@ func adaptivePlateauThenGentleProbe(e *env) {
 // At the ceiling, a backend that answers without any queue has grown: no plateau.
 func adaptiveNoPlateauWithoutQueue(e *env) {
 	e.withAdaptive()
+	ceiling := e.backToCeiling(answers(100, 0, 0))
+	e.signal(0, 2000, answers(100, 0, 0))
+	e.advance(time.Second)
+	e.wantCapacity(e.signal(0, 0, store.Signals{}), ceiling*(1+adaptive.Alpha), store.CapacityAdaptive)
+}
+
+// backToCeiling throttles the backend for a period, holds the one after the decrease, and
+// climbs back to the ceiling under demand with the signals sig; it returns the ceiling (the
+// law's own figure).
+func (e *env) backToCeiling(sig store.Signals) float64 {
+	e.t.Helper()
 	e.signal(0, 800, answers(200, 10, 0))
 	e.advance(time.Second)
 	c := e.signal(0, 0, store.Signals{}).Capacity
@@ -211,14 +207,11 @@ func adaptiveNoPlateauWithoutQueue(e *env) {
 		if climbs > 10 {
 			e.t.Fatalf("capacity %v after %d increases; want the ceiling %v", c, climbs, ceiling)
 		}
-		e.signal(0, 2000, answers(100, 0, 0))
+		e.signal(0, 2000, sig)
 		e.advance(time.Second)
 		c = e.signal(0, 0, store.Signals{}).Capacity
 	}
-	ceiling = c // the law's own figure
-	e.signal(0, 2000, answers(100, 0, 0))
-	e.advance(time.Second)
-	e.wantCapacity(e.signal(0, 0, store.Signals{}), ceiling*(1+adaptive.Alpha), store.CapacityAdaptive)
+	return c
 }
 
 // The learned capacity stays within [min, max].
