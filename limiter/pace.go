@@ -52,16 +52,17 @@ func (p *pacer) admit(now, cost int64) (time.Duration, bool) {
 // pace sets or clears the app's pacer after a lease: on under a learned capacity while the
 // app is at its quota in a fleet (contested), at paceHeadroom × its share of L2's refill
 // (the refill factor the lease asked for), carrying the schedule over from the last pacer.
-// It stays on through a lease that came back whole while L2 holds less than half the burst:
-// paced, an instance leaves L2 the tokens of the pause between its leases, and one whole
-// grant does not mean the app is under its quota; spent at the offered rate, that grant
-// would be the very burst pacing is for.
+// It stays on through a lease that came back whole while L2 is left with less than two such
+// leases: paced, an instance leaves L2 the tokens of the pause between its leases, and one
+// whole grant does not mean the app is under its quota; spent at the offered rate, that grant
+// would be the very burst pacing is for. More than that left in L2 is a share the other
+// instances do not take (traffic that comes to this instance alone): pacing ends, so that
+// this instance may use it.
 func (a *App) pace(req store.LeaseRequest, res store.Lease, contested bool, live int) {
 	st := a.l.state.Load()
-	p := a.pol.Load()
-	rate := p.Guaranteed * req.Factor / float64(max(live, 1)) * paceHeadroom
+	rate := a.pol.Load().Guaranteed * req.Factor / float64(max(live, 1)) * paceHeadroom
 	if !paced(live) || st.CapacitySource != store.CapacityAdaptive || !(rate > 0) || math.IsInf(rate, 0) ||
-		!contested && (a.pacing.Load() == nil || float64(res.Remaining) >= p.Burst/2) {
+		!contested && (a.pacing.Load() == nil || res.Remaining >= 2*req.Want) {
 		a.pacing.Store(nil)
 		return
 	}

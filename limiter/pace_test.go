@@ -2,10 +2,12 @@ package limiter
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/tierbucket/caddy-tierbucket/clock"
+	"github.com/tierbucket/caddy-tierbucket/memstore"
 	"github.com/tierbucket/caddy-tierbucket/store"
 )
 
@@ -79,15 +81,49 @@ func TestLeaseSpentEvenlyAtQuota(t *testing.T) {
 		if want := 60; adaptiveOn && (admitted < 5 || admitted > 8) || !adaptiveOn && admitted != want {
 			t.Fatalf("adaptive %v: admitted %d of 60 local tokens in 100 ms", adaptiveOn, admitted)
 		}
-		// a whole lease while L2 is low keeps the pacing; with L2 half full, the app is under
-		// its quota
-		a.applyLease(req, store.Lease{Granted: 100, Remaining: 100}, c.Now())
+		// a whole lease while L2 is left with less than two leases keeps the pacing; with more,
+		// the other instance does not take its share, and this one may
+		a.applyLease(req, store.Lease{Granted: 100, Remaining: 150}, c.Now())
 		if adaptiveOn != (a.pacing.Load() != nil) {
 			t.Fatalf("adaptive %v: pacing %v after a whole lease with L2 low", adaptiveOn, a.pacing.Load() != nil)
 		}
-		a.applyLease(req, store.Lease{Granted: 100, Remaining: 500}, c.Now())
+		a.applyLease(req, store.Lease{Granted: 100, Remaining: 200}, c.Now())
 		if a.pacing.Load() != nil {
-			t.Fatalf("pacing after a whole lease with L2 half full")
+			t.Fatalf("pacing after a whole lease that left L2 two more")
 		}
+	}
+}
+
+// Pacing does not cap an instance at its share when the others leave theirs: with an app's
+// traffic on one of two live instances, that instance admits about the app's whole rate.
+func TestPacingLeavesAnIdleShareToTheBusyInstance(t *testing.T) {
+	c := clock.NewManual()
+	ms := memstore.New(c)
+	p := pol(100, 3000, 0) // 30 s of burst: L2 takes long to fill half of it
+	var lims []*Limiter
+	for i := range 2 {
+		cfg := baseConfig()
+		cfg.Cluster.Capacity = 1000
+		cfg.Cluster.Adaptive = store.AdaptivePolicy{Min: 100, Max: 2000, LatencyTarget: 100 * time.Millisecond}
+		cfg.Apps = map[string]store.AppPolicy{"app": p}
+		cfg.Instance = fmt.Sprintf("i%d", i)
+		lims = append(lims, testLimiter(t, cfg, &probeStore{Store: ms, clock: c}, c, false))
+	}
+	busy := mustApp(t, lims[0], "app")
+	var admitted int64
+	for ms := range 20_000 { // 20 s, a take of cost 1 every ms on instance 0 only
+		c.Advance(time.Millisecond)
+		if ms%100 == 0 {
+			for _, l := range lims {
+				l.tick(c.Now())
+			}
+		}
+		if busy.Take(context.Background(), 1, 0).Allowed && ms >= 10_000 {
+			admitted++
+		}
+	}
+	// the last 10 s, after the 3000-token burst is spent: the app's rate, 100/s
+	if admitted < 900 {
+		t.Fatalf("the busy instance admitted %d in 10 s; want about the app's 1000, not its half share", admitted)
 	}
 }
