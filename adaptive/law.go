@@ -224,7 +224,8 @@ func Ceiling(c float64, s Signals, prev float64) float64 {
 // always within [Min, Max] (a c outside is brought inside first). On overload the capacity
 // goes below what the backend sustained, in one step, so that the queue the overload built
 // drains, and comes back to the ceiling with the next increases; it holds there for Plateau
-// periods, then probes above it again from one step of Alpha. Wherever the backend's answers
+// periods, then probes above it again from one step of Alpha, in single steps while any
+// answer shows a queue. Wherever the backend's answers
 // show a queue that persists, it trims the capacity by one step: the fleet then admits about
 // what the backend serves, before the queue reaches the latency target. It never lowers the
 // capacity without an overload or queue signal: no probing dips. The period after a decrease

@@ -259,9 +259,9 @@ func TestNextSteps(t *testing.T) {
 	if next, _, _ := Next(b, 1200, queued, 1+2*Alpha, 1010, 1); next != 1200*(1+3*Alpha) {
 		t.Fatalf("no queue, well above the ceiling: 1200 → %v, want the streak's third step", next)
 	}
-	queued.Queued = 1
+	queued.Queued = 1 // any answer showing a queue: one step
 	if next, _, _ := Next(b, 1200, queued, 1+2*Alpha, 1010, 1); next != 1200*(1+Alpha) {
-		t.Fatalf("a queue at 1 of %d answers above the ceiling: 1200 → %v, want one step", queued.Answers, next)
+		t.Fatalf("a queue at %d of %d answers above the ceiling: 1200 → %v, want one step", queued.Queued, queued.Answers, next)
 	}
 	if next, _, _ := Next(b, 900, queued, 1+2*Alpha, 1010, 1); next != 900*(1+3*Alpha) {
 		t.Fatalf("a queue at 1 of %d answers below the ceiling: 900 → %v, want the streak's third step", queued.Answers, next)

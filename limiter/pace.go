@@ -66,6 +66,27 @@ func (a *App) pace(req store.LeaseRequest, res store.Lease, contested bool, live
 		a.pacing.Store(nil)
 		return
 	}
+	a.setPace(rate)
+}
+
+// repace keeps a pacer's rate on the refill factor L1's state st gives the app now (the sync
+// loop's, every tick): between leases L1's share for the app may grow, and a pacer left at the
+// old rate would spend the lease slowly and put off the next one, which brings the new rate.
+func (a *App) repace(st *store.ClusterState, s *snapshot) {
+	if a.pacing.Load() == nil {
+		return
+	}
+	rate := a.pol.Load().Guaranteed * s.adaptiveFactor(st, a.pol.Load().AppPolicy) / float64(max(st.LiveInstances, 1)) * paceHeadroom
+	if st.CapacitySource != store.CapacityAdaptive || !(rate > 0) || math.IsInf(rate, 0) {
+		a.pacing.Store(nil)
+		return
+	}
+	a.setPace(rate)
+}
+
+// setPace puts a pacer of rate in force, carrying the schedule over from the last one; a rate
+// within 1 % of the one in force changes nothing.
+func (a *App) setPace(rate float64) {
 	old := a.pacing.Load()
 	if old != nil && math.Abs(old.rate-rate) <= 0.01*old.rate {
 		return

@@ -127,3 +127,31 @@ func TestPacingLeavesAnIdleShareToTheBusyInstance(t *testing.T) {
 		t.Fatalf("the busy instance admitted %d in 10 s; want about the app's 1000, not its half share", admitted)
 	}
 }
+
+// A pacer follows L1's share for the app at every tick, not only at the next lease: a pacer
+// left at a low rate would spend its lease slowly and put off the lease that brings the new one.
+func TestPacerFollowsTheShareBetweenLeases(t *testing.T) {
+	c := clock.NewManual()
+	cfg := baseConfig()
+	cfg.Cluster.Capacity = 1000
+	cfg.Cluster.Adaptive = store.AdaptivePolicy{Min: 100, Max: 2000, LatencyTarget: 100 * time.Millisecond}
+	cfg.Apps = map[string]store.AppPolicy{"a": pol(100, 1000, 3), "b": pol(800, 1000, 0)}
+	l := testLimiter(t, cfg, newStore(c), c, false)
+	a := mustApp(t, l, "a")
+	st := *l.state.Load()
+	st.LiveInstances, st.CapacitySource, st.Capacity = 2, store.CapacityAdaptive, 900 // P3 gets 0.85 × 900 − 800 = −35: nothing
+	l.state.Store(&st)
+	a.applyLease(store.LeaseRequest{Factor: 0.1, Want: 100}, store.Lease{Granted: 10}, c.Now())
+	if p := a.pacing.Load(); p == nil || p.rate != 100*0.1/2*paceHeadroom {
+		t.Fatalf("pacer after the lease: %+v", p)
+	}
+	st.Capacity = 2000 // now 0.85 × 2000 − 800 = 900: all of a's guaranteed and more
+	l.state.Store(&st)
+	admit(a, 1)
+	c.Advance(100 * time.Millisecond)
+	l.tick(c.Now())
+	want := 100 * l.snap().adaptiveFactor(&st, a.Policy()) / 2 * paceHeadroom
+	if p := a.pacing.Load(); p == nil || p.rate != want || want <= 100*0.1/2*paceHeadroom {
+		t.Fatalf("pacer after a tick with a larger share: %+v, want rate %v", p, want)
+	}
+}

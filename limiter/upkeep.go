@@ -22,7 +22,7 @@ func (l *Limiter) repayDebts(apps []*App) {
 const rateTau = time.Second
 
 // updateRates refreshes each app's consumption rate, its rate-based lease target (rate ×
-// horizon) and the balance below which a background refill starts.
+// horizon), the balance below which a background refill starts, and its pacer's rate.
 func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
 	dt := now.Sub(l.syncer.lastRate)
 	if dt <= 0 {
@@ -43,6 +43,7 @@ func (l *Limiter) updateRates(now time.Time, apps []*App, cfg Config) {
 		a.rateTgt.Store(int64(math.Ceil(a.rate * a.horizon(cfg).Seconds())))
 		t := a.want(0, 0, a.pol.Load(), st, s)
 		a.refillAt.Store(a.refillPoint(t, cfg))
+		a.repace(st, s)
 	}
 }
 
