@@ -231,10 +231,9 @@ func (a *App) take(ctx context.Context, cost int64) Decision {
 		return a.reject(p, st, store.ReasonEmergencyBlocked, retry)
 	}
 	need := min(cost, p.burst)
-	if pc := a.pacing.Load(); pc != nil && cost > 0 {
-		if wait, ok := pc.admit(l.clock.Now().UnixNano(), cost); !ok {
-			d := a.reject(p, st, store.ReasonAppExhausted, wait)
-			d.Remaining = 0 // the leased tokens are spoken for: they go out on the schedule
+	pc := a.pacing.Load()
+	if pc != nil && cost > 0 {
+		if d, ok := a.paceTake(pc, cost, p, st); !ok {
 			return d
 		}
 	}
@@ -247,7 +246,7 @@ func (a *App) take(ctx context.Context, cost int64) Decision {
 		}
 		return Decision{Allowed: true, Remaining: max(b, 0) + a.l2Left.Load(), LocalHit: true, Limit: p.burst}
 	}
-	return a.slow(ctx, cost, need, p, st)
+	return a.slow(ctx, cost, need, p, st, pc != nil)
 }
 
 // tryTake subtracts cost if the balance covers need (need < cost only above the burst).
@@ -289,7 +288,8 @@ func (a *App) storeAway() bool {
 }
 
 // slow handles a take the local tokens cannot cover.
-func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *store.ClusterState) Decision {
+// placed says whether the take already has its place in the pacer's schedule.
+func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *store.ClusterState, placed bool) Decision {
 	l := a.l
 	if retry, ok := a.refused(l.clock.Now().UnixNano(), need); ok {
 		return a.reject(p, st, a.refusalReason(), retry)
@@ -331,6 +331,15 @@ func (a *App) slow(ctx context.Context, cost, need int64, p *appPolicy, st *stor
 				return a.failTake(cost, need, p, st)
 			}
 			continue // a probe succeeded since the lease failed: lease again
+		}
+		// The lease may have put the app on a pace: the requests that waited for it take
+		// their places in the schedule too, or they would all go out at once, the burst
+		// pacing is for.
+		if pc := a.pacing.Load(); !placed && pc != nil && cost > 0 {
+			if d, ok := a.paceTake(pc, cost, p, st); !ok {
+				return d
+			}
+			placed = true
 		}
 		if a.tryTake(cost, need) {
 			a.admitted(cost, l)

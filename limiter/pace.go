@@ -49,6 +49,19 @@ func (p *pacer) admit(now, cost int64) (time.Duration, bool) {
 	}
 }
 
+// paceTake takes a place of cost in the app's schedule, or returns the refusal: as at the
+// quota, with no remaining tokens shown (the leased ones are spoken for: they go out on the
+// schedule) and the time until its place.
+func (a *App) paceTake(pc *pacer, cost int64, p *appPolicy, st *store.ClusterState) (Decision, bool) {
+	wait, ok := pc.admit(a.l.clock.Now().UnixNano(), cost)
+	if ok {
+		return Decision{}, true
+	}
+	d := a.reject(p, st, store.ReasonAppExhausted, wait)
+	d.Remaining = 0
+	return d, false
+}
+
 // pace sets or clears the app's pacer after a lease: on under a learned capacity while the
 // app is at its quota in a fleet (contested), at paceHeadroom × its share of L2's refill
 // (the refill factor the lease asked for), carrying the schedule over from the last pacer.

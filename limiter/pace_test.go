@@ -3,6 +3,8 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,5 +155,64 @@ func TestPacerFollowsTheShareBetweenLeases(t *testing.T) {
 	want := 100 * l.snap().adaptiveFactor(&st, a.Policy()) / 2 * paceHeadroom
 	if p := a.pacing.Load(); p == nil || p.rate != want || want <= 100*0.1/2*paceHeadroom {
 		t.Fatalf("pacer after a tick with a larger share: %+v, want rate %v", p, want)
+	}
+}
+
+// heldLease answers every Lease with res once release is closed, and counts the calls.
+type heldLease struct {
+	store.Store
+	release chan struct{}
+	res     store.Lease
+	calls   atomic.Int64
+}
+
+func (h *heldLease) Lease(ctx context.Context, _ store.LeaseRequest) (store.Lease, error) {
+	h.calls.Add(1)
+	select {
+	case <-h.release:
+		return h.res, nil
+	case <-ctx.Done():
+		return store.Lease{}, ctx.Err()
+	}
+}
+
+// The requests that waited for the lease that puts their app on a pace take their places in
+// the schedule too: they do not all go out at once when it lands.
+func TestWaitersOfTheLeaseThatStartsPacingArePaced(t *testing.T) {
+	c := clock.NewManual()
+	cfg := baseConfig()
+	cfg.Cluster.Capacity = 1000
+	cfg.Cluster.Adaptive = store.AdaptivePolicy{Min: 100, Max: 2000, LatencyTarget: 100 * time.Millisecond}
+	cfg.Apps = map[string]store.AppPolicy{"a": pol(100, 1000, 0)}
+	cfg.StoreTimeout = time.Hour // the waiters wait for the lease, however long the test takes
+	hs := &heldLease{Store: newStore(c), release: make(chan struct{}), res: store.Lease{Granted: 20}}
+	l := testLimiter(t, cfg, hs, c, false)
+	a := mustApp(t, l, "a")
+	st := *l.state.Load()
+	st.LiveInstances, st.CapacitySource, st.Capacity = 2, store.CapacityAdaptive, 1000
+	l.state.Store(&st)
+	const waiters = 20
+	results := make(chan Decision, waiters)
+	for range waiters {
+		go func() { results <- a.Take(context.Background(), 1, 0) }()
+	}
+	for a.waiting.Load() < waiters { // every request waits on the one lease in flight
+		runtime.Gosched()
+	}
+	close(hs.release) // 20 tokens, fewer than the lease asked for: at the quota, paced
+	admitted := 0
+	for range waiters {
+		if d := <-results; d.Allowed {
+			admitted++
+		} else if d.Remaining != 0 {
+			t.Fatalf("a paced refusal shows %d remaining", d.Remaining)
+		}
+	}
+	if a.pacing.Load() == nil || hs.calls.Load() != 1 {
+		t.Fatalf("pacing %v after %d leases", a.pacing.Load() != nil, hs.calls.Load())
+	}
+	// 100/s × 1.1 / 2 instances = 55/s, with a tolerance of 2/55 s: three places at once
+	if admitted < 1 || admitted > 4 {
+		t.Fatalf("%d of %d waiters admitted at once when the lease landed; want the pace's few", admitted, waiters)
 	}
 }
