@@ -79,7 +79,7 @@ const (
 	// capacity, at this share of it or more; otherwise the step stays at Alpha, so that the
 	// capacity does not run ahead of what the fleet admits, faster than the backend's answers
 	// can show an overshoot.
-	KeepUpShare = 0.65
+	KeepUpShare = 0.75
 )
 
 // Bounds are the operator's limits of the learned capacity (cost tokens/s): Min <= Max.

@@ -43,7 +43,7 @@ local a_target = tonumber(ARGV[37]) or 0
 -- c. Queued above 25 % of the answers: c x 0.975. Slow answers above 2 %: hold. At the
 -- ceiling for under 5 periods with any queued answer: hold. Else, with the demand at 0.6 of
 -- the capacity, the k-th increase in a row by k x 0.025 (k <= 6; 1 again at the ceiling,
--- while the demand is under 0.65 of the capacity, and above the ceiling with any queued
+-- while the demand is under 0.75 of the capacity, and above the ceiling with any queued
 -- answer), not past the ceiling from below. Else hold. Always within [mn, mx].
 local function law(c, mn, mx, answers, throttles, slow, queued, demand, prev, ceil, since)
   c = math.min(math.max(c, mn), mx)
@@ -81,7 +81,7 @@ local function law(c, mn, mx, answers, throttles, slow, queued, demand, prev, ce
   if prev > 1 then
     k = math.min(math.max(math.floor((prev - 1) / 0.025 + 0.5), 1), 5)
   end
-  if c == ceil or demand < 0.65 * c or (c > ceil and queued > 0) then
+  if c == ceil or demand < 0.75 * c or (c > ceil and queued > 0) then
     k = 0
   end
   local next_c = c * (1 + (k + 1) * 0.025)
