@@ -165,9 +165,6 @@ func DrainOf(c Cause) float64 {
 	return Drain
 }
 
-// Decrease reports whether the cause lowers the capacity.
-func (c Cause) Decrease() bool { return c == Throttled || c == Slow || c == Queue }
-
 // Queueing says whether more than QueueShare of the period's answers show the backend's queue
 // (Queued): a queue that persists, before it reaches the latency target.
 func Queueing(s Signals) bool { return float64(s.Queued) > QueueShare*float64(s.Answers) }

@@ -72,14 +72,11 @@ func (a *App) paceTake(pc *pacer, cost int64, p *appPolicy, st *store.ClusterSta
 // instances do not take (traffic that comes to this instance alone): pacing ends, so that
 // this instance may use it.
 func (a *App) pace(req store.LeaseRequest, res store.Lease, contested bool, live int) {
-	st := a.l.state.Load()
-	rate := a.pol.Load().Guaranteed * req.Factor / float64(max(live, 1)) * paceHeadroom
-	if !paced(live) || st.CapacitySource != store.CapacityAdaptive || !(rate > 0) || math.IsInf(rate, 0) ||
-		!contested && (a.pacing.Load() == nil || res.Remaining >= 2*req.Want) {
+	if !paced(live) || !contested && (a.pacing.Load() == nil || res.Remaining >= 2*req.Want) {
 		a.pacing.Store(nil)
 		return
 	}
-	a.setPace(rate)
+	a.setPace(a.l.state.Load(), req.Factor, live)
 }
 
 // repace keeps a pacer's rate on the refill factor L1's state st gives the app now (the sync
@@ -89,17 +86,19 @@ func (a *App) repace(st *store.ClusterState, s *snapshot) {
 	if a.pacing.Load() == nil {
 		return
 	}
-	rate := a.pol.Load().Guaranteed * s.adaptiveFactor(st, a.pol.Load().AppPolicy) / float64(max(st.LiveInstances, 1)) * paceHeadroom
+	a.setPace(st, s.adaptiveFactor(st, a.pol.Load().AppPolicy), st.LiveInstances)
+}
+
+// setPace puts in force a pace of paceHeadroom × the app's share of L2's refill at factor
+// among live instances, carrying the schedule over from the last pacer (a rate within 1 % of
+// the one in force changes nothing); without a learned capacity in st, or with no refill, it
+// ends the pace.
+func (a *App) setPace(st *store.ClusterState, factor float64, live int) {
+	rate := a.pol.Load().Guaranteed * factor / float64(max(live, 1)) * paceHeadroom
 	if st.CapacitySource != store.CapacityAdaptive || !(rate > 0) || math.IsInf(rate, 0) {
 		a.pacing.Store(nil)
 		return
 	}
-	a.setPace(rate)
-}
-
-// setPace puts a pacer of rate in force, carrying the schedule over from the last one; a rate
-// within 1 % of the one in force changes nothing.
-func (a *App) setPace(rate float64) {
 	old := a.pacing.Load()
 	if old != nil && math.Abs(old.rate-rate) <= 0.01*old.rate {
 		return

@@ -50,11 +50,10 @@ func TestLeaseSpentEvenlyAtQuota(t *testing.T) {
 	for _, adaptiveOn := range []bool{true, false} {
 		c := clock.NewManual()
 		cfg := baseConfig()
-		cfg.Apps = map[string]store.AppPolicy{"a": pol(100, 1000, 0)}
 		if adaptiveOn {
-			cfg.Cluster.Capacity = 1000
-			cfg.Cluster.Adaptive = store.AdaptivePolicy{Min: 100, Max: 2000, LatencyTarget: 100 * time.Millisecond}
+			cfg = adaptiveConfig()
 		}
+		cfg.Apps = map[string]store.AppPolicy{"a": pol(100, 1000, 0)}
 		l := testLimiter(t, cfg, newStore(c), c, false)
 		a := mustApp(t, l, "a")
 		st := *l.state.Load()
@@ -104,9 +103,7 @@ func TestPacingLeavesAnIdleShareToTheBusyInstance(t *testing.T) {
 	p := pol(100, 3000, 0) // 30 s of burst: L2 takes long to fill half of it
 	var lims []*Limiter
 	for i := range 2 {
-		cfg := baseConfig()
-		cfg.Cluster.Capacity = 1000
-		cfg.Cluster.Adaptive = store.AdaptivePolicy{Min: 100, Max: 2000, LatencyTarget: 100 * time.Millisecond}
+		cfg := adaptiveConfig()
 		cfg.Apps = map[string]store.AppPolicy{"app": p}
 		cfg.Instance = fmt.Sprintf("i%d", i)
 		lims = append(lims, testLimiter(t, cfg, &probeStore{Store: ms, clock: c}, c, false))
@@ -134,11 +131,10 @@ func TestPacingLeavesAnIdleShareToTheBusyInstance(t *testing.T) {
 // left at a low rate would spend its lease slowly and put off the lease that brings the new one.
 func TestPacerFollowsTheShareBetweenLeases(t *testing.T) {
 	c := clock.NewManual()
-	cfg := baseConfig()
-	cfg.Cluster.Capacity = 1000
-	cfg.Cluster.Adaptive = store.AdaptivePolicy{Min: 100, Max: 2000, LatencyTarget: 100 * time.Millisecond}
+	cfg := adaptiveConfig()
 	cfg.Apps = map[string]store.AppPolicy{"a": pol(100, 1000, 3), "b": pol(800, 1000, 0)}
-	l := testLimiter(t, cfg, newStore(c), c, false)
+	ps := &probeStore{Store: newStore(c), clock: c} // L1's answers are the test's st
+	l := testLimiter(t, cfg, ps, c, false)
 	a := mustApp(t, l, "a")
 	st := *l.state.Load()
 	st.LiveInstances, st.CapacitySource, st.Capacity = 2, store.CapacityAdaptive, 900 // P3 gets 0.85 × 900 − 800 = −35: nothing
@@ -147,8 +143,8 @@ func TestPacerFollowsTheShareBetweenLeases(t *testing.T) {
 	if p := a.pacing.Load(); p == nil || p.rate != 100*0.1/2*paceHeadroom {
 		t.Fatalf("pacer after the lease: %+v", p)
 	}
-	st.Capacity = 2000 // now 0.85 × 2000 − 800 = 900: all of a's guaranteed and more
-	l.state.Store(&st)
+	st.Capacity = 2000 // 0.85 × 2000 − 800 = 900: all of a's guaranteed and more
+	ps.state.Store(&st)
 	admit(a, 1)
 	c.Advance(100 * time.Millisecond)
 	l.tick(c.Now())
@@ -180,9 +176,7 @@ func (h *heldLease) Lease(ctx context.Context, _ store.LeaseRequest) (store.Leas
 // the schedule too: they do not all go out at once when it lands.
 func TestWaitersOfTheLeaseThatStartsPacingArePaced(t *testing.T) {
 	c := clock.NewManual()
-	cfg := baseConfig()
-	cfg.Cluster.Capacity = 1000
-	cfg.Cluster.Adaptive = store.AdaptivePolicy{Min: 100, Max: 2000, LatencyTarget: 100 * time.Millisecond}
+	cfg := adaptiveConfig()
 	cfg.Apps = map[string]store.AppPolicy{"a": pol(100, 1000, 0)}
 	cfg.StoreTimeout = time.Hour // the waiters wait for the lease, however long the test takes
 	hs := &heldLease{Store: newStore(c), release: make(chan struct{}), res: store.Lease{Granted: 20}}
